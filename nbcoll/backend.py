@@ -1,0 +1,154 @@
+"""Choose where kernels run: ``cuda`` (a real GPU), ``sim`` (Numba's CUDA simulator) or ``numpy``.
+
+The choice must be made before ``numba.cuda`` is imported, because Numba reads ``NUMBA_ENABLE_CUDASIM`` once,
+at import. So this module never imports ``numba.cuda`` itself; it finds a GPU by asking the CUDA driver directly
+through ``ctypes``, and only then lets :func:`cuda` import Numba.
+
+Example::
+
+    import nbcoll
+    nbcoll.get_backend()            # "cuda" where a GPU is found, else "sim"
+    with nbcoll.use_backend("numpy"):
+        ...                         # the NumPy references run instead of kernels
+
+``NBCOLL_BACKEND=cuda|sim|numpy`` overrides the default. One process can switch between ``numpy`` and the
+device backend it started with (``cuda`` or ``sim``), but never between ``cuda`` and ``sim``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+BACKENDS = ("cuda", "sim", "numpy")
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot run in this process."""
+
+
+def gpu_count() -> int:
+    """Number of CUDA devices the driver reports, or 0 when there is no driver or no GPU.
+
+    Uses ``cuInit`` and ``cuDeviceGetCount`` from ``libcuda`` so that ``numba.cuda`` stays unimported.
+    """
+    names = [ctypes.util.find_library("cuda"), "libcuda.so.1", "libcuda.so", "nvcuda.dll"]
+    for name in names:
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        if lib.cuInit(0) != 0:
+            return 0
+        count = ctypes.c_int(0)
+        if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    return 0
+
+
+def _check_name(name: str, where: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"{where}: unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _startup_backend() -> str:
+    requested = os.environ.get("NBCOLL_BACKEND", "").strip().lower()
+    if requested:
+        return _check_name(requested, "NBCOLL_BACKEND")
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return "sim"
+    return "cuda" if gpu_count() > 0 else "sim"
+
+
+def _enable_simulator_if_needed(name: str) -> None:
+    """Set NUMBA_ENABLE_CUDASIM before numba.cuda is imported, and refuse if it is too late."""
+    wants_sim = name == "sim"
+    if "numba.cuda" in sys.modules:
+        from numba import config
+
+        if bool(config.ENABLE_CUDASIM) != wants_sim:
+            raise BackendError(
+                f"backend {name!r} needs NUMBA_ENABLE_CUDASIM={int(wants_sim)}, but numba.cuda was already "
+                "imported with the other setting; import nbcoll before numba.cuda or set NBCOLL_BACKEND"
+            )
+        return
+    if wants_sim:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    elif name == "cuda":
+        os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+
+
+_startup = _startup_backend()
+# The device backend this process can use: cuda or sim (numpy mode still imports the simulator so that kernels
+# can be defined and switched to in tests).
+_device_backend = "cuda" if _startup == "cuda" else "sim"
+_enable_simulator_if_needed(_device_backend)
+_current = _startup
+
+
+def get_backend() -> str:
+    """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``."""
+    return _current
+
+
+def device_backend() -> str:
+    """The kernel-running backend this process was started with: ``"cuda"`` or ``"sim"``."""
+    return _device_backend
+
+
+def set_backend(name: str) -> None:
+    """Switch the backend of this process between ``numpy`` and its device backend."""
+    global _current
+    _check_name(name, "set_backend(name)")
+    if name != "numpy" and name != _device_backend:
+        raise BackendError(
+            f"set_backend(name): this process started on {_device_backend!r}; it can switch to 'numpy' or "
+            f"{_device_backend!r} but not {name!r}. Start a new process with NBCOLL_BACKEND={name}."
+        )
+    _current = name
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[str]:
+    """Run a block on another backend, then switch back."""
+    previous = _current
+    set_backend(name)
+    try:
+        yield name
+    finally:
+        set_backend(previous)
+
+
+_gpu_checked = False
+
+
+def cuda() -> ModuleType:
+    """``numba.cuda``, imported only when a kernel is first needed.
+
+    On the ``cuda`` backend with no usable GPU this raises :class:`BackendError` naming the other backends.
+    """
+    global _gpu_checked
+    from numba import cuda as numba_cuda
+
+    if _device_backend == "cuda" and not _gpu_checked:
+        if not numba_cuda.is_available():
+            raise BackendError(
+                "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
+                "use NBCOLL_BACKEND=sim (the same kernels on Numba's simulator) or NBCOLL_BACKEND=numpy "
+                "(the NumPy references)"
+            )
+        _gpu_checked = True
+    return numba_cuda
+
+
+def is_simulator() -> bool:
+    return _device_backend == "sim"

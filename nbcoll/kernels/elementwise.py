@@ -1,0 +1,351 @@
+"""Elementwise map (one input) and zip (two or three inputs, NumPy broadcasting), the simplest GPU pattern.
+
+Every output element is computed by exactly one thread, independently of all others::
+
+    unary:   for i: out[i] = f(x[i])
+    binary:  for i: out[i] = f(a[offset_a(i)], b[offset_b(i)])     # offsets from nbcoll.kernels.indexing
+    where:   for i: out[i] = a[...] if cond[...] else b[...]
+
+Example::
+
+    from nbcoll.kernels import elementwise
+    y = elementwise.unary("relu", x)
+    z = elementwise.binary("add", x, bias)      # bias broadcasts along x's leading dims
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from nbcoll import backend, memory
+from nbcoll.kernels.indexing import (
+    broadcast_shapes,
+    broadcast_strides,
+    launch_1d,
+    offset_of_device,
+    size_of,
+)
+from nbcoll.kernels.registry import register
+
+# ---------------------------------------------------------------------------------------------------------------
+# The scalar rules, written once: each is a device function on the GPU and a plain function in the references.
+
+
+def _neg(v):
+    return -v
+
+
+def _abs(v):
+    return abs(v)
+
+
+def _relu(v):
+    return v if v > 0 else v - v  # v - v is a zero of v's own type
+
+
+def _exp(v):
+    return math.exp(v)
+
+
+def _log(v):
+    return math.log(v)
+
+
+def _sqrt(v):
+    return math.sqrt(v)
+
+
+def _tanh(v):
+    return math.tanh(v)
+
+
+def _sigmoid(v):
+    # Two branches so that exp never overflows: exp(-|v|) <= 1.
+    if v >= 0:
+        return 1 / (1 + math.exp(-v))
+    e = math.exp(v)
+    return e / (1 + e)
+
+
+def _add(a, b):
+    return a + b
+
+
+def _sub(a, b):
+    return a - b
+
+
+def _mul(a, b):
+    return a * b
+
+
+def _div(a, b):
+    return a / b
+
+
+def _pow(a, b):
+    return a**b
+
+
+def _maximum(a, b):
+    return a if a >= b else b
+
+
+def _minimum(a, b):
+    return a if a <= b else b
+
+
+def _eq(a, b):
+    return a == b
+
+
+def _ne(a, b):
+    return a != b
+
+
+def _lt(a, b):
+    return a < b
+
+
+def _le(a, b):
+    return a <= b
+
+
+def _gt(a, b):
+    return a > b
+
+
+def _ge(a, b):
+    return a >= b
+
+
+# op name -> (scalar rule, NumPy reference, True when the op needs a floating dtype)
+UNARY_OPS = {
+    "neg": (_neg, np.negative, False),
+    "abs": (_abs, np.abs, False),
+    "relu": (_relu, lambda x: np.maximum(x, np.zeros((), x.dtype)), False),
+    "exp": (_exp, np.exp, True),
+    "log": (_log, np.log, True),
+    "sqrt": (_sqrt, np.sqrt, True),
+    "tanh": (_tanh, np.tanh, True),
+    "sigmoid": (_sigmoid, lambda x: np.exp(-np.logaddexp(np.zeros((), x.dtype), -x)).astype(x.dtype), True),
+}
+BINARY_OPS = {
+    "add": (_add, np.add, False),
+    "sub": (_sub, np.subtract, False),
+    "mul": (_mul, np.multiply, False),
+    "div": (_div, np.divide, True),
+    "pow": (_pow, np.power, True),
+    "maximum": (_maximum, np.maximum, False),
+    "minimum": (_minimum, np.minimum, False),
+}
+COMPARISON_OPS = {
+    "eq": (_eq, np.equal),
+    "ne": (_ne, np.not_equal),
+    "lt": (_lt, np.less),
+    "le": (_le, np.less_equal),
+    "gt": (_gt, np.greater),
+    "ge": (_ge, np.greater_equal),
+}
+
+# ---------------------------------------------------------------------------------------------------------------
+# NumPy references.
+
+
+def unary_reference(op: str, x: np.ndarray) -> np.ndarray:
+    """``for i: out[i] = f(x[i])`` in NumPy, with NumPy's wrap-around for integers."""
+    with np.errstate(all="ignore"):
+        return np.asarray(UNARY_OPS[op][1](x), dtype=x.dtype)
+
+
+def binary_reference(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``for i: out[i] = f(a[i], b[i])`` with broadcasting; comparisons give ``bool``."""
+    with np.errstate(all="ignore"):
+        if op in COMPARISON_OPS:
+            return COMPARISON_OPS[op][1](a, b)
+        return np.asarray(BINARY_OPS[op][1](a, b), dtype=a.dtype)
+
+
+def where_reference(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``for i: out[i] = a[i] if cond[i] else b[i]`` with broadcasting."""
+    return np.where(cond, a, b).astype(a.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels. One kernel per op, built by a factory so that every op is compiled with its rule inlined.
+
+_SIG1 = ("void(float32[::1], float32[::1])", "void(int8[::1], int8[::1])", "void(float16[::1], float16[::1])")
+_SIG2 = (
+    "void(float32[::1], UniTuple(int64, 2), float32[::1], UniTuple(int64, 2), float32[::1], UniTuple(int64, 2))",
+    "void(uint64[::1], UniTuple(int64, 1), uint64[::1], UniTuple(int64, 1), uint64[::1], UniTuple(int64, 1))",
+    "void(float16[::1], UniTuple(int64, 3), float16[::1], UniTuple(int64, 3), float16[::1], UniTuple(int64, 3))",
+)
+_SIG_CMP = (
+    "void(float32[::1], UniTuple(int64, 2), float32[::1], UniTuple(int64, 2), boolean[::1], UniTuple(int64, 2))",
+    "void(int32[::1], UniTuple(int64, 1), int32[::1], UniTuple(int64, 1), boolean[::1], UniTuple(int64, 1))",
+)
+
+
+def _make_unary_kernel(op: str, rule) -> Any:
+    f = cuda.jit(device=True)(rule)
+
+    @cuda.jit
+    def unary_kernel(x, out):
+        # One thread computes one output element.
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = f(x[i])
+
+    unary_kernel.py_func.__name__ = unary_kernel.py_func.__qualname__ = f"unary_{op}"
+    signatures = _SIG1 if not UNARY_OPS[op][2] else (_SIG1[0], _SIG1[2])
+    return register(*signatures, name=f"kernels.elementwise.unary_{op}")(unary_kernel)
+
+
+def _make_binary_kernel(op: str, rule, signatures) -> Any:
+    f = cuda.jit(device=True)(rule)
+
+    @cuda.jit
+    def binary_kernel(a, a_strides, b, b_strides, out, out_shape):
+        # One thread computes one output element, reading each input at its broadcast offset.
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = f(a[offset_of_device(i, out_shape, a_strides)], b[offset_of_device(i, out_shape, b_strides)])
+
+    binary_kernel.py_func.__name__ = binary_kernel.py_func.__qualname__ = f"binary_{op}"
+    return register(*signatures, name=f"kernels.elementwise.binary_{op}")(binary_kernel)
+
+
+UNARY_KERNELS = {op: _make_unary_kernel(op, spec[0]) for op, spec in UNARY_OPS.items()}
+BINARY_KERNELS = {
+    op: _make_binary_kernel(op, spec[0], _SIG2 if not spec[2] else (_SIG2[0], _SIG2[2]))
+    for op, spec in BINARY_OPS.items()
+}
+BINARY_KERNELS.update({op: _make_binary_kernel(op, spec[0], _SIG_CMP) for op, spec in COMPARISON_OPS.items()})
+
+
+@register(
+    "void(boolean[::1], UniTuple(int64, 2), float32[::1], UniTuple(int64, 2), float32[::1], "
+    "UniTuple(int64, 2), float32[::1], UniTuple(int64, 2))",
+    "void(boolean[::1], UniTuple(int64, 1), int64[::1], UniTuple(int64, 1), int64[::1], "
+    "UniTuple(int64, 1), int64[::1], UniTuple(int64, 1))",
+)
+@cuda.jit
+def where_kernel(cond, cond_strides, a, a_strides, b, b_strides, out, out_shape):
+    # One thread picks one output element from a or b.
+    i = cuda.grid(1)
+    if i < out.size:
+        if cond[offset_of_device(i, out_shape, cond_strides)]:
+            out[i] = a[offset_of_device(i, out_shape, a_strides)]
+        else:
+            out[i] = b[offset_of_device(i, out_shape, b_strides)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions: check the arguments, then run the kernel or, on the numpy backend, the reference.
+
+
+def _check_op(op: str, table: dict, arg: str = "op") -> None:
+    if op not in table:
+        raise ValueError(f"{arg}: unknown op {op!r}; expected one of {', '.join(table)}")
+
+
+def _input(x: Any, arg: str) -> Any:
+    x = memory.as_device_array(x, arg)
+    memory.check_dtype(x.dtype, f"{arg}.dtype", allow_bool=True)
+    memory.require_contiguous(x, arg)
+    return x
+
+
+def _needs_float(op: str, dtype: np.dtype, needs: bool, arg: str) -> None:
+    if needs and dtype.kind != "f":
+        raise TypeError(f"{arg}.dtype: op {op!r} needs a floating dtype (float16/32/64), got {dtype}")
+
+
+def _output(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    if out is None:
+        return memory.empty(shape, dtype)
+    out = memory.as_device_array(out, "out")
+    if tuple(out.shape) != shape or out.dtype != dtype:
+        raise ValueError(f"out: expected shape {shape} and dtype {dtype}, got {tuple(out.shape)} and {out.dtype}")
+    memory.require_contiguous(out, "out")
+    return out
+
+
+def _flat(x: Any) -> Any:
+    return x.reshape(max(size_of(x.shape), 1)) if x.ndim != 1 else x
+
+
+def unary(op: str, x: Any, out: Any = None) -> Any:
+    """``for i: out[i] = op(x[i])``. ``op`` is one of :data:`UNARY_OPS`; returns ``out``."""
+    _check_op(op, UNARY_OPS)
+    x = _input(x, "x")
+    _needs_float(op, x.dtype, UNARY_OPS[op][2], "x")
+    out = _output(out, tuple(x.shape), x.dtype)
+    if backend.get_backend() == "numpy":
+        out[...] = unary_reference(op, x)
+        return out
+    launch_1d(UNARY_KERNELS[op], x.size, _flat(x), _flat(out))
+    return out
+
+
+def binary(op: str, a: Any, b: Any, out: Any = None) -> Any:
+    """``for i: out[i] = op(a[i], b[i])`` with NumPy broadcasting; comparisons give a ``bool`` array."""
+    _check_op(op, {**BINARY_OPS, **COMPARISON_OPS})
+    a, b = _input(a, "a"), _input(b, "b")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a, b: dtypes must match, got a.dtype={a.dtype} and b.dtype={b.dtype}")
+    if op in BINARY_OPS:
+        _needs_float(op, a.dtype, BINARY_OPS[op][2], "a")
+    shape = broadcast_shapes([a.shape, b.shape], ["a", "b"])
+    out = _output(out, shape, np.dtype(np.bool_) if op in COMPARISON_OPS else a.dtype)
+    if backend.get_backend() == "numpy":
+        out[...] = binary_reference(op, a, b)
+        return out
+    n = size_of(shape)
+    if n:
+        grid_shape = shape or (1,)
+        launch_1d(
+            BINARY_KERNELS[op],
+            n,
+            _flat(a),
+            broadcast_strides(a.shape, grid_shape),
+            _flat(b),
+            broadcast_strides(b.shape, grid_shape),
+            _flat(out),
+            grid_shape,
+        )
+    return out
+
+
+def where(cond: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """``for i: out[i] = a[i] if cond[i] else b[i]`` with broadcasting; ``cond`` is a ``bool`` array."""
+    cond, a, b = _input(cond, "cond"), _input(a, "a"), _input(b, "b")
+    if cond.dtype != np.bool_:
+        raise TypeError(f"cond.dtype: expected bool, got {cond.dtype}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a, b: dtypes must match, got a.dtype={a.dtype} and b.dtype={b.dtype}")
+    shape = broadcast_shapes([cond.shape, a.shape, b.shape], ["cond", "a", "b"])
+    out = _output(out, shape, a.dtype)
+    if backend.get_backend() == "numpy":
+        out[...] = where_reference(cond, a, b)
+        return out
+    n = size_of(shape)
+    if n:
+        grid_shape = shape or (1,)
+        launch_1d(
+            where_kernel,
+            n,
+            _flat(cond),
+            broadcast_strides(cond.shape, grid_shape),
+            _flat(a),
+            broadcast_strides(a.shape, grid_shape),
+            _flat(b),
+            broadcast_strides(b.shape, grid_shape),
+            _flat(out),
+            grid_shape,
+        )
+    return out

@@ -1,0 +1,153 @@
+"""Device memory on every backend: ``to_device``, ``to_host``, ``empty``, ``zeros``.
+
+A *device array* is what kernels take:
+
+========== ===================================================================================
+backend    device array
+========== ===================================================================================
+``cuda``   a Numba ``DeviceNDArray``; anything with ``__cuda_array_interface__`` (CuPy, PyTorch)
+           is wrapped without a copy
+``sim``    the simulator's ``FakeCUDAArray`` (host memory that kernels treat as device memory)
+``numpy``  a plain ``numpy.ndarray``
+========== ===================================================================================
+
+Example::
+
+    import numpy as np, nbcoll
+    x = nbcoll.to_device(np.arange(5, dtype=np.float32))
+    y = nbcoll.zeros(5, np.float32)
+    nbcoll.to_host(x)               # array([0., 1., 2., 3., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nbcoll import backend
+
+DTYPES = tuple(
+    np.dtype(name)
+    for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
+)
+"""The element types every kernel and collective supports, as NCCL does (bfloat16 has no NumPy dtype)."""
+
+
+def check_dtype(dtype: Any, arg: str = "dtype", allow_bool: bool = False) -> np.dtype:
+    """Return ``numpy.dtype(dtype)`` or raise ``TypeError`` naming ``arg`` when nbcoll does not support it.
+
+    ``bool`` is accepted only where ``allow_bool`` says so: comparison results and masks, never reductions.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{arg}: {dtype!r} is not a dtype") from exc
+    if dt not in DTYPES and not (allow_bool and dt == np.bool_):
+        raise TypeError(f"{arg}: dtype {dt} is not supported; expected one of {', '.join(map(str, DTYPES))}")
+    return dt
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(int(s) < 0 for s in shape):
+        raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
+    return tuple(int(s) for s in shape)
+
+
+def _is_numba_device_array(x: Any) -> bool:
+    if backend.device_backend() == "sim":
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return isinstance(x, FakeCUDAArray)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return isinstance(x, DeviceNDArray)
+
+
+def array_backend(x: Any) -> str | None:
+    """The backend whose device array ``x`` is: ``"cuda"``, ``"sim"``, ``"numpy"``, or ``None``."""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if _is_numba_device_array(x):
+        return backend.device_backend()
+    if backend.device_backend() == "cuda" and hasattr(x, "__cuda_array_interface__"):
+        return "cuda"
+    return None
+
+
+def is_device_array(x: Any) -> bool:
+    """True when ``x`` is a device array of the current backend."""
+    return array_backend(x) == backend.get_backend()
+
+
+def as_device_array(x: Any, arg: str = "array") -> Any:
+    """Return ``x`` as a device array of the current backend, or raise ``TypeError`` naming ``arg``.
+
+    On ``cuda`` an object with ``__cuda_array_interface__`` is wrapped without a copy. Nothing is ever copied
+    between host and device here: that is what :func:`to_device` is for.
+    """
+    current = backend.get_backend()
+    found = array_backend(x)
+    if found == current:
+        if current == "cuda" and not _is_numba_device_array(x):
+            return backend.cuda().as_cuda_array(x)
+        return x
+    what = type(x).__name__ if found is None else f"a {found!r}-backend array ({type(x).__name__})"
+    raise TypeError(
+        f"{arg}: expected a device array of the {current!r} backend, got {what}; "
+        "use nbcoll.to_device() to copy host data to the device"
+    )
+
+
+def to_device(array: Any, dtype: Any = None) -> Any:
+    """Copy host data to a new device array; device arrays of the current backend are returned as they are."""
+    current = backend.get_backend()
+    if array_backend(array) == current and current != "numpy" and dtype is None:
+        return as_device_array(array)
+    host = np.ascontiguousarray(array, dtype=dtype)
+    check_dtype(host.dtype, "array.dtype", allow_bool=True)
+    if current == "numpy":
+        return host.copy() if host is array else host
+    return backend.cuda().to_device(host)
+
+
+def to_host(array: Any) -> np.ndarray:
+    """Copy a device array (or anything array-like) into a new ``numpy.ndarray``."""
+    if isinstance(array, np.ndarray):
+        return array.copy()
+    found = array_backend(array)
+    if found in ("cuda", "sim"):
+        if not _is_numba_device_array(array):
+            array = backend.cuda().as_cuda_array(array)
+        return array.copy_to_host()
+    return np.array(array)
+
+
+def empty(shape: Any, dtype: Any = np.float32) -> Any:
+    """A new uninitialised device array."""
+    shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
+    if backend.get_backend() == "numpy":
+        return np.empty(shape, dt)
+    return backend.cuda().device_array(shape, dt)
+
+
+def zeros(shape: Any, dtype: Any = np.float32) -> Any:
+    """A new device array of zeros."""
+    shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
+    if backend.get_backend() == "numpy":
+        return np.zeros(shape, dt)
+    return backend.cuda().to_device(np.zeros(shape, dt))
+
+
+def is_contiguous(x: Any) -> bool:
+    """True when ``x`` is C-contiguous (a device or host array)."""
+    if isinstance(x, np.ndarray):
+        return bool(x.flags.c_contiguous)
+    return bool(x.is_c_contiguous())
+
+
+def require_contiguous(x: Any, arg: str) -> None:
+    """Raise ``ValueError`` naming ``arg`` when ``x`` is not C-contiguous."""
+    if not is_contiguous(x):
+        raise ValueError(f"{arg}: must be C-contiguous (got strides {x.strides} for shape {x.shape}); copy it first")
