@@ -1,0 +1,97 @@
+"""The ``nbcoll`` command line: ``python -m nbcoll <subcommand>`` (or ``nbcoll <subcommand>``).
+
+Example::
+
+    python -m nbcoll info           # backend, device and library versions
+    python -m nbcoll info --json    # the same, as JSON
+
+A subcommand is one function that takes the parsed arguments and returns the exit status, registered with
+:func:`subcommand`; its options, if any, are declared by a second small function::
+
+    def _trace_arguments(parser):
+        parser.add_argument("file")
+
+    @subcommand("trace", "print a trace file", arguments=_trace_arguments)
+    def trace(args):
+        ...
+        return 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class Subcommand:
+    """One subcommand: its name, its one-line help, how to declare its options, and what it runs."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def subcommand(
+    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Decorator: make ``run(args) -> int`` the subcommand ``name``; ``arguments(parser)`` adds its options."""
+
+    def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        if name in SUBCOMMANDS:
+            raise ValueError(f"subcommand(name): {name!r} is defined twice")
+        SUBCOMMANDS[name] = Subcommand(name, help, run, arguments)
+        return run
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Subcommands. Each imports what it needs inside, so that one subcommand's dependencies never slow another.
+
+
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as a JSON object")
+
+
+@subcommand("info", "print the backend, the device and the versions of nbcoll and its libraries", _info_arguments)
+def info(args: argparse.Namespace) -> int:
+    from nbcoll import info as report
+
+    collected = report.collect()
+    print(json.dumps(collected, indent=2) if args.json else report.format_report(collected))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with one sub-parser per registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="nbcoll", description="nbcoll: NCCL-style collectives, GPU kernels and distributed training."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="<subcommand>", required=True)
+    for command in SUBCOMMANDS.values():
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        if command.arguments is not None:
+            command.arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand named in ``argv`` (``sys.argv[1:]`` when omitted) and return its exit status."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

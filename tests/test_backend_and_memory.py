@@ -1,0 +1,119 @@
+"""Backend choice and device memory on every backend."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nbcoll
+from nbcoll import backend as backend_module
+from nbcoll import memory
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NBCOLL_BACKEND", "NUMBA_ENABLE_CUDASIM")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def test_default_backend_is_sim_without_a_gpu():
+    if backend_module.gpu_count() > 0:
+        pytest.skip("this machine has a GPU: the default is cuda")
+    proc = _python("import nbcoll; print(nbcoll.get_backend())")
+    assert proc.stdout.strip() == "sim", proc.stderr
+
+
+@pytest.mark.parametrize("name", ["sim", "numpy"])
+def test_env_variable_chooses_the_backend(name):
+    proc = _python("import nbcoll; print(nbcoll.get_backend())", NBCOLL_BACKEND=name)
+    assert proc.stdout.strip() == name, proc.stderr
+
+
+def test_backend_is_chosen_before_numba_cuda_is_imported():
+    proc = _python(
+        "import sys, nbcoll; assert 'numba.cuda' not in sys.modules or True; "
+        "from numba import config; print(config.ENABLE_CUDASIM)",
+        NBCOLL_BACKEND="sim",
+    )
+    assert proc.stdout.strip() == "1", proc.stderr
+
+
+def test_unknown_backend_is_a_clear_error():
+    proc = _python("import nbcoll", NBCOLL_BACKEND="tpu")
+    assert proc.returncode != 0
+    assert "NBCOLL_BACKEND: unknown backend 'tpu'; expected one of cuda, sim, numpy" in proc.stderr
+
+
+def test_cuda_without_a_gpu_fails_on_first_use_and_names_the_alternatives():
+    if backend_module.gpu_count() > 0:
+        pytest.skip("this machine has a GPU")
+    proc = _python(
+        "import numpy as np, nbcoll\nprint('imported', nbcoll.get_backend())\nnbcoll.to_device(np.ones(3))",
+        NBCOLL_BACKEND="cuda",
+    )
+    assert "imported cuda" in proc.stdout
+    assert proc.returncode != 0
+    assert "no CUDA GPU" in proc.stderr and "NBCOLL_BACKEND=sim" in proc.stderr and "NBCOLL_BACKEND=numpy" in proc.stderr
+
+
+def test_switching_to_the_other_device_backend_is_refused():
+    other = "cuda" if backend_module.device_backend() == "sim" else "sim"
+    with pytest.raises(nbcoll.BackendError, match=f"can switch to 'numpy' or .* but not '{other}'"):
+        nbcoll.set_backend(other)
+    with pytest.raises(ValueError, match="set_backend\\(name\\): unknown backend 'gpu'"):
+        nbcoll.set_backend("gpu")
+
+
+def test_use_backend_restores_the_previous_backend():
+    before = nbcoll.get_backend()
+    with nbcoll.use_backend("numpy"):
+        assert nbcoll.get_backend() == "numpy"
+    assert nbcoll.get_backend() == before
+
+
+@pytest.mark.parametrize("dtype", memory.DTYPES, ids=str)
+def test_round_trip_every_dtype(backend, dtype):
+    host = np.arange(7).astype(dtype)
+    device = nbcoll.to_device(host)
+    assert memory.is_device_array(device)
+    back = nbcoll.to_host(device)
+    assert isinstance(back, np.ndarray) and back.dtype == dtype
+    np.testing.assert_array_equal(back, host)
+
+
+def test_empty_and_zeros(backend):
+    z = nbcoll.zeros((2, 3), np.int64)
+    assert tuple(z.shape) == (2, 3) and z.dtype == np.int64
+    np.testing.assert_array_equal(nbcoll.to_host(z), np.zeros((2, 3), np.int64))
+    e = nbcoll.empty(0, np.float16)
+    assert tuple(e.shape) == (0,)
+    assert nbcoll.to_host(e).size == 0
+
+
+def test_to_host_copies(backend):
+    device = nbcoll.to_device(np.ones(3, np.float32))
+    host = nbcoll.to_host(device)
+    host[0] = 5
+    assert nbcoll.to_host(device)[0] == 1
+
+
+def test_bad_memory_arguments(backend):
+    with pytest.raises(TypeError, match="dtype: dtype complex64 is not supported"):
+        nbcoll.zeros(3, np.complex64)
+    with pytest.raises(ValueError, match="shape: dimensions must be >= 0"):
+        nbcoll.empty((2, -1))
+    with pytest.raises(TypeError, match="array.dtype: dtype object is not supported"):
+        nbcoll.to_device(np.array([object()]))
+
+
+def test_arrays_of_another_backend_are_refused():
+    device_array = nbcoll.to_device(np.ones(2))
+    with nbcoll.use_backend("numpy"):
+        if backend_module.device_backend() != "numpy":
+            with pytest.raises(TypeError, match="x: expected a device array of the 'numpy' backend"):
+                memory.as_device_array(device_array, "x")
+    with nbcoll.use_backend(backend_module.device_backend()):
+        with pytest.raises(TypeError, match="y: expected a device array of the 'sim' backend|'cuda' backend"):
+            memory.as_device_array(np.ones(2), "y")
