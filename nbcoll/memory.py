@@ -28,8 +28,7 @@ import numpy as np
 from nbcoll import backend
 
 DTYPES = tuple(
-    np.dtype(name)
-    for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
+    np.dtype(name) for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
 )
 """The element types every kernel and collective supports, as NCCL does (bfloat16 has no NumPy dtype)."""
 

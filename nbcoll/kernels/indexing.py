@@ -61,7 +61,7 @@ def broadcast_shapes(shapes: Sequence[Sequence[int]], names: Sequence[str]) -> t
     for axis in range(-ndim, 0):
         sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
         if len(sizes) > 1:
-            described = ", ".join(f"{n}.shape={tuple(s)}" for n, s in zip(names, shapes))
+            described = ", ".join(f"{n}.shape={tuple(s)}" for n, s in zip(names, shapes, strict=True))
             raise ValueError(f"{', '.join(names)}: shapes cannot broadcast together ({described})")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
