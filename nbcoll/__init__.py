@@ -12,12 +12,20 @@ Example::
 from nbcoll.backend import BACKENDS, BackendError, get_backend, set_backend, use_backend  # isort: skip
 from nbcoll.memory import DTYPES, empty, to_device, to_host, zeros
 
+from nbcoll import autograd, functional  # isort: skip
+from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
+
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
     "DTYPES",
     "BackendError",
+    "Tensor",
+    "autograd",
+    "functional",
+    "no_grad",
+    "tensor",
     "empty",
     "get_backend",
     "set_backend",

@@ -42,7 +42,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {}
 def subcommand(
     name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Decorator: make ``run(args) -> int`` the subcommand ``name``; ``arguments(parser)`` adds its options."""
+    """Decorator: ``run(args) -> int`` becomes the subcommand ``name``; ``arguments(parser)`` adds options."""
 
     def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
         if name in SUBCOMMANDS:
@@ -53,7 +53,7 @@ def subcommand(
     return decorate
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Subcommands. Each imports what it needs inside, so that one subcommand's dependencies never slow another.
 
 
@@ -61,7 +61,7 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as a JSON object")
 
 
-@subcommand("info", "print the backend, the device and the versions of nbcoll and its libraries", _info_arguments)
+@subcommand("info", "print the backend, the device and the versions of nbcoll's libraries", _info_arguments)
 def info(args: argparse.Namespace) -> int:
     from nbcoll import info as report
 
@@ -70,7 +70,7 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nbcoll", description="nbcoll: NCCL-style collectives, GPU kernels and distributed training."
     )
-    commands = parser.add_subparsers(dest="command", metavar="<subcommand>", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="<subcommand>")
     for command in SUBCOMMANDS.values():
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         if command.arguments is not None:
@@ -89,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the subcommand named in ``argv`` (``sys.argv[1:]`` when omitted) and return its exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
     return args.run(args)
 
 

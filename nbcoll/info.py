@@ -20,7 +20,7 @@ from nbcoll import backend
 
 NOT_INSTALLED = "not installed"
 
-# report key -> distribution name, as pip knows it (numba-cuda is a distribution of its own, imported as numba.cuda).
+# report key -> distribution name, as pip knows it (numba.cuda comes from its own distribution, numba-cuda).
 _DISTRIBUTIONS = {
     "numba": "numba",
     "numba-cuda": "numba-cuda",
@@ -53,8 +53,8 @@ def distribution_version(name: str) -> str:
 def mpi_library_version() -> str:
     """The first line of ``MPI.Get_library_version()`` (for example ``"MPICH Version: 5.0.2"``).
 
-    Importing ``mpi4py.MPI`` initialises MPI in this process, as any MPI program would; a broken MPI
-    installation is reported in the text rather than raised, because the report exists to diagnose exactly that.
+    Importing ``mpi4py.MPI`` initialises MPI in this process, as any MPI program would. A broken MPI
+    installation is reported in the text rather than raised: the report exists to diagnose exactly that.
     """
     try:
         from mpi4py import MPI
@@ -68,14 +68,18 @@ def mpi_library_version() -> str:
 def device_name(name: str | None = None) -> str:
     """The GPU on ``cuda``, ``"CUDA simulator"`` on ``sim``, ``"none (numpy backend)"`` on ``numpy``.
 
-    ``name`` is a backend name; the current backend when omitted.
+    ``name`` is a backend name; the current backend when omitted. ``cuda`` with no usable GPU gives
+    ``"unavailable (...)"`` with the reason, rather than an exception.
     """
     name = name or backend.get_backend()
     if name == "numpy":
         return "none (numpy backend)"
     if name == "sim":
         return "CUDA simulator"
-    gpu = backend.cuda().get_current_device()
+    try:
+        gpu = backend.cuda().get_current_device()
+    except Exception as exc:  # BackendError without a GPU, or a CUDA driver error
+        return f"unavailable ({type(exc).__name__}: {exc})"
     label = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)
     major, minor = gpu.compute_capability
     return f"{label} (compute capability {major}.{minor})"

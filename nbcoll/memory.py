@@ -150,3 +150,21 @@ def require_contiguous(x: Any, arg: str) -> None:
     """Raise ``ValueError`` naming ``arg`` when ``x`` is not C-contiguous."""
     if not is_contiguous(x):
         raise ValueError(f"{arg}: must be C-contiguous (got strides {x.strides} for shape {x.shape}); copy it first")
+
+
+def address_range(x: Any) -> tuple[int, int]:
+    """The bytes ``[start, end)`` that a contiguous device array occupies, to tell aliasing arrays apart."""
+    nbytes = int(x.size) * x.dtype.itemsize
+    if isinstance(x, np.ndarray):
+        start = x.__array_interface__["data"][0]
+    elif backend.device_backend() == "sim":
+        start = x._ary.__array_interface__["data"][0]
+    else:
+        start = x.device_ctypes_pointer.value or 0
+    return start, start + nbytes
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    """True when two device arrays share at least one byte."""
+    (a0, a1), (b0, b1) = address_range(a), address_range(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0

@@ -19,9 +19,7 @@ from nbcoll import info
 def _run_cli(*args: str, backend: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["NBCOLL_BACKEND"] = backend
-    return subprocess.run(
-        [sys.executable, "-m", "nbcoll", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "nbcoll", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_collect_reports_every_key_in_print_order(backend):
@@ -77,11 +75,9 @@ def test_main_info_json_prints_the_dictionary(capsys):
     assert json.loads(capsys.readouterr().out) == info.collect()
 
 
-def test_main_without_a_subcommand_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main([])
-    assert exit_info.value.code == 2
-    assert "info" in capsys.readouterr().err
+def test_main_without_a_subcommand_prints_the_help_and_fails(capsys):
+    assert cli.main([]) == 2
+    assert "info" in capsys.readouterr().err  # the help lists the subcommands
 
 
 def test_python_dash_m_nbcoll_info_on_the_simulator():
@@ -100,6 +96,17 @@ def test_python_dash_m_nbcoll_info_on_numpy():
     report = json.loads(proc.stdout)
     assert report["backend"] == "numpy"
     assert report["device"] == "none (numpy backend)"
+
+
+def test_info_on_cuda_without_a_gpu_reports_why_instead_of_failing():
+    if nbcoll.backend.gpu_count() > 0:
+        pytest.skip("a GPU is present")
+    proc = _run_cli("info", "--json", backend="cuda")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["backend"] == "cuda"
+    assert report["device"].startswith("unavailable (BackendError: ")
+    assert "NBCOLL_BACKEND=sim" in report["device"]
 
 
 @pytest.mark.gpu

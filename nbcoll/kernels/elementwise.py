@@ -276,7 +276,8 @@ def _output(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
 
 
 def _flat(x: Any) -> Any:
-    return x.reshape(max(size_of(x.shape), 1)) if x.ndim != 1 else x
+    """A 1-D view of a contiguous array with at least one element (a 0-d array becomes shape ``(1,)``)."""
+    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
 
 
 def unary(op: str, x: Any, out: Any = None) -> Any:
@@ -288,7 +289,8 @@ def unary(op: str, x: Any, out: Any = None) -> Any:
     if backend.get_backend() == "numpy":
         out[...] = unary_reference(op, x)
         return out
-    launch_1d(UNARY_KERNELS[op], x.size, _flat(x), _flat(out))
+    if x.size:
+        launch_1d(UNARY_KERNELS[op], x.size, _flat(x), _flat(out))
     return out
 
 

@@ -1,0 +1,92 @@
+"""Which algorithms implement which collective, and the ``NBCOLL_ALGO`` setting that narrows the choice.
+
+Every algorithm is a generator of primitives (:mod:`nbcoll.comm.primitives`), one file per family:
+
+================== ==========================================================================
+``ring``           all-reduce, broadcast, reduce, all-gather, reduce-scatter (:mod:`.ring`)
+``tree``           all-reduce (double binary tree), broadcast, reduce (:mod:`.tree`)
+``direct``         all-reduce and all-gather in one shot, gather, scatter (:mod:`.direct`)
+``halving_doubling`` all-reduce by Rabenseifner's recursive halving and doubling (:mod:`.halving_doubling`)
+``pairwise``       all-to-all, and the barrier (:mod:`.pairwise`)
+================== ==========================================================================
+
+``NBCOLL_ALGO`` uses NCCL's syntax for ``NCCL_ALGO``: a list of algorithms (``ring,tree``), a list to exclude
+(``^tree``), or per-collective lists separated by ``;`` (``allreduce:tree;broadcast:ring``). Collective names
+may be written with or without the underscore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nbcoll.comm.algorithms import direct, halving_doubling, pairwise, ring, tree
+
+ALGORITHMS: dict[str, dict[str, Callable]] = {
+    "all_reduce": {
+        "ring": ring.all_reduce,
+        "tree": tree.all_reduce,
+        "direct": direct.all_reduce,
+        "halving_doubling": halving_doubling.all_reduce,
+    },
+    "broadcast": {"ring": ring.broadcast, "tree": tree.broadcast},
+    "reduce": {"ring": ring.reduce, "tree": tree.reduce},
+    "all_gather": {"ring": ring.all_gather, "direct": direct.all_gather},
+    "reduce_scatter": {"ring": ring.reduce_scatter},
+    "all_to_all": {"pairwise": pairwise.all_to_all},
+    "gather": {"direct": direct.gather},
+    "scatter": {"direct": direct.scatter},
+    "barrier": {"pairwise": pairwise.barrier},
+}
+"""collective -> algorithm name -> generator function."""
+
+ALGO_NAMES = ("ring", "tree", "direct", "halving_doubling", "pairwise")
+
+
+def _collective_name(text: str) -> str:
+    key = text.strip().lower().replace("_", "")
+    for name in ALGORITHMS:
+        if name.replace("_", "") == key:
+            return name
+    raise ValueError(f"NBCOLL_ALGO: unknown collective {text!r}; expected one of {', '.join(ALGORITHMS)}")
+
+
+def _algo_list(text: str) -> tuple[bool, set[str]]:
+    text = text.strip().lower()
+    exclude = text.startswith("^")
+    names = {n.strip() for n in text.lstrip("^").split(",") if n.strip()}
+    unknown = names - set(ALGO_NAMES)
+    if unknown or not names:
+        raise ValueError(
+            f"NBCOLL_ALGO: unknown algorithm(s) {', '.join(sorted(unknown)) or '(none given)'}; "
+            f"expected names from {', '.join(ALGO_NAMES)}"
+        )
+    return exclude, names
+
+
+def parse_algo_setting(setting: str | None) -> dict[str, set[str]]:
+    """The algorithms ``NBCOLL_ALGO`` allows, per collective (collectives it does not name allow all)."""
+    allowed = {coll: set(algos) for coll, algos in ALGORITHMS.items()}
+    if not setting or not setting.strip():
+        return allowed
+    for part in setting.split(";"):
+        if not part.strip():
+            continue
+        colls = list(ALGORITHMS)
+        if ":" in part:
+            coll_text, part = part.split(":", 1)
+            colls = [_collective_name(coll_text)]
+        exclude, names = _algo_list(part)
+        for coll in colls:
+            allowed[coll] = allowed[coll] - names if exclude else allowed[coll] & names
+    return allowed
+
+
+def check_algo(collective: str, algo: str) -> Callable:
+    """The generator of ``algo`` for ``collective``; a ``ValueError`` names the algorithms that do apply."""
+    table = ALGORITHMS[collective]
+    if algo not in table:
+        raise ValueError(
+            f"algo: {algo!r} does not implement {collective}; use one of {', '.join(table)}"
+            + ("" if algo in ALGO_NAMES else f" (known algorithms: {', '.join(ALGO_NAMES)})")
+        )
+    return table[algo]

@@ -1,0 +1,123 @@
+"""Building a communicator's wiring over MPI, as ``ncclCommInitRank`` does once the unique id is shared.
+
+Every step is collective over the MPI communicator given, and over nothing else (so that :meth:`shrink` can
+run it among the survivors only):
+
+1. duplicate the MPI communicator twice: ``data`` carries chunks, ``ctrl`` carries abort messages and the
+   collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
+2. check that every rank runs with the same FIFO settings and backend;
+3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
+   ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`);
+4. map one control page per machine (created by the machine's first rank, attached by the others, unlinked
+   as soon as all have it);
+5. for every ipc pair, the receiver allocates the FIFO, the handles are exchanged, the sender opens the
+   receiver's FIFO, and the receiver unlinks it when everybody has it mapped.
+
+After step 5 no ``/dev/shm`` name of this communicator is left: the memory lives exactly as long as the
+mappings, whatever happens to the processes.
+
+Example::
+
+    wiring = bootstrap(MPI.COMM_WORLD, CommConfig.from_env())
+    wiring.topology.describe()
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from nbcoll import backend
+from nbcoll.comm.config import CommConfig
+from nbcoll.comm.connection import RecvConnection, SendConnection
+from nbcoll.comm.control import ControlPage
+from nbcoll.comm.debug import Logger
+from nbcoll.comm.topology import Topology
+from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
+from nbcoll.ipc_memory import share
+
+
+@dataclass
+class Wiring:
+    """What bootstrap builds: MPI communicators, topology, the control page and the ipc connections."""
+
+    data: MPI.Comm
+    ctrl: MPI.Comm
+    topology: Topology
+    node_key: Any
+    pids: list[int]
+    control: ControlPage
+    machine_index: dict[int, int]
+    send: dict[int, SendConnection] = field(default_factory=dict)
+    recv: dict[int, RecvConnection] = field(default_factory=dict)
+
+
+def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
+    everyone = comm.allgather(mine)
+    if any(other != mine for other in everyone):
+        described = "; ".join(f"rank {r}: {v}" for r, v in enumerate(everyone))
+        raise ValueError(f"{what}: every rank must use the same settings, got {described}")
+
+
+def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
+    words = ControlPage.words_needed(machine.Get_size(), config.steps)
+    page = share(machine, words, np.int64, tag="ctl", host=True)
+    page.array[:] = 0
+    machine.Barrier()  # zeroed before anyone reads a counter
+    return ControlPage(page, machine.Get_size(), config.steps)
+
+
+def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any = None) -> Wiring:
+    """Collective over ``parent``: build the wiring of a new communicator of the same ranks."""
+    data, ctrl = parent.Dup(), parent.Dup()
+    rank = data.Get_rank()
+    _agree(
+        data,
+        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
+        (config.buffsize, config.steps, config.transport, backend.get_backend()),
+    )
+
+    machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    try:
+        machine_key = machine.bcast(MPI.COMM_WORLD.Get_rank(), root=0)
+        if node_key is None:
+            k = config.ranks_per_node
+            node_key = (machine_key, machine.Get_rank() // k if k else 0)
+        everyone = data.allgather((node_key, machine_key, os.getpid()))
+        topology = Topology(rank, [e[0] for e in everyone], [e[1] for e in everyone], config.transport)
+        machine_ranks = machine.allgather(rank)
+        machine_index = {r: i for i, r in enumerate(machine_ranks)}
+        control = _map_control_page(machine, config)
+        wiring = Wiring(data, ctrl, topology, node_key, [e[2] for e in everyone], control, machine_index)
+        _connect_ipc(wiring, machine, config, log)
+    finally:
+        machine.Free()
+    log.info("INIT", f"communicator ready: {topology.describe()}")
+    return wiring
+
+
+def _connect_ipc(wiring: Wiring, machine: MPI.Comm, config: CommConfig, log: Logger) -> None:
+    topology, rank = wiring.topology, wiring.topology.rank
+    ipc_peers = [p for p in topology.machine_ranks if p != rank and topology.transport_to(p) == "ipc"]
+    fifo_bytes = config.steps * config.chunk_bytes
+    # Each rank owns the FIFOs it receives into, one per ipc peer.
+    incoming = {p: create_fifo(fifo_bytes, tag=f"f{p}to{rank}") for p in ipc_peers}
+    handles = machine.allgather({p: fifo.handle for p, fifo in incoming.items()})
+    outgoing = {p: open_fifo(handles[wiring.machine_index[p]][rank]) for p in ipc_peers}
+    machine.Barrier()  # every FIFO is mapped by its sender: the names can go
+    for fifo in incoming.values():
+        fifo.unlink()
+    me = wiring.machine_index[rank]
+    for p in ipc_peers:
+        peer = wiring.machine_index[p]
+        wiring.send[p] = IpcSendConnection(
+            p, outgoing[p], wiring.control.pair(me, peer), config.steps, config.chunk_bytes
+        )
+        wiring.recv[p] = IpcRecvConnection(
+            p, incoming[p], wiring.control.pair(peer, me), config.steps, config.chunk_bytes
+        )
+        log.info("IPC", f"connected to peer {p}: FIFO of {config.steps} x {config.chunk_bytes} bytes each way")

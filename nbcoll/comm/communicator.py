@@ -1,0 +1,315 @@
+"""The communicator: a set of ranks, the connections between them, and point-to-point send and receive.
+
+Example::
+
+    import numpy as np, nbcoll
+    with nbcoll.init() as comm:                     # every rank of MPI.COMM_WORLD
+        x = nbcoll.to_device(np.arange(4, dtype=np.float32))
+        if comm.rank == 0:
+            comm.send(x, peer=1)
+        elif comm.rank == 1:
+            comm.recv(x, peer=0)
+        halves = comm.split(color=comm.rank % 2)    # two sub-communicators
+
+Connections are built at creation for peers on the same node (ipc) and at first use for the others (mpi).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from nbcoll import memory
+from nbcoll.comm.bootstrap import Wiring, bootstrap
+from nbcoll.comm.collectives import Collectives
+from nbcoll.comm.config import CommConfig
+from nbcoll.comm.connection import RecvConnection, SendConnection
+from nbcoll.comm.counters import Counters, PeerCounters
+from nbcoll.comm.debug import FlightRecorder, Logger
+from nbcoll.comm.group import Group
+from nbcoll.comm.p2p import RecvOp, SendOp, describe_array
+from nbcoll.comm.progress import TAG_ABORT, Watchdog, abort_message_source
+from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
+
+NOCOLOR = -1
+"""``split(color=NOCOLOR)`` leaves this rank out of every new communicator (NCCL_SPLIT_NOCOLOR)."""
+
+
+class Communicator(Collectives):
+    """A group of ranks that can send to and receive from each other.
+
+    Example::
+
+        comm = nbcoll.init()
+        with comm.group():                          # a ring: cannot deadlock
+            comm.send(x, (comm.rank + 1) % comm.size)
+            comm.recv(y, (comm.rank - 1) % comm.size)
+        comm.counters.bytes_sent
+        comm.destroy()
+
+    Creating one is collective over ``mpi_comm``: every rank of it must call. Use :func:`init`.
+    """
+
+    def __init__(self, mpi_comm: MPI.Comm, config: CommConfig | None = None, *, _node_key: Any = None) -> None:
+        self.config = config or CommConfig.from_env()
+        rank = mpi_comm.Get_rank()
+        self.log = Logger(rank, self.config.debug, self.config.debug_subsys)
+        self._wiring: Wiring = bootstrap(mpi_comm, self.config, self.log, node_key=_node_key)
+        self.topology = self._wiring.topology
+        self.recorder = FlightRecorder(self.config.flight_recorder)
+        self._counters: dict[int, PeerCounters] = {}
+        self._aborted_by: int | None = None
+        self._abort_requests: list[MPI.Request] = []
+        self._destroyed = False
+        machine_pids = {p: self._wiring.pids[p] for p in self.topology.machine_ranks if p != rank}
+        self.watchdog = Watchdog(rank, self.config.timeout, self.aborted_by, machine_pids, self.recorder, self.log)
+        self._group = Group(self.watchdog.drive)
+
+    # -- who is who ---------------------------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return self.topology.rank
+
+    @property
+    def size(self) -> int:
+        return self.topology.size
+
+    @property
+    def node(self) -> int:
+        """This rank's node, numbered from 0 in order of the nodes' first ranks."""
+        return self.topology.node
+
+    @property
+    def nnodes(self) -> int:
+        return self.topology.nnodes
+
+    @property
+    def local_rank(self) -> int:
+        return self.topology.local_rank
+
+    @property
+    def local_size(self) -> int:
+        return self.topology.local_size
+
+    def transport_to(self, peer: int) -> str:
+        """``"ipc"`` or ``"mpi"``: how bytes travel to ``peer``."""
+        return self.topology.transport_to(self._check_peer(peer))
+
+    @property
+    def closed(self) -> bool:
+        return self._destroyed
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self._destroyed else "aborted" if self._aborted_by is not None else "ready"
+        return f"Communicator(rank={self.rank}, size={self.size}, node={self.node}, {state})"
+
+    # -- checks -------------------------------------------------------------------------------------------------
+
+    def aborted_by(self) -> int | None:
+        """The rank that aborted this communicator, or ``None``; polls the control page and abort messages."""
+        if self._aborted_by is None and not self._destroyed:
+            by = self._wiring.control.aborted_by
+            if by is None:
+                by = abort_message_source(self._wiring.ctrl)
+            if by is not None:
+                self._aborted_by = by
+                self.log.warn("INIT", f"communicator aborted by rank {by}")
+        return self._aborted_by
+
+    def _check_usable(self) -> None:
+        if self._destroyed:
+            raise ValueError(f"rank {self.rank}: the communicator is destroyed; create a new one")
+        self.watchdog.check_aborted()
+
+    def _check_peer(self, peer: Any, arg: str = "peer") -> int:
+        if not isinstance(peer, numbers.Integral) or isinstance(peer, bool):
+            raise TypeError(f"{arg}: expected an int rank, got {type(peer).__name__}")
+        peer = int(peer)
+        if not 0 <= peer < self.size:
+            raise ValueError(f"{arg}: rank {peer} is out of range for a communicator of {self.size} ranks")
+        if peer == self.rank:
+            raise ValueError(f"{arg}: rank {peer} is this rank; a rank cannot send to or receive from itself")
+        return peer
+
+    def _flat_buffer(self, buf: Any, arg: str) -> Any:
+        buf = memory.as_device_array(buf, arg)
+        memory.check_dtype(buf.dtype, f"{arg}.dtype", allow_bool=True)
+        memory.require_contiguous(buf, arg)
+        return buf.reshape(buf.size) if buf.ndim != 1 else buf
+
+    # -- connections (the interface collective primitives build on) ---------------------------------------------
+
+    def send_connection(self, peer: int) -> SendConnection:
+        """The connection this rank sends to ``peer`` through; mpi ones are made at first use."""
+        peer = self._check_peer(peer)
+        if peer not in self._wiring.send:
+            self._wiring.send[peer] = MpiSendConnection(
+                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+            )
+            self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
+        return self._wiring.send[peer]
+
+    def recv_connection(self, peer: int) -> RecvConnection:
+        """The connection this rank receives from ``peer`` through; mpi ones are made at first use."""
+        peer = self._check_peer(peer)
+        if peer not in self._wiring.recv:
+            self._wiring.recv[peer] = MpiRecvConnection(
+                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+            )
+            self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
+        return self._wiring.recv[peer]
+
+    def peer_counters(self, peer: int) -> PeerCounters:
+        """The live counters of ``peer``, for operations built outside this class."""
+        return self._counters.setdefault(peer, PeerCounters())
+
+    # -- point-to-point -----------------------------------------------------------------------------------------
+
+    def send(self, buf: Any, peer: int) -> None:
+        """Send the whole of the contiguous device array ``buf`` to ``peer``.
+
+        ``for k in chunks: wait for a free slot at peer; copy buf's chunk k into it; publish``. Returns when
+        every chunk is in the peer's FIFO (or on the wire); inside :meth:`group`, when the group ends.
+        """
+        self._check_usable()
+        data = self._flat_buffer(buf, "buf")
+        peer = self._check_peer(peer)
+        record = self.recorder.record("send", peer, data.size * data.dtype.itemsize, describe_array(data))
+        self.log.info("P2P", f"send #{record.seq} to peer {peer}: {record.nbytes} bytes, {record.what}")
+        self._group.submit(SendOp(self.send_connection(peer), data, self.peer_counters(peer), record))
+
+    def recv(self, buf: Any, peer: int) -> None:
+        """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly."""
+        self._check_usable()
+        data = self._flat_buffer(buf, "buf")
+        peer = self._check_peer(peer)
+        record = self.recorder.record("recv", peer, data.size * data.dtype.itemsize, describe_array(data))
+        self.log.info("P2P", f"recv #{record.seq} from peer {peer}: {record.nbytes} bytes, {record.what}")
+        self._group.submit(RecvOp(self.recv_connection(peer), data, self.peer_counters(peer), record))
+
+    def group(self) -> Group:
+        """``with comm.group(): ...`` queues the sends and receives inside and runs them together at the end."""
+        self._check_usable()
+        return self._group
+
+    def drive(self, ops: list[Any]) -> None:
+        """Progress operations built on this communicator's connections until done (see :mod:`.progress`)."""
+        self._check_usable()
+        self.watchdog.drive(ops)
+
+    # -- counters -----------------------------------------------------------------------------------------------
+
+    @property
+    def counters(self) -> Counters:
+        """Cumulative bytes and chunks sent and received, per peer (``counters[peer]``) and in total."""
+        return Counters(self._counters)
+
+    def reset_counters(self) -> None:
+        for pc in self._counters.values():
+            pc.bytes_sent = pc.bytes_received = pc.chunks_sent = pc.chunks_received = 0
+
+    # -- new communicators --------------------------------------------------------------------------------------
+
+    def _derive(self, mpi_comm: MPI.Comm) -> Communicator:
+        try:
+            return Communicator(mpi_comm, self.config, _node_key=self._wiring.node_key)
+        finally:
+            mpi_comm.Free()
+
+    def split(self, color: int, key: int = 0) -> Communicator | None:
+        """Collective: ranks with the same ``color`` form a new communicator, ordered by ``key`` then rank.
+
+        Returns ``None`` on ranks that pass :data:`NOCOLOR`.
+        """
+        self._check_usable()
+        if not isinstance(color, numbers.Integral) or (color < 0 and color != NOCOLOR):
+            raise ValueError(f"color: expected an int >= 0 or nbcoll.NOCOLOR, got {color!r}")
+        if not isinstance(key, numbers.Integral):
+            raise TypeError(f"key: expected an int, got {type(key).__name__}")
+        mpi_color = MPI.UNDEFINED if color == NOCOLOR else int(color)
+        child = self._wiring.ctrl.Split(mpi_color, int(key))
+        if child == MPI.COMM_NULL:
+            return None
+        return self._derive(child)
+
+    def dup(self) -> Communicator:
+        """Collective: a new communicator of the same ranks, with its own connections and counters."""
+        self._check_usable()
+        return self._derive(self._wiring.ctrl.Dup())
+
+    def shrink(self, exclude_ranks: Iterable[int]) -> Communicator:
+        """A new communicator of every rank but ``exclude_ranks``, built without them.
+
+        Collective over the surviving ranks only: the excluded ones may be dead or stuck. It works on an
+        aborted communicator, which is the usual way to continue after a failure.
+        """
+        if self._destroyed:
+            raise ValueError(f"rank {self.rank}: the communicator is destroyed; shrink it before destroying it")
+        excluded = sorted({self._check_rank(r) for r in exclude_ranks})
+        if self.rank in excluded:
+            raise ValueError(f"exclude_ranks: this rank ({self.rank}) is excluded; only survivors call shrink")
+        group = self._wiring.ctrl.Get_group()
+        survivors = group.Excl(excluded)
+        try:
+            child = self._wiring.ctrl.Create_group(survivors, tag=TAG_ABORT + 1)
+        finally:
+            survivors.Free()
+            group.Free()
+        return self._derive(child)
+
+    def _check_rank(self, r: Any) -> int:
+        if not isinstance(r, numbers.Integral) or not 0 <= r < self.size:
+            raise ValueError(f"exclude_ranks: {r!r} is not a rank of this communicator of {self.size} ranks")
+        return int(r)
+
+    # -- ending -------------------------------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Make every pending and future operation of this communicator fail, on every rank, promptly.
+
+        Sets the abort flag that ranks on this machine poll, and sends an abort message to the others.
+        Never blocks.
+        """
+        if self._destroyed or self._aborted_by is not None:
+            return
+        self._aborted_by = self.rank
+        self._wiring.control.set_aborted(self.rank)
+        for peer in range(self.size):
+            if peer != self.rank and not self.topology.same_machine(peer):
+                empty = np.empty(0, np.uint8)
+                self._abort_requests.append(self._wiring.ctrl.Isend([empty, MPI.BYTE], dest=peer, tag=TAG_ABORT))
+        self.log.warn("INIT", "communicator aborted by this rank")
+
+    def destroy(self) -> None:
+        """Free the connections, the shared memory and the MPI communicators of this rank. Idempotent."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        for conn in [*self._wiring.send.values(), *self._wiring.recv.values()]:
+            conn.close()
+        self._wiring.control.close()
+        # Abort messages are empty and sent eagerly: they complete on their own, so they are simply dropped.
+        self._abort_requests.clear()
+        if not MPI.Is_finalized():
+            self._wiring.data.Free()
+            self._wiring.ctrl.Free()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.destroy()
+
+
+def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> Communicator:
+    """Collective: a communicator of the ranks of ``mpi_comm`` (default ``MPI.COMM_WORLD``).
+
+    Settings come from the ``NBCOLL_*`` environment variables unless ``config`` is given
+    (see :mod:`nbcoll.comm.config`).
+    """
+    return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, config)

@@ -1,0 +1,110 @@
+"""Every ``NBCOLL_*`` setting of the communication layer, read and checked in one place.
+
+Example::
+
+    from nbcoll.comm.config import CommConfig
+    config = CommConfig.from_env()      # read when a communicator is created
+    config.chunk_bytes                  # NBCOLL_BUFFSIZE // NBCOLL_STEPS
+
+========================== ========= ===================================================================
+variable                   default   meaning
+========================== ========= ===================================================================
+``NBCOLL_TIMEOUT``         300       seconds a wait may make no progress before ``CommTimeoutError``
+``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE)
+``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS); a slot holds one chunk
+``NBCOLL_TRANSPORT``       (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
+``NBCOLL_RANKS_PER_NODE``  (real)    pretend that every k consecutive ranks of a machine form a node
+``NBCOLL_MPI_CUDA_AWARE``  0         1: hand device pointers to MPI instead of staging through the host
+``NBCOLL_DEBUG``           (off)     ``WARN``, ``INFO`` or ``TRACE``
+``NBCOLL_DEBUG_SUBSYS``    ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
+``NBCOLL_FLIGHT_RECORDER`` 32        operations each rank remembers for error messages
+========================== ========= ===================================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+TRANSPORTS = ("ipc", "mpi")
+DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name}: must be > 0, got {value}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], upper: bool = False) -> str | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    text = text.upper() if upper else text.lower()
+    if text not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class CommConfig:
+    """The settings one communicator runs with (see the module docstring for each variable)."""
+
+    timeout: float = 300.0
+    buffsize: int = 4 << 20
+    steps: int = 8
+    transport: str | None = None
+    ranks_per_node: int | None = None
+    mpi_cuda_aware: bool = False
+    debug: str | None = None
+    debug_subsys: frozenset[str] = frozenset({"ALL"})
+    flight_recorder: int = 32
+
+    def __post_init__(self) -> None:
+        if self.buffsize % (8 * self.steps):
+            raise ValueError(
+                f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
+                f"holds whole elements of any dtype, got {self.buffsize}"
+            )
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes of one FIFO slot: the unit in which every message is pipelined."""
+        return self.buffsize // self.steps
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> CommConfig:
+        env = os.environ if env is None else env
+        subsys = env.get("NBCOLL_DEBUG_SUBSYS", "").strip().upper()
+        return cls(
+            timeout=_float(env, "NBCOLL_TIMEOUT", 300.0),
+            buffsize=_int(env, "NBCOLL_BUFFSIZE", 4 << 20, 8),
+            steps=_int(env, "NBCOLL_STEPS", 8, 1),
+            transport=_choice(env, "NBCOLL_TRANSPORT", TRANSPORTS),
+            ranks_per_node=_int(env, "NBCOLL_RANKS_PER_NODE", 0, 1) or None,
+            mpi_cuda_aware=env.get("NBCOLL_MPI_CUDA_AWARE", "0").strip() == "1",
+            debug=_choice(env, "NBCOLL_DEBUG", DEBUG_LEVELS, upper=True),
+            debug_subsys=frozenset(s.strip() for s in subsys.split(",") if s.strip()) or frozenset({"ALL"}),
+            flight_recorder=_int(env, "NBCOLL_FLIGHT_RECORDER", 32, 1),
+        )

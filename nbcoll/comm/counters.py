@@ -1,0 +1,73 @@
+"""Bytes and chunks moved, per peer and in total: what a communicator really sent.
+
+Example::
+
+    comm.reset_counters()
+    comm.send(x, peer=1)
+    c = comm.counters
+    c.bytes_sent, c[1].chunks_sent          # total, and to peer 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+FIELDS = ("bytes_sent", "bytes_received", "chunks_sent", "chunks_received")
+
+
+@dataclass
+class PeerCounters:
+    """What moved between this rank and one peer since the last reset."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    chunks_sent: int = 0
+    chunks_received: int = 0
+
+
+class Counters:
+    """A snapshot: ``counters[peer]`` is one peer's :class:`PeerCounters`; attributes give the totals.
+
+    Example::
+
+        c = comm.counters
+        assert c.bytes_sent == sum(c[p].bytes_sent for p in c.peers)
+    """
+
+    def __init__(self, per_peer: dict[int, PeerCounters]) -> None:
+        self.per_peer = {peer: dataclasses.replace(pc) for peer, pc in sorted(per_peer.items())}
+
+    @property
+    def peers(self) -> list[int]:
+        return list(self.per_peer)
+
+    def __getitem__(self, peer: int) -> PeerCounters:
+        return self.per_peer.get(peer, PeerCounters())
+
+    def _total(self, name: str) -> int:
+        return sum(getattr(pc, name) for pc in self.per_peer.values())
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._total("bytes_sent")
+
+    @property
+    def bytes_received(self) -> int:
+        return self._total("bytes_received")
+
+    @property
+    def chunks_sent(self) -> int:
+        return self._total("chunks_sent")
+
+    @property
+    def chunks_received(self) -> int:
+        return self._total("chunks_received")
+
+    def as_dict(self) -> dict:
+        totals = {name: self._total(name) for name in FIELDS}
+        return {"total": totals, "per_peer": {p: dataclasses.asdict(pc) for p, pc in self.per_peer.items()}}
+
+    def __repr__(self) -> str:
+        totals = ", ".join(f"{name}={self._total(name)}" for name in FIELDS)
+        return f"Counters({totals}, peers={self.peers})"

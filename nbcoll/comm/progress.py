@@ -1,0 +1,169 @@
+"""Driving operations to completion without ever hanging silently.
+
+:class:`Watchdog` runs a list of pending operations round robin: each, in turn, takes every step it can take
+now, so that a rank in a ring that must both send and receive never blocks on its send while its receive could
+have freed the peer. When nothing moves it polls, and every poll asks four questions:
+
+1. was the communicator aborted, here or elsewhere (the control page's flag, or an abort message over MPI)?
+2. has a peer on this machine died (its process is gone)?
+3. has nothing moved for ``NBCOLL_TIMEOUT`` seconds?
+4. if none of these, sleep a little (spinning first), and try again.
+
+Each question has its own error: :class:`CommAbortedError`, :class:`CommPeerLostError`,
+:class:`CommTimeoutError`, and every message names the operation, the rank, the peer, the step reached and what
+the rank waited for, followed by the rank's flight recorder.
+
+Example::
+
+    watchdog.drive([SendOp(...), RecvOp(...)])      # returns when both are done, or raises
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mpi4py import MPI
+
+from nbcoll.comm.debug import FlightRecorder, Logger
+from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
+
+TAG_ABORT = 77
+"""Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
+
+HEALTH_CHECK_INTERVAL = 0.01
+"""Seconds between two checks of abort messages and peer processes while waiting."""
+
+SPINS_BEFORE_SLEEP = 50
+
+
+def process_alive(pid: int) -> bool:
+    """True unless process ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+class Watchdog:
+    """Progresses operations, bounded by a timeout, released by an abort, failed by a dead peer.
+
+    ``aborted_by()`` returns the rank that aborted the communicator, or ``None``; ``peer_pids`` maps the
+    peers whose process this rank can see (those on its machine) to their pid.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        timeout: float,
+        aborted_by: Callable[[], int | None],
+        peer_pids: dict[int, int],
+        recorder: FlightRecorder,
+        log: Logger,
+    ) -> None:
+        self.rank = rank
+        self.timeout = timeout
+        self.aborted_by = aborted_by
+        self.peer_pids = peer_pids
+        self.recorder = recorder
+        self.log = log
+
+    def _context(self, ops: Sequence[Any]) -> str:
+        lines = [f"  pending: {op.describe()}; waiting for {op.waiting_for()}" for op in ops]
+        return "\n".join(lines) + "\n" + self.recorder.format(self.rank)
+
+    def check_aborted(self, ops: Sequence[Any] = ()) -> None:
+        by = self.aborted_by()
+        if by is None:
+            return
+        for op in ops:
+            op.record.finish("aborted")
+        who = "this rank" if by == self.rank else f"rank {by}"
+        what = f"{ops[0].headline()} stopped" if ops else "operation refused"
+        raise CommAbortedError(
+            f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
+            + (":\n" + self._context(ops) if ops else "")
+        )
+
+    def check_peers(self, ops: Sequence[Any]) -> None:
+        for op in ops:
+            pid = self.peer_pids.get(op.peer)
+            if pid is not None and not process_alive(pid):
+                op.record.finish("failed")
+                raise CommPeerLostError(
+                    f"rank {self.rank}: {op.headline()} failed: peer rank {op.peer} (pid {pid}) has exited "
+                    f"during {op.describe()}:\n" + self._context(ops)
+                )
+
+    def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
+        try:
+            return op.progress()
+        except MPI.Exception as exc:  # MPI's own report of a broken connection, usually a dead peer
+            op.record.finish("failed")
+            reason = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
+            raise CommPeerLostError(
+                f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
+                f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
+                + self._context(pending)
+            ) from exc
+
+    def drive(self, ops: Sequence[Any]) -> None:
+        """Progress ``ops`` round robin until all are done; raise as soon as one can never finish.
+
+        Operations on the same connection run in the order given, one after the other. An operation is any object
+        with ``conn``, ``peer``, ``kind``, ``record`` (an :class:`~nbcoll.comm.debug.OperationRecord`), ``done``,
+        ``progress() -> bool`` (took a step), ``headline()``, ``describe()`` and ``waiting_for()``: the
+        collective primitives drive their own operations through this same loop.
+        """
+        pending = [op for op in ops if not op.done]
+        last_move = time.monotonic()
+        next_health_check = last_move
+        idle = 0
+        while pending:
+            moved = False
+            busy: set[int] = set()
+            for op in pending:
+                if id(op.conn) in busy:
+                    continue  # an earlier message on this connection goes first
+                busy.add(id(op.conn))
+                moved |= self._progress(op, pending)
+            pending = [op for op in pending if not op.done]
+            now = time.monotonic()
+            if moved:
+                last_move, idle = now, 0
+                continue
+            idle += 1
+            self.check_aborted(pending)
+            if now >= next_health_check:
+                self.check_peers(pending)
+                next_health_check = now + HEALTH_CHECK_INTERVAL
+            if now - last_move > self.timeout:
+                for op in pending:
+                    op.record.finish("timed out")
+                first = pending[0]
+                raise CommTimeoutError(
+                    f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
+                    f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
+                    + self._context(pending)
+                )
+            # Spin briefly (a peer is usually microseconds away), then yield the core to it.
+            time.sleep(0 if idle < SPINS_BEFORE_SLEEP else min(0.001, 1e-5 * idle))
+
+
+def abort_message_source(ctrl_comm: MPI.Comm) -> int | None:
+    """The rank whose abort message has arrived on ``ctrl_comm``, or ``None``; the message is consumed."""
+    status = MPI.Status()
+    if not ctrl_comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT, status=status):
+        return None
+    ctrl_comm.Recv([bytearray(0), MPI.BYTE], source=status.Get_source(), tag=TAG_ABORT)
+    return status.Get_source()

@@ -1,0 +1,433 @@
+"""IPC-exportable buffers: memory one process creates and other processes on the same node use live.
+
+This is what the ``ipc`` transport stands on. On ``cuda`` a buffer is device memory shared by a CUDA IPC handle
+(``DeviceNDArray.get_ipc_handle()`` in the owner, ``IpcArrayHandle.open()`` in a peer), and a kernel reads the
+peer's memory directly. On ``sim`` and ``numpy`` it is POSIX shared memory (``/dev/shm``), wrapped without a copy:
+a NumPy array, or a simulator device array over the same bytes, so a simulated kernel's writes are seen by the
+other processes at once. ``host=True`` asks for a shared host page on every backend (step counters, flags).
+
+The lifetime of a name in ``/dev/shm``, and how nothing leaks:
+
+1. The owner creates a buffer (:meth:`IpcBuffer.create`) and sends ``buffer.handle`` (small, picklable) to its
+   peers.
+2. Each peer opens it (:meth:`IpcBuffer.open`). Peers never unlink, nor let Python's resource tracker unlink.
+3. All agree that everyone has attached (the caller's barrier), then the owner removes the name at once
+   (:meth:`IpcBuffer.unlink`). From then on the memory lives only as long as the processes that map it: even
+   ``SIGKILL`` of every process leaks nothing. :func:`share` does steps 1-3 over an MPI communicator.
+4. Until step 3, the owner unlinks its names when it closes a buffer, when the buffer is garbage-collected, at
+   interpreter exit, and on ``SIGTERM`` (Python runs the handler between bytecodes, so not while the process is
+   blocked in a C call such as an MPI wait: the ``SIGKILL`` that launchers send next is why step 3 matters).
+   A process killed outright before step 3 leaves its names behind; :func:`cleanup_stale` removes those whose
+   creator is dead (the creator's pid is part of every name).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import itertools
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+
+from nbcoll import backend, memory
+
+NAME_PREFIX = "nbcoll_"
+MAX_NAME_LENGTH = 30
+"""macOS allows 31 characters including the leading slash; Linux allows more. Names stay within both."""
+
+SHM_DIR = "/dev/shm"
+
+KINDS = ("shm", "cuda")
+
+
+@dataclass(frozen=True)
+class IpcHandleInfo:
+    """Everything a peer needs to open an :class:`IpcBuffer`; small and picklable (send it with MPI, a pipe...).
+
+    Example::
+
+        handle = IpcBuffer.create(16, np.int64).handle      # IpcHandleInfo(kind='shm', name='nbcoll_4242_0', ...)
+        peer = IpcBuffer.open(handle)                       # in another process
+    """
+
+    kind: str
+    """``"shm"`` (POSIX shared memory, ``sim``/``numpy`` or ``host=True``) or ``"cuda"`` (CUDA IPC)."""
+    name: str
+    """The ``/dev/shm`` name for ``"shm"``; for ``"cuda"`` a label only (CUDA IPC handles have no name)."""
+    shape: tuple[int, ...]
+    dtype: str
+    host: bool = False
+    """True when the buffer is a NumPy array on every backend (a shared host page)."""
+    cuda_handle: Any = None
+    """For ``"cuda"``: Numba's ``IpcArrayHandle`` of the allocation."""
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Names, and the owner's duty to unlink them.
+
+_counter = itertools.count()
+_linked_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while this thread holds it
+_linked: dict[str, SharedMemory] = {}  # names this process created and has not unlinked yet
+_previous_sigterm_handler: Any = None
+_sigterm_handler_installed = False
+
+
+def _new_name(tag: str) -> str:
+    name = f"{NAME_PREFIX}{os.getpid()}_{next(_counter)}"
+    tag = re.sub(r"[^A-Za-z0-9]", "", tag)
+    return f"{name}_{tag}"[:MAX_NAME_LENGTH] if tag else name
+
+
+def creator_pid(name: str, prefix: str = NAME_PREFIX) -> int | None:
+    """The pid written into a buffer name by its creator (``nbcoll_<pid>_<counter>[_tag]``), or ``None``."""
+    if not name.startswith(prefix):
+        return None
+    head = name[len(prefix) :].split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _unlink(shm: SharedMemory) -> None:
+    """Remove the name of a segment this process created; the memory stays mapped where it is mapped."""
+    with _linked_lock:
+        if _linked.pop(shm.name, None) is None:
+            return
+    try:
+        shm.unlink()  # also tells the resource tracker that the name is gone
+    except FileNotFoundError:
+        # Removed already (cleanup_stale in another process, or by hand); the tracker must forget it too.
+        resource_tracker.unregister(shm._name, "shared_memory")
+
+
+def _unlink_all_created_here() -> None:
+    with _linked_lock:
+        segments = [shm for shm in _linked.values() if creator_pid(shm.name) == os.getpid()]
+    for shm in segments:
+        _unlink(shm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Unlink this process's names, then do what SIGTERM would have done without this handler."""
+    _unlink_all_created_here()
+    if callable(_previous_sigterm_handler):
+        _previous_sigterm_handler(signum, frame)
+        return
+    # Die of SIGTERM itself, so that the parent sees the real cause of death.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_sigterm_handler() -> None:
+    """Once per process, from the main thread only (Python allows no other), unless SIGTERM is ignored."""
+    global _previous_sigterm_handler, _sigterm_handler_installed
+    if _sigterm_handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous in (signal.SIG_IGN, None):  # None: a handler installed from C; leave it alone
+        return
+    _previous_sigterm_handler = previous
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _sigterm_handler_installed = True
+
+
+atexit.register(_unlink_all_created_here)
+
+
+_attach_lock = threading.Lock()
+
+
+def _attach(name: str) -> SharedMemory:
+    """Map an existing segment without registering it with this process's resource tracker.
+
+    A registered name is unlinked by the tracker when this process exits, from under its owner and the other
+    peers. Python 3.13 says so with ``track=False``. Before, every attach registers; unregistering afterwards
+    is not enough, because the tracker may be shared (with the owner itself, or with a multiprocessing parent),
+    and would then forget the owner's own registration. So registration is switched off around the attach.
+    """
+    if sys.version_info >= (3, 13):
+        return SharedMemory(name=name, track=False)
+    with _attach_lock:
+        register = resource_tracker.register
+        resource_tracker.register = _register_nothing
+        try:
+            return SharedMemory(name=name)
+        finally:
+            resource_tracker.register = register
+
+
+def _register_nothing(name: str, rtype: str) -> None:
+    pass
+
+
+def _close_mapping(shm: SharedMemory) -> None:
+    """Unmap a segment, unless arrays over it are still in use; then leave the mapping to them.
+
+    ``SharedMemory.close()`` refuses ("cannot close exported pointers exist") while any array still views the
+    memory. The arrays nbcoll made are dropped before this is called; views the caller still holds keep the
+    mapping alive, and it is unmapped when the last of them is freed.
+    """
+    try:
+        shm.close()
+        return
+    except BufferError:
+        gc.collect()  # views caught in reference cycles (a traceback, a kernel's argument list)
+    try:
+        shm.close()
+        return
+    except BufferError:
+        pass
+    warnings.warn(
+        f"IpcBuffer {shm.name!r} closed while arrays over its memory are still referenced; "
+        "the memory stays mapped until they are freed",
+        ResourceWarning,
+        stacklevel=5,  # the caller of IpcBuffer.close()
+    )
+    # SharedMemory keeps the mapping in these attributes (unchanged since Python 3.8): hand the mapping to the
+    # remaining views by dropping SharedMemory's references, and close only the file descriptor.
+    shm._buf = None
+    shm._mmap = None
+    if getattr(shm, "_fd", -1) >= 0:
+        os.close(shm._fd)
+        shm._fd = -1
+
+
+def _release(shm: SharedMemory | None, owner_pid: int | None, cuda_handle: Any) -> None:
+    """What closing a buffer does; also run when the buffer is garbage-collected and at interpreter exit."""
+    if shm is not None:
+        if owner_pid == os.getpid():  # never in a forked child, which shares the owner's objects
+            _unlink(shm)
+        _close_mapping(shm)
+    if cuda_handle is not None:
+        cuda_handle.close()
+
+
+# -------------------------------------------------------------------------------------------------------------
+# The buffer.
+
+
+def _shape_of(shape: Any) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(int(s) < 0 for s in shape):
+        raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
+    return tuple(int(s) for s in shape)
+
+
+def _wrap_shared(shm: SharedMemory, shape: tuple[int, ...], dtype: np.dtype, host: bool) -> Any:
+    """An array over the segment's bytes, without a copy: NumPy on host/numpy, a simulator array on sim."""
+    # np.frombuffer holds the segment's memory exported for as long as any view of it lives, so the segment
+    # cannot be unmapped under a view (np.ndarray(buffer=...) holds no export: unmapping would crash a reader).
+    host_view = np.frombuffer(shm.buf, dtype, count=math.prod(shape)).reshape(shape)
+    if host or backend.get_backend() == "numpy":
+        return host_view
+    if backend.get_backend() == "sim":
+        return backend.cuda().device_array(shape, dtype, buffer=host_view)
+    raise ValueError(
+        "handle: this buffer is shared host memory made on the 'sim' or 'numpy' backend; the 'cuda' backend "
+        "opens only buffers made on 'cuda' (or with host=True)"
+    )
+
+
+def _shaped(flat: Any, shape: tuple[int, ...]) -> Any:
+    """A CUDA allocation always holds one element at least (an IPC handle needs memory); view it as ``shape``."""
+    size = math.prod(shape)
+    return flat[:size].reshape(shape)
+
+
+class IpcBuffer:
+    """An array in memory that other processes on this node can map and use live.
+
+    Example::
+
+        owner = IpcBuffer.create((4, 256), np.float32, tag="ring")
+        send_to_peers(owner.handle)                 # IpcHandleInfo: small and picklable
+        peer = IpcBuffer.open(handle)               # in each peer: the same memory
+        barrier()                                   # everyone has attached...
+        owner.unlink()                              # ...so the name can go now: nothing can leak any more
+        kernel[blocks, threads](peer.array)         # the owner sees the writes as they happen
+        peer.close(); owner.close()                 # or use each as a context manager
+
+    ``array`` is a device array of the current backend (a NumPy array on ``numpy`` or with ``host=True``).
+    """
+
+    def __init__(self, handle: IpcHandleInfo, array: Any, shm: SharedMemory | None, owner: bool, cuda_handle: Any):
+        """Use :meth:`create` or :meth:`open`."""
+        self._handle = handle
+        self._array = array
+        self._shm = shm
+        self._owner = owner
+        self._release = weakref.finalize(self, _release, shm, os.getpid() if owner else None, cuda_handle)
+
+    @classmethod
+    def create(cls, shape: Any, dtype: Any, tag: str = "", host: bool = False) -> IpcBuffer:
+        """A new buffer owned by this process, uninitialised; ``tag`` (letters and digits) ends its name."""
+        shape, dt = _shape_of(shape), memory.check_dtype(dtype, allow_bool=True)
+        if not host and backend.get_backend() == "cuda":
+            return cls._create_cuda(shape, dt, tag)
+        nbytes = max(math.prod(shape) * dt.itemsize, 1)  # a segment cannot be empty
+        for _attempt in range(1000):
+            name = _new_name(tag)
+            try:
+                shm = SharedMemory(name=name, create=True, size=nbytes)
+                break
+            except FileExistsError:
+                continue  # left behind by a dead process that had this pid: take the next number
+        else:
+            raise FileExistsError(f"IpcBuffer.create: no free name {NAME_PREFIX}{os.getpid()}_*; run cleanup_stale()")
+        with _linked_lock:
+            _linked[shm.name] = shm
+        _install_sigterm_handler()
+        handle = IpcHandleInfo("shm", shm.name, shape, dt.name, host)
+        return cls(handle, _wrap_shared(shm, shape, dt, host), shm, owner=True, cuda_handle=None)
+
+    @classmethod
+    def _create_cuda(cls, shape: tuple[int, ...], dtype: np.dtype, tag: str) -> IpcBuffer:
+        flat = backend.cuda().device_array(max(math.prod(shape), 1), dtype)
+        handle = IpcHandleInfo("cuda", _new_name(tag), shape, dtype.name, False, flat.get_ipc_handle())
+        return cls(handle, _shaped(flat, shape), None, owner=True, cuda_handle=None)
+
+    @classmethod
+    def open(cls, handle: IpcHandleInfo) -> IpcBuffer:
+        """Map a buffer that another process created, from its :attr:`handle`."""
+        if not isinstance(handle, IpcHandleInfo):
+            raise TypeError(f"handle: expected an IpcHandleInfo (buffer.handle), got {type(handle).__name__}")
+        if handle.kind not in KINDS:
+            raise ValueError(f"handle.kind: expected one of {', '.join(KINDS)}, got {handle.kind!r}")
+        dtype = np.dtype(handle.dtype)
+        if handle.kind == "cuda":
+            if backend.get_backend() != "cuda":
+                raise ValueError(f"handle: a CUDA IPC buffer needs the 'cuda' backend, not {backend.get_backend()!r}")
+            flat = handle.cuda_handle.open()
+            return cls(handle, _shaped(flat, handle.shape), None, owner=False, cuda_handle=handle.cuda_handle)
+        try:
+            shm = _attach(handle.name)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"handle: no shared memory named {handle.name!r}; its owner has closed or unlinked it "
+                "(peers must open before the owner unlinks)"
+            ) from None
+        return cls(handle, _wrap_shared(shm, handle.shape, dtype, handle.host), shm, owner=False, cuda_handle=None)
+
+    @property
+    def handle(self) -> IpcHandleInfo:
+        """What a peer passes to :meth:`open`."""
+        return self._handle
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    @property
+    def is_owner(self) -> bool:
+        return self._owner
+
+    @property
+    def closed(self) -> bool:
+        return not self._release.alive
+
+    @property
+    def array(self) -> Any:
+        """The memory as a device array of the current backend (NumPy on ``numpy`` and for ``host=True``)."""
+        if self.closed:
+            raise ValueError(f"IpcBuffer {self.name!r} is closed")
+        return self._array
+
+    def unlink(self) -> None:
+        """Owner only: remove the name, so that no one else can open it; the memory stays mapped while open."""
+        if not self._owner:
+            raise ValueError(f"IpcBuffer {self.name!r}: only its owner unlinks it (this process opened it)")
+        if self._shm is not None:
+            _unlink(self._shm)
+
+    def close(self) -> None:
+        """Unmap the memory (the owner unlinks the name first, if it has not yet). Safe to call twice."""
+        self._array = None  # drop nbcoll's views first: the memory cannot be unmapped while they exist
+        self._release()
+
+    def __enter__(self) -> IpcBuffer:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "owner" if self._owner else "peer"
+        state = "closed" if self.closed else "open"
+        kind, shape, dtype = self._handle.kind, self._handle.shape, self._handle.dtype
+        return f"IpcBuffer({self.name!r}, {kind}, shape={shape}, dtype={dtype}, {role}, {state})"
+
+
+# -------------------------------------------------------------------------------------------------------------
+# The unlink-after-attach protocol over a communicator, and cleanup after crashes.
+
+
+def share(comm: Any, shape: Any, dtype: Any, *, root: int = 0, tag: str = "", host: bool = False) -> IpcBuffer:
+    """Every rank of ``comm`` gets the same buffer: ``root`` creates it, the others open it, then it is unlinked.
+
+    ``comm`` is an mpi4py communicator (anything with ``rank``, ``bcast``, ``allgather`` and ``barrier``) whose
+    ranks share a node. After this returns, no name is left in ``/dev/shm``: a crash of any rank cannot leak
+    the memory. This is the unlink-after-attach protocol of the module docstring.
+    """
+    buffer: IpcBuffer | None = None
+    problem = ""
+    if comm.rank == root:
+        try:
+            buffer = IpcBuffer.create(shape, dtype, tag=tag, host=host)
+        except Exception as exc:
+            problem = f"rank {root} could not create the buffer: {exc!r}"
+    handle = comm.bcast(buffer.handle if buffer is not None else problem, root=root)
+    if comm.rank != root and isinstance(handle, IpcHandleInfo):
+        try:
+            buffer = IpcBuffer.open(handle)
+        except Exception as exc:
+            problem = f"rank {comm.rank} could not open {handle.name!r}: {exc!r}"
+    problems = [p for p in comm.allgather(problem) if p]  # also the barrier: every rank has attached now
+    if buffer is not None and comm.rank == root:
+        buffer.unlink()
+    comm.barrier()  # so that on every rank, once this returns, the name is gone
+    if problems:
+        if buffer is not None:
+            buffer.close()
+        raise RuntimeError("share: " + "; ".join(problems))
+    return buffer
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def cleanup_stale(prefix: str = NAME_PREFIX) -> list[str]:
+    """Remove ``/dev/shm`` segments named ``<prefix><pid>_...`` whose creator process is dead; return their names.
+
+    Pids are those of this machine's (or container's) process namespace. Where there is no ``/dev/shm`` to list
+    (macOS), nothing is done.
+    """
+    if not os.path.isdir(SHM_DIR):
+        return []
+    removed = []
+    for name in sorted(os.listdir(SHM_DIR)):
+        pid = creator_pid(name, prefix)
+        if pid is None or _process_alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except (FileNotFoundError, PermissionError):
+            continue
+        removed.append(name)
+    return removed

@@ -1,0 +1,386 @@
+"""The reduction step of every collective: ``dst = op(dst, src)``, one element per thread.
+
+A ring all-reduce receives a chunk from its left neighbour and folds it into its own chunk; a tree reduce does the
+same with its children's chunks. That fold is this file::
+
+    combine(op, dst, src):          for i: dst[i] = op(dst[i], src[i])
+    combine_into(op, out, a, b):    for i: out[i] = op(a[i], b[i])      # no extra copy of a received chunk
+
+The reduction ops are NCCL's: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"`` and the pre-multiplied sum
+``premul_sum(scalar)``. The last two are a sum plus one extra elementwise step, again as in NCCL:
+
+* ``avg`` sums, and the rank that holds the final value divides it by the number of ranks (:func:`divide`:
+  floor division for integers, true division for floats);
+* ``premul_sum(s)`` multiplies every rank's input by ``s`` (:func:`premul`) and then sums.
+
+:func:`pre_op` and :func:`post_op` apply those extra steps for any op, so a collective can be written once.
+
+float16 is widened to float32 for the arithmetic and rounded back, as NCCL accumulates half precision; integer
+overflow wraps around like NumPy's fixed-width integers. With NaNs in the input, ``max`` and ``min`` follow the
+kernel's rule ``a if a >= b else b`` and may differ from NumPy's NaN-propagating ``maximum``.
+
+Example::
+
+    from nbcoll.kernels import combine
+    combine.combine("sum", dst, src)            # dst += src
+    op = combine.premul_sum(0.5)
+    combine.pre_op(op, x)                       # x *= 0.5, before x is sent
+    combine.combine(op, dst, src)               # a sum
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import cuda
+from numba.types import float16, float32
+
+from nbcoll import backend, memory
+from nbcoll.kernels.indexing import launch_1d
+from nbcoll.kernels.registry import register
+
+# ---------------------------------------------------------------------------------------------------------------
+# Describing a reduction op.
+
+REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
+"""The reduction ops named by a string; the pre-multiplied sum is :func:`premul_sum`."""
+
+
+@dataclass(frozen=True)
+class PremulSum:
+    """NCCL's pre-multiplied sum: every rank's input is multiplied by ``scalar``, then the results are summed.
+
+    Example::
+
+        op = premul_sum(1 / world_size)     # a sum that already averages, for floating dtypes
+        op.scalar                           # 0.125 on 8 ranks
+    """
+
+    scalar: float
+
+    def __post_init__(self) -> None:
+        scalar = self.scalar
+        if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, (int, float, np.integer, np.floating)):
+            raise TypeError(f"scalar: expected a real number, got {type(scalar).__name__}")
+        if not math.isfinite(float(scalar)):
+            raise ValueError(f"scalar: must be finite, got {scalar}")
+        if isinstance(scalar, np.generic):  # a plain int or float, so that equal ops compare and hash equal
+            object.__setattr__(self, "scalar", scalar.item())
+
+    def __str__(self) -> str:
+        return f"premul_sum({self.scalar})"
+
+
+ReduceOp = str | PremulSum
+"""What :func:`parse_op` returns: one of :data:`REDUCE_OPS`, or a :class:`PremulSum`."""
+
+
+def premul_sum(scalar: float) -> PremulSum:
+    """The pre-multiplied sum op with ``scalar`` (NCCL's ``ncclRedOpCreatePreMulSum``)."""
+    return PremulSum(scalar)
+
+
+def parse_op(op: Any) -> ReduceOp:
+    """Validate a reduction op: one of :data:`REDUCE_OPS` (any case) or a :class:`PremulSum`."""
+    if isinstance(op, PremulSum):
+        return op
+    if isinstance(op, str) and op.lower() in REDUCE_OPS:
+        return op.lower()
+    raise ValueError(f"op: unknown reduction op {op!r}; expected one of sum, prod, max, min, avg or premul_sum(scalar)")
+
+
+def kernel_op(op: Any) -> str:
+    """The elementwise op that folds two partial results of ``op``: avg and premul_sum both fold with ``sum``."""
+    op = parse_op(op)
+    return "sum" if op == "avg" or isinstance(op, PremulSum) else op
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The scalar rules, written once: device functions in the kernels, plain Python in the simulator.
+
+
+def _sum(a, b):
+    return a + b
+
+
+def _prod(a, b):
+    return a * b
+
+
+def _max(a, b):
+    return a if a >= b else b
+
+
+def _min(a, b):
+    return a if a <= b else b
+
+
+def _same(v):
+    return v
+
+
+def _to_float32(v):
+    return float32(v)
+
+
+def _to_float16(v):
+    return float16(v)
+
+
+RULES = {"sum": _sum, "prod": _prod, "max": _max, "min": _min}
+_NUMPY_RULES = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+# ---------------------------------------------------------------------------------------------------------------
+# NumPy references.
+
+
+def accumulation_dtype(dtype: Any) -> np.dtype:
+    """The dtype the arithmetic runs in: float32 for float16, the dtype itself otherwise."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def combine_reference(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16 through float32)."""
+    acc = accumulation_dtype(a.dtype)
+    with np.errstate(all="ignore"):
+        return _NUMPY_RULES[op](a.astype(acc), b.astype(acc)).astype(a.dtype)
+
+
+def scale_reference(x: np.ndarray, factor: Any) -> np.ndarray:
+    """``for i: out[i] = x[i] * factor``, with ``factor`` first converted to ``x.dtype``."""
+    acc = accumulation_dtype(x.dtype)
+    with np.errstate(all="ignore"):
+        return (x.astype(acc) * acc.type(x.dtype.type(factor))).astype(x.dtype)
+
+
+def divide_reference(x: np.ndarray, n: int) -> np.ndarray:
+    """``for i: out[i] = x[i] // n`` for integers (NumPy's floor division), ``x[i] / n`` for floats."""
+    if x.dtype.kind == "f":
+        acc = accumulation_dtype(x.dtype)
+        return (x.astype(acc) / acc.type(n)).astype(x.dtype)
+    wide = np.dtype(np.uint64) if x.dtype == np.uint64 else np.dtype(np.int64)
+    return np.floor_divide(x.astype(wide), wide.type(n)).astype(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels. A factory compiles one kernel per op with its rule inlined; float16 gets its own kernel that widens
+# each element to float32 before the rule and rounds the result back.
+
+_SIG_COMBINE = (
+    "void(float32[::1], float32[::1], float32[::1])",
+    "void(int8[::1], int8[::1], int8[::1])",
+    "void(uint64[::1], uint64[::1], uint64[::1])",
+)
+_SIG_COMBINE_HALF = ("void(float16[::1], float16[::1], float16[::1])",)
+
+
+def _make_combine_kernel(op: str, widen, narrow, signatures: tuple[str, ...], name: str) -> Any:
+    f = cuda.jit(device=True)(RULES[op])
+    to_acc = cuda.jit(device=True)(widen)
+    from_acc = cuda.jit(device=True)(narrow)
+
+    @cuda.jit
+    def combine_kernel(out, a, b):
+        # One thread folds one element: out[i] = op(a[i], b[i]); out may be a itself.
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = from_acc(f(to_acc(a[i]), to_acc(b[i])))
+
+    combine_kernel.py_func.__name__ = combine_kernel.py_func.__qualname__ = name
+    return register(*signatures, name=f"kernels.combine.{name}")(combine_kernel)
+
+
+COMBINE_KERNELS = {op: _make_combine_kernel(op, _same, _same, _SIG_COMBINE, f"combine_{op}") for op in RULES}
+COMBINE_HALF_KERNELS = {
+    op: _make_combine_kernel(op, _to_float32, _to_float16, _SIG_COMBINE_HALF, f"combine_{op}_float16") for op in RULES
+}
+
+
+@register(
+    "void(float32[::1], float32)",
+    "void(int8[::1], int8)",
+    "void(uint64[::1], uint64)",
+    "void(float64[::1], float64)",
+)
+@cuda.jit
+def scale_kernel(x, factor):
+    # One thread scales one element in place; factor has x's dtype.
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] * factor
+
+
+@register("void(float16[::1], float32)")
+@cuda.jit
+def scale_float16_kernel(x, factor):
+    # One thread scales one float16 element, in float32.
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = float16(float32(x[i]) * factor)
+
+
+@register("void(int8[::1], int64)", "void(int32[::1], int64)", "void(uint64[::1], uint64)")
+@cuda.jit
+def floor_divide_kernel(x, n):
+    # One thread divides one integer element in place, rounding toward minus infinity like NumPy's //.
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] // n
+
+
+@register("void(float32[::1], float32)", "void(float64[::1], float64)")
+@cuda.jit
+def true_divide_kernel(x, n):
+    # One thread divides one floating element in place.
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] / n
+
+
+@register("void(float16[::1], float32)")
+@cuda.jit
+def true_divide_float16_kernel(x, n):
+    # One thread divides one float16 element, in float32.
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = float16(float32(x[i]) / n)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions: check the arguments, then run the kernel or, on the numpy backend, the reference.
+
+
+def _operand(x: Any, arg: str) -> Any:
+    x = memory.as_device_array(x, arg)
+    memory.check_dtype(x.dtype, f"{arg}.dtype")
+    memory.require_contiguous(x, arg)
+    return x
+
+
+def _same_layout(first: Any, first_arg: str, other: Any, other_arg: str) -> None:
+    if other.dtype != first.dtype:
+        raise TypeError(
+            f"{other_arg}: dtype must match {first_arg}, got {other_arg}.dtype={other.dtype} and "
+            f"{first_arg}.dtype={first.dtype}"
+        )
+    if tuple(other.shape) != tuple(first.shape):
+        raise ValueError(
+            f"{other_arg}: shape must match {first_arg}, got {other_arg}.shape={tuple(other.shape)} and "
+            f"{first_arg}.shape={tuple(first.shape)}"
+        )
+
+
+def _flat(x: Any) -> Any:
+    return x if x.ndim == 1 else x.reshape(x.size)
+
+
+def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
+    """``for i: out[i] = op(a[i], b[i])``; ``out`` may be ``a`` or ``b`` itself. Returns ``out``.
+
+    ``op`` is any :func:`parse_op` op; avg and premul_sum fold with a sum (their extra steps are
+    :func:`pre_op` and :func:`post_op`). All three arrays are C-contiguous, of one shape and one dtype.
+    """
+    name = kernel_op(op)
+    out, a, b = _operand(out, "out"), _operand(a, "a"), _operand(b, "b")
+    _same_layout(out, "out", a, "a")
+    _same_layout(out, "out", b, "b")
+    if backend.get_backend() == "numpy":
+        out[...] = combine_reference(name, a, b)
+        return out
+    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
+    launch_1d(kernels[name], out.size, _flat(out), _flat(a), _flat(b))
+    return out
+
+
+def combine(op: Any, dst: Any, src: Any) -> Any:
+    """``for i: dst[i] = op(dst[i], src[i])``, the reduction step of the collectives. Returns ``dst``.
+
+    ``dst`` and ``src`` are C-contiguous device arrays of one shape and dtype; pass slices to combine a part.
+    """
+    name = kernel_op(op)
+    dst, src = _operand(dst, "dst"), _operand(src, "src")
+    _same_layout(dst, "dst", src, "src")
+    return combine_into(name, dst, dst, src)
+
+
+def _scalar_in_dtype(value: Any, dtype: np.dtype, arg: str) -> Any:
+    """``value`` converted to ``dtype``; an integer dtype accepts only a whole number it can hold."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{arg}: expected a real number, got {type(value).__name__}")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if float(value) != math.floor(float(value)) or not info.min <= int(value) <= info.max:
+            raise ValueError(f"{arg}: {value} cannot be represented exactly as {dtype}")
+        return dtype.type(int(value))
+    return dtype.type(value)
+
+
+def scale(dst: Any, factor: float) -> Any:
+    """``for i: dst[i] = dst[i] * factor``, in place, with ``factor`` converted to ``dst.dtype`` first.
+
+    For an integer dtype ``factor`` must be a whole number the dtype can hold (a ``ValueError`` otherwise);
+    products wrap around like NumPy's.
+    """
+    return _scale(dst, factor, "factor")
+
+
+def premul(dst: Any, scalar: float) -> Any:
+    """``for i: dst[i] = dst[i] * scalar`` in ``dst.dtype``: the first step of ``premul_sum(scalar)``."""
+    return _scale(dst, scalar, "scalar")
+
+
+def _scale(dst: Any, factor: float, arg: str) -> Any:
+    dst = _operand(dst, "dst")
+    factor = _scalar_in_dtype(factor, dst.dtype, arg)
+    if backend.get_backend() == "numpy":
+        dst[...] = scale_reference(dst, factor)
+        return dst
+    if dst.dtype == np.float16:
+        launch_1d(scale_float16_kernel, dst.size, _flat(dst), np.float32(factor))
+    else:
+        launch_1d(scale_kernel, dst.size, _flat(dst), factor)
+    return dst
+
+
+def divide(dst: Any, n: int) -> Any:
+    """``for i: dst[i] = dst[i] // n`` for integers, ``dst[i] / n`` for floats, in place: avg's last step.
+
+    Integer division rounds toward minus infinity, as NumPy's ``//`` does; with the non-negative sums of
+    counts that avg usually sees, that is the plain quotient.
+    """
+    dst = _operand(dst, "dst")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n: expected a positive integer (a number of ranks), got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"n: expected a positive integer (a number of ranks), got {n}")
+    if backend.get_backend() == "numpy":
+        dst[...] = divide_reference(dst, int(n))
+        return dst
+    if dst.dtype == np.float16:
+        launch_1d(true_divide_float16_kernel, dst.size, _flat(dst), np.float32(n))
+    elif dst.dtype.kind == "f":
+        launch_1d(true_divide_kernel, dst.size, _flat(dst), dst.dtype.type(n))
+    else:
+        # uint64 // int64 would be computed in float64 by Numba's type rules; keep uint64 in uint64.
+        divisor = np.uint64(n) if dst.dtype == np.uint64 else np.int64(n)
+        launch_1d(floor_divide_kernel, dst.size, _flat(dst), divisor)
+    return dst
+
+
+def pre_op(op: Any, x: Any) -> Any:
+    """What a rank does to its input before a reduction with ``op``: ``premul`` for premul_sum, else nothing."""
+    op = parse_op(op)
+    if isinstance(op, PremulSum):
+        premul(x, op.scalar)
+    return x
+
+
+def post_op(op: Any, dst: Any, nranks: int) -> Any:
+    """What the rank holding a final value does with it: ``divide(dst, nranks)`` for avg, else nothing."""
+    if parse_op(op) == "avg":
+        divide(dst, nranks)
+    return dst

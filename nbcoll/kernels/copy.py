@@ -1,0 +1,440 @@
+"""Data movement: contiguous copy, strided gather, dtype cast, and a batched copy driven by a descriptor table.
+
+Every kernel here gives one thread one destination element; they differ only in where that element is read::
+
+    copy:                for i: dst[i] = src[i]
+    strided_copy_into:   for i: dst[i] = storage[base + offset_of(i, src.shape, src.strides)]
+    cast_into:           for i: dst[i] = convert(src[i])
+    batched_copy:        for i: k = segment holding i; dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
+                                (j = i - start of segment k)
+
+:func:`batched_copy` is how a scatter-gather DMA engine works: it walks a table of (source offset, destination
+offset, length) descriptors, so many small copies cost one launch. :func:`flatten` and :func:`unflatten` pack
+several arrays into one buffer and back, as gradient buckets do before and after an all-reduce.
+
+Example::
+
+    from nbcoll.kernels import copy
+    y = copy.strided_copy(x[:, 1:3])            # a contiguous copy of a column slice
+    h = copy.cast(y, "float16")
+    flat = copy.flatten([w, b])                 # w and b, one after the other
+    copy.unflatten(flat, [w, b])                # and back
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from nbcoll import backend, memory
+from nbcoll.kernels.indexing import launch_1d, offset_of_device, size_of
+from nbcoll.kernels.registry import register
+
+# ---------------------------------------------------------------------------------------------------------------
+# Descriptor table for batched_copy: built on the host, read by every thread of the kernel.
+
+
+@dataclass(frozen=True)
+class CopyDescriptors:
+    """The segments of a batched copy, as int64 arrays, with empty segments dropped.
+
+    Example::
+
+        table = CopyDescriptors.build([0, 10], [5, 0], [3, 4])
+        table.starts        # array([0, 3]): segment k covers elements starts[k] .. starts[k] + lengths[k] - 1
+        table.total         # 7 elements to copy, one thread each
+    """
+
+    src_offsets: np.ndarray
+    dst_offsets: np.ndarray
+    lengths: np.ndarray
+    starts: np.ndarray
+    """Exclusive prefix sums of ``lengths``: where each segment begins in the concatenation of all segments."""
+
+    @property
+    def total(self) -> int:
+        return int(self.lengths.sum())
+
+    @classmethod
+    def build(cls, src_offsets: Any, dst_offsets: Any, lengths: Any) -> CopyDescriptors:
+        columns = [
+            _int_column(src_offsets, "src_offsets"),
+            _int_column(dst_offsets, "dst_offsets"),
+            _int_column(lengths, "lengths"),
+        ]
+        if len({c.size for c in columns}) != 1:
+            raise ValueError(
+                "src_offsets, dst_offsets, lengths: must have one entry per segment, got "
+                f"{columns[0].size}, {columns[1].size} and {columns[2].size} entries"
+            )
+        src_off, dst_off, length = columns
+        keep = length > 0
+        src_off, dst_off, length = src_off[keep], dst_off[keep], length[keep]
+        starts = np.zeros(length.size, np.int64)
+        np.cumsum(length[:-1], out=starts[1:])
+        return cls(src_off, dst_off, length, starts)
+
+
+def _int_column(values: Any, arg: str) -> np.ndarray:
+    column = np.asarray(values)
+    if column.size == 0:
+        return np.zeros(0, np.int64)
+    if column.ndim != 1 or column.dtype.kind not in "iu":
+        raise TypeError(f"{arg}: expected a 1-D sequence of integers, got {column.dtype} of shape {column.shape}")
+    if (column < 0).any():
+        raise ValueError(f"{arg}: entries must be >= 0, got {int(column.min())} at index {int(column.argmin())}")
+    return column.astype(np.int64)
+
+
+def _check_bounds(table: CopyDescriptors, src_size: int, dst_size: int) -> None:
+    for offsets, size, name, arg in (
+        (table.src_offsets, src_size, "src", "src_offsets"),
+        (table.dst_offsets, dst_size, "dst", "dst_offsets"),
+    ):
+        ends = offsets + table.lengths
+        if ends.size and ends.max() > size:
+            k = int(ends.argmax())
+            raise ValueError(f"{arg}: a segment covers {name}[{offsets[k]}:{ends[k]}], beyond {name}.size={size}")
+    order = np.argsort(table.dst_offsets, kind="stable")
+    begins, ends = table.dst_offsets[order], (table.dst_offsets + table.lengths)[order]
+    clash = np.nonzero(begins[1:] < ends[:-1])[0]
+    if clash.size:
+        k = int(clash[0])
+        raise ValueError(
+            f"dst_offsets: segments overlap in dst: dst[{begins[k]}:{ends[k]}] and dst[{begins[k + 1]}:{ends[k + 1]}]"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NumPy references.
+
+
+def copy_reference(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``dst[...] = src``: NumPy already walks any strides."""
+    dst[...] = src
+    return dst
+
+
+def cast_reference(src: np.ndarray, dtype: Any) -> np.ndarray:
+    """``src.astype(dtype)``: round to nearest for floats, truncation toward zero float to integer, wrap-around
+    integer to integer."""
+    with np.errstate(all="ignore"):
+        return src.astype(dtype)
+
+
+def batched_copy_reference(dst: np.ndarray, src: np.ndarray, table: CopyDescriptors) -> np.ndarray:
+    """``for k: dst[dst_offsets[k] : +lengths[k]] = src[src_offsets[k] : +lengths[k]]``."""
+    for s, d, n in zip(table.src_offsets, table.dst_offsets, table.lengths, strict=True):
+        dst[d : d + n] = src[s : s + n]
+    return dst
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels.
+
+
+def _segment_of(starts, i):
+    """The segment that holds element ``i`` of the concatenation: the largest ``k`` with ``starts[k] <= i``.
+
+    A binary search: ``starts`` is increasing because empty segments were dropped.
+    """
+    lo = 0
+    hi = starts.size - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= i:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+segment_of_device = cuda.jit(device=True)(_segment_of)
+
+
+@register(
+    "void(float32[::1], float32[::1])",
+    "void(uint64[::1], uint64[::1])",
+    "void(float16[::1], float64[::1])",
+    "void(int8[::1], float16[::1])",
+    "void(float32[::1], int64[::1])",
+    "void(boolean[::1], float32[::1])",
+)
+@cuda.jit
+def copy_kernel(dst, src):
+    # One thread moves one element; when the dtypes differ the assignment converts it (cast uses this kernel).
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i]
+
+
+@register(
+    "void(float32[::1], float32[::1], int64, UniTuple(int64, 2), UniTuple(int64, 2))",
+    "void(float16[::1], float16[::1], int64, UniTuple(int64, 1), UniTuple(int64, 1))",
+    "void(int8[::1], int8[::1], int64, UniTuple(int64, 3), UniTuple(int64, 3))",
+    "void(uint64[::1], uint64[::1], int64, UniTuple(int64, 2), UniTuple(int64, 2))",
+)
+@cuda.jit
+def strided_copy_kernel(dst, storage, base, shape, strides):
+    # One thread gathers one element: the i-th in row-major order, wherever the strides put it in storage.
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = storage[base + offset_of_device(i, shape, strides)]
+
+
+@register(
+    "void(float32[::1], float32[::1], int64[::1], int64[::1], int64[::1], int64)",
+    "void(float16[::1], float16[::1], int64[::1], int64[::1], int64[::1], int64)",
+    "void(int8[::1], int8[::1], int64[::1], int64[::1], int64[::1], int64)",
+    "void(uint64[::1], uint64[::1], int64[::1], int64[::1], int64[::1], int64)",
+    "void(float64[::1], float64[::1], int64[::1], int64[::1], int64[::1], int64)",
+)
+@cuda.jit
+def batched_copy_kernel(dst, src, src_offsets, dst_offsets, starts, total):
+    # One thread copies one element of the concatenated segments: it finds its segment, then its place in it.
+    i = cuda.grid(1)
+    if i < total:
+        k = segment_of_device(starts, i)
+        j = i - starts[k]
+        dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions: check the arguments, then run the kernel or, on the numpy backend, the reference.
+
+
+def _device(x: Any, arg: str, allow_bool: bool = False) -> Any:
+    x = memory.as_device_array(x, arg)
+    memory.check_dtype(x.dtype, f"{arg}.dtype", allow_bool=allow_bool)
+    return x
+
+
+def _contiguous(x: Any, arg: str, allow_bool: bool = False) -> Any:
+    x = _device(x, arg, allow_bool)
+    memory.require_contiguous(x, arg)
+    return x
+
+
+def _check_same_dtype(dst: Any, src: Any) -> None:
+    if dst.dtype != src.dtype:
+        raise TypeError(
+            f"dst: dtype must match src, got dst.dtype={dst.dtype} and src.dtype={src.dtype}; use cast_into to convert"
+        )
+
+
+def _check_same_shape(dst: Any, src: Any) -> None:
+    if tuple(dst.shape) != tuple(src.shape):
+        raise ValueError(
+            f"dst: shape must match src, got dst.shape={tuple(dst.shape)} and src.shape={tuple(src.shape)}"
+        )
+
+
+def _flat(x: Any) -> Any:
+    return x if x.ndim == 1 else x.reshape(x.size)
+
+
+def copy(dst: Any, src: Any) -> Any:
+    """``for i: dst[i] = src[i]`` for C-contiguous device arrays of one dtype and shape. Returns ``dst``.
+
+    A kernel rather than a driver memcpy, so that it runs the same way on every backend.
+    For a strided ``src`` use :func:`strided_copy_into`.
+    """
+    dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
+    _check_same_dtype(dst, src)
+    _check_same_shape(dst, src)
+    if backend.get_backend() == "numpy":
+        return copy_reference(dst, src)
+    launch_1d(copy_kernel, dst.size, _flat(dst), _flat(src))
+    return dst
+
+
+def storage_view(x: Any, arg: str = "src") -> tuple[Any, int, tuple[int, ...]]:
+    """The memory under a strided device array, seen flat: ``(storage, base, strides)``.
+
+    ``storage`` is a contiguous 1-D device array over every element ``x`` can reach, ``base`` is the position of
+    ``x[0, ..., 0]`` in it, and ``strides`` are ``x``'s strides in elements (negative ones step backwards from
+    ``base``), so that ``x[idx] == storage[base + sum(idx[d] * strides[d])]``. On ``cuda`` negative strides are
+    refused with a ``ValueError``: there a view's memory starts at its first element, so nothing lies before it.
+    """
+    itemsize = x.dtype.itemsize
+    if any(s % itemsize for s in x.strides):
+        raise ValueError(f"{arg}: strides {tuple(x.strides)} are not multiples of the item size {itemsize}")
+    strides = tuple(int(s) // itemsize for s in x.strides)
+    lowest = sum((n - 1) * s for n, s in zip(x.shape, strides, strict=True) if s < 0)
+    highest = sum((n - 1) * s for n, s in zip(x.shape, strides, strict=True) if s > 0)
+    span = highest - lowest + 1
+    if backend.get_backend() == "cuda":
+        if lowest < 0:
+            raise ValueError(
+                f"{arg}: negative strides {tuple(x.strides)} are not supported on the cuda backend; "
+                "reverse the data with a kernel or copy it on the host first"
+            )
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        storage = DeviceNDArray(shape=(span,), strides=(itemsize,), dtype=x.dtype, gpu_data=x.gpu_data)
+        return storage, 0, strides
+    # sim (and numpy): a NumPy view that starts at the lowest address x reaches, flipped where strides are negative.
+    host = x if isinstance(x, np.ndarray) else x._ary
+    forward = host[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in host.strides)]
+    flat = np.lib.stride_tricks.as_strided(forward, shape=(span,), strides=(itemsize,))
+    if isinstance(x, np.ndarray):
+        return flat, -lowest, strides
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(flat), -lowest, strides
+
+
+def strided_copy_into(dst: Any, src: Any) -> Any:
+    """``for i: dst[i] = src[i-th element in row-major order]``: gather any strided view into contiguous ``dst``.
+
+    ``src`` may be any view (``x[::2]``, ``x[:, 1:3]``, a transpose); ``dst`` is C-contiguous with ``src``'s
+    shape and dtype. Returns ``dst``. On ``cuda`` ``src`` may not have negative strides (see :func:`storage_view`).
+    """
+    dst, src = _contiguous(dst, "dst"), _device(src, "src")
+    _check_same_dtype(dst, src)
+    _check_same_shape(dst, src)
+    if backend.get_backend() == "numpy":
+        return copy_reference(dst, src)
+    n = size_of(src.shape)
+    if n == 0:
+        return dst
+    storage, base, strides = storage_view(src)
+    shape = tuple(int(d) for d in src.shape) or (1,)
+    launch_1d(strided_copy_kernel, n, _flat(dst), storage, base, shape, strides or (0,))
+    return dst
+
+
+def strided_copy(src: Any) -> Any:
+    """A new C-contiguous device array with the elements of the strided view ``src``."""
+    src = _device(src, "src")
+    return strided_copy_into(memory.empty(tuple(src.shape), src.dtype), src)
+
+
+def cast_into(dst: Any, src: Any) -> Any:
+    """``for i: dst[i] = dst.dtype(src[i])``, NumPy's ``astype`` for values that fit. Returns ``dst``.
+
+    Floats round to nearest when narrowed and truncate toward zero when converted to integers; integers wrap
+    around when narrowed to a smaller integer type, on every backend. Out of range, it is undefined, as in C:
+    a float too large for a float16 becomes inf, but a float that no integer of the target type can hold
+    (including NaN, inf and a negative value into an unsigned type) gives whatever the hardware gives: the GPU
+    saturates, NumPy on a CPU usually returns the smallest integer. Do not rely on either.
+    """
+    dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
+    _check_same_shape(dst, src)
+    if backend.get_backend() == "numpy":
+        dst[...] = cast_reference(src, dst.dtype)
+        return dst
+    if dst.size == 0:
+        return dst
+    if _keeps_low_bytes(src.dtype, dst.dtype):
+        # Narrowing an integer, or changing its signedness, keeps its low-order bytes (int32 300 -> int8 44).
+        # Reading those bytes as the target type gives that result on every backend, where an assignment in the
+        # simulator would refuse the out-of-range value. GPUs are little-endian: the low bytes come first.
+        ratio = src.dtype.itemsize // dst.dtype.itemsize
+        strided_copy_into(_flat(dst), _flat(src).view(dst.dtype)[::ratio])
+        return dst
+    launch_1d(copy_kernel, dst.size, _flat(dst), _flat(src))
+    return dst
+
+
+def _keeps_low_bytes(src: np.dtype, dst: np.dtype) -> bool:
+    return src.kind in "iu" and dst.kind in "iu" and src != dst and dst.itemsize <= src.itemsize
+
+
+def cast(src: Any, dtype: Any) -> Any:
+    """A new device array with ``src``'s values converted to ``dtype`` (see :func:`cast_into`)."""
+    src = _contiguous(src, "src", allow_bool=True)
+    dtype = memory.check_dtype(dtype, "dtype", allow_bool=True)
+    return cast_into(memory.empty(tuple(src.shape), dtype), src)
+
+
+def batched_copy(dst: Any, src: Any, src_offsets: Any, dst_offsets: Any, lengths: Any) -> Any:
+    """``for k: dst[dst_offsets[k] : +lengths[k]] = src[src_offsets[k] : +lengths[k]]`` in one kernel launch.
+
+    ``dst`` and ``src`` are 1-D C-contiguous device arrays of one dtype and must not share memory. Segments may
+    read overlapping parts of ``src`` but must write disjoint parts of ``dst``. The launch builds a
+    :class:`CopyDescriptors` table and gives one thread to each element of all segments together; each thread
+    finds its segment by binary search over the segments' starts. Returns ``dst``.
+    """
+    dst, src = _contiguous(dst, "dst"), _contiguous(src, "src")
+    _check_same_dtype(dst, src)
+    for x, arg in ((dst, "dst"), (src, "src")):
+        if x.ndim != 1:
+            raise ValueError(f"{arg}: expected a 1-D array, got shape {tuple(x.shape)}; pass a flat view")
+    table = CopyDescriptors.build(src_offsets, dst_offsets, lengths)
+    _check_bounds(table, src.size, dst.size)
+    if backend.get_backend() == "numpy":
+        return batched_copy_reference(dst, src, table)
+    if table.total == 0:
+        return dst
+    to_device = backend.cuda().to_device
+    launch_1d(
+        batched_copy_kernel,
+        table.total,
+        dst,
+        src,
+        to_device(table.src_offsets),
+        to_device(table.dst_offsets),
+        to_device(table.starts),
+        table.total,
+    )
+    return dst
+
+
+def _check_pieces(arrays: Sequence[Any], dtype: Any) -> list[Any]:
+    pieces = []
+    for k, x in enumerate(arrays):
+        x = _contiguous(x, f"arrays[{k}]")
+        if dtype is not None and x.dtype != dtype:
+            raise TypeError(f"arrays[{k}]: dtype must be {dtype} like the others, got {x.dtype}")
+        dtype = x.dtype
+        pieces.append(x)
+    return pieces
+
+
+def _check_flat(flat: Any, pieces: Sequence[Any], arg: str) -> Any:
+    flat = _contiguous(flat, arg)
+    total = sum(x.size for x in pieces)
+    if flat.ndim != 1 or flat.size != total:
+        raise ValueError(
+            f"{arg}: expected a 1-D array of {total} elements (the arrays' sizes), got {tuple(flat.shape)}"
+        )
+    if pieces and flat.dtype != pieces[0].dtype:
+        raise TypeError(f"{arg}: dtype must match the arrays', got {flat.dtype} and {pieces[0].dtype}")
+    return flat
+
+
+def flatten(arrays: Sequence[Any], out: Any = None) -> Any:
+    """Concatenate C-contiguous device arrays of one dtype into one 1-D array (``out``, or a new one).
+
+    ``out[offset_k : offset_k + arrays[k].size] = arrays[k].ravel()`` with ``offset_k`` the sum of the sizes
+    before ``k``. Separate allocations cannot be one flat source, so this is one :func:`copy` launch per array.
+    """
+    pieces = _check_pieces(arrays, None)
+    if out is None:
+        if not pieces:
+            raise ValueError("arrays: need at least one array (or out) to know the dtype")
+        out = memory.empty(sum(x.size for x in pieces), pieces[0].dtype)
+    out = _check_flat(out, pieces, "out")
+    offset = 0
+    for x in pieces:
+        if x.size:
+            copy(out[offset : offset + x.size], _flat(x))
+        offset += x.size
+    return out
+
+
+def unflatten(flat: Any, arrays: Sequence[Any]) -> list[Any]:
+    """The inverse of :func:`flatten`: copy consecutive slices of ``flat`` back into each array, in place."""
+    pieces = _check_pieces(arrays, None)
+    flat = _check_flat(flat, pieces, "flat")
+    offset = 0
+    for x in pieces:
+        if x.size:
+            copy(_flat(x), flat[offset : offset + x.size])
+        offset += x.size
+    return pieces

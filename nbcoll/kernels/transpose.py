@@ -1,0 +1,181 @@
+"""Permuting axes into a new contiguous array: NumPy's ``transpose(axes)``, materialised.
+
+A copy moves bits and never looks at their meaning, so every kernel here works on the unsigned integer of the
+element's width (float32 travels as uint32, int8 as uint8): four kernels per pattern serve all nine dtypes.
+
+Two kernels:
+
+* ``swap_last_two_kernel`` for ``(..., R, C) -> (..., C, R)``, the transpose of every matrix of a batch. A naive
+  copy either reads or writes with a stride of R or C elements, and strided accesses waste most of each memory
+  transaction. Here a block reads a 32 x 32 tile with consecutive threads on consecutive columns (coalesced),
+  parks it in shared memory, and writes it back transposed, again with consecutive threads on consecutive
+  addresses. The tile has 33 columns so that a column of the tile falls in 32 different shared-memory banks.
+* ``permute_kernel`` for any other order: one thread per output element, its source found by ``offset_of`` with
+  the input strides taken in the new axis order.
+
+Example::
+
+    from nbcoll.kernels.transpose import permute, transpose
+    y = permute(x, (0, 2, 1, 3))     # (batch, seq, heads, dim) -> (batch, heads, seq, dim)
+    wt = transpose(w)                # (d_in, d_out) -> (d_out, d_in)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import cuda
+
+from nbcoll import backend, memory
+from nbcoll.kernels.indexing import contiguous_strides, launch_1d, offset_of_device, size_of
+from nbcoll.kernels.registry import register
+
+TILE_DIM = 32
+"""Side of the square tile a block transposes through shared memory."""
+
+BLOCK_ROWS = 8
+"""Rows of threads in a block: a block is TILE_DIM x BLOCK_ROWS threads, each moving TILE_DIM / BLOCK_ROWS elements."""
+
+PADDED_TILE_DIM = TILE_DIM + 1
+"""Columns of the shared tile: one spare column shifts each row by one bank, so a tile column hits 32 banks."""
+
+MAX_GRID_Z = 65535
+"""CUDA's limit on gridDim.z; longer batches are walked in a grid-stride loop."""
+
+_BIT_TYPES = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+# ---------------------------------------------------------------------------------------------------------------
+# NumPy reference.
+
+
+def permute_reference(x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    """``out[i0, ..., ik] = x[i_axes^-1 ...]``: NumPy's ``transpose(axes)`` as a new contiguous array."""
+    return np.array(np.transpose(x, axes), order="C")  # always a copy, even for the identity order
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels, one of each per element width.
+
+
+def _make_swap_last_two_kernel(bits_dtype: np.dtype) -> Any:
+    element = numba.from_dtype(bits_dtype)
+
+    @cuda.jit
+    def swap_last_two_kernel(x, out, rows, cols):
+        # Block (bx, by, bz) moves the TILE_DIM x TILE_DIM tile at rows by*TILE_DIM..., columns bx*TILE_DIM... of
+        # matrix bz (and bz + gridDim.z, ...); each thread moves TILE_DIM / BLOCK_ROWS elements of the tile.
+        tile = cuda.shared.array((TILE_DIM, PADDED_TILE_DIM), element)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        batch_count = x.size // (rows * cols)
+        for batch in range(cuda.blockIdx.z, batch_count, cuda.gridDim.z):
+            base = batch * rows * cols
+            # Read: consecutive tx on consecutive columns of x.
+            col = cuda.blockIdx.x * TILE_DIM + tx
+            for j in range(0, TILE_DIM, BLOCK_ROWS):
+                row = cuda.blockIdx.y * TILE_DIM + ty + j
+                if row < rows and col < cols:
+                    tile[ty + j, tx] = x[base + row * cols + col]
+            cuda.syncthreads()
+            # Write: consecutive tx on consecutive columns of out, which are rows of x.
+            out_col = cuda.blockIdx.y * TILE_DIM + tx
+            for j in range(0, TILE_DIM, BLOCK_ROWS):
+                out_row = cuda.blockIdx.x * TILE_DIM + ty + j
+                if out_row < cols and out_col < rows:
+                    out[base + out_row * rows + out_col] = tile[tx, ty + j]
+            cuda.syncthreads()  # the tile is free again before the next batch overwrites it
+
+    name = f"swap_last_two_{bits_dtype.name}"
+    swap_last_two_kernel.py_func.__name__ = swap_last_two_kernel.py_func.__qualname__ = name
+    t = bits_dtype.name
+    return register(f"void({t}[::1], {t}[::1], int64, int64)", name=f"kernels.transpose.{name}")(swap_last_two_kernel)
+
+
+@register(
+    "void(uint32[::1], uint32[::1], UniTuple(int64, 3), UniTuple(int64, 3))",
+    "void(uint8[::1], uint8[::1], UniTuple(int64, 4), UniTuple(int64, 4))",
+    "void(uint64[::1], uint64[::1], UniTuple(int64, 2), UniTuple(int64, 2))",
+    "void(uint16[::1], uint16[::1], UniTuple(int64, 1), UniTuple(int64, 1))",
+)
+@cuda.jit
+def permute_kernel(x, out, out_shape, source_strides):
+    # One thread writes one output element, reading it wherever the permuted axes put it in x.
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[offset_of_device(i, out_shape, source_strides)]
+
+
+SWAP_KERNELS = {size: _make_swap_last_two_kernel(bits) for size, bits in _BIT_TYPES.items()}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions.
+
+
+def _permutation(axes: Any, ndim: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim - 1, -1, -1))
+    try:
+        items = [int(a) for a in axes]
+    except TypeError:
+        raise TypeError(f"axes: expected a sequence of ints, got {axes!r}") from None
+    if len(items) != ndim or any(not -ndim <= a < ndim for a in items):
+        raise ValueError(f"axes: {tuple(items)} is not a permutation of the {ndim} axes of x")
+    normalized = tuple(a % ndim for a in items)
+    if sorted(normalized) != list(range(ndim)):
+        raise ValueError(f"axes: {tuple(items)} is not a permutation of the {ndim} axes of x (repeated axis)")
+    return normalized
+
+
+def _is_last_two_swap(axes: tuple[int, ...]) -> bool:
+    ndim = len(axes)
+    return ndim >= 2 and axes == tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
+
+
+def _bits(x: Any) -> Any:
+    """``x`` flattened and viewed as unsigned integers of its element width."""
+    flat = x.reshape(max(size_of(x.shape), 1)) if x.ndim != 1 else x
+    return flat.view(_BIT_TYPES[x.dtype.itemsize])
+
+
+def permute(x: Any, axes: Sequence[int] | None) -> Any:
+    """A contiguous copy of ``x`` with its axes reordered: ``out.shape[d] == x.shape[axes[d]]``.
+
+    ``for index in out: out[index] = x[index placed back in x's axis order]`` — NumPy's ``transpose(axes)``;
+    negative axes count from the end and ``None`` reverses them. Swapping the last two axes uses the
+    shared-memory tile; every other order uses the one-thread-per-element kernel.
+    """
+    x = memory.as_device_array(x, "x")
+    memory.check_dtype(x.dtype, "x.dtype", allow_bool=True)
+    memory.require_contiguous(x, "x")
+    shape = tuple(int(s) for s in x.shape)
+    order = _permutation(axes, len(shape))
+    out_shape = tuple(shape[a] for a in order)
+
+    if backend.get_backend() == "numpy":
+        return permute_reference(x, order)
+    out = memory.empty(out_shape, x.dtype)
+    count = size_of(shape)
+    if count == 0:
+        return out
+    if _is_last_two_swap(order):
+        rows, cols = shape[-2:]
+        batch_count = count // (rows * cols)
+        blocks = ((cols + TILE_DIM - 1) // TILE_DIM, (rows + TILE_DIM - 1) // TILE_DIM, min(batch_count, MAX_GRID_Z))
+        SWAP_KERNELS[x.dtype.itemsize][blocks, (TILE_DIM, BLOCK_ROWS)](_bits(x), _bits(out), rows, cols)
+        return out
+    strides = contiguous_strides(shape)
+    source_strides = tuple(strides[a] for a in order) or (0,)
+    launch_1d(permute_kernel, count, _bits(x), _bits(out), out_shape or (1,), source_strides)
+    return out
+
+
+def transpose(x: Any) -> Any:
+    """Swap the last two axes: ``out[..., j, i] = x[..., i, j]``, a new contiguous array. ``x`` needs ndim >= 2."""
+    x = memory.as_device_array(x, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x: transpose swaps the last two axes and needs ndim >= 2, got shape {tuple(x.shape)}")
+    axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return permute(x, axes)

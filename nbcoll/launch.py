@@ -1,0 +1,581 @@
+"""Run a script, a snippet of code or a function on N ranks through ``mpiexec``, and collect each rank's output.
+
+Example::
+
+    from nbcoll.launch import launch
+    result = launch(4, "tutorials/08_ring_all_reduce.py")
+    print(result.outputs[2])        # everything rank 2 printed, stdout and stderr in order
+    result.check()                  # raises LaunchError, showing every rank's output, if a rank failed
+
+A tutorial re-launches itself on 4 ranks when started with plain ``python tutorial.py``::
+
+    import nbcoll.launch
+    nbcoll.launch.relaunch(4)       # under mpiexec this returns at once and the script goes on
+
+From a shell: ``python -m nbcoll.launch -n 4 script.py args...``.
+
+How the output is collected: every rank runs this module as a small wrapper (``python -m nbcoll.launch --as-rank
+...``) that points its own stdout and stderr at a file of its own, records its pid and exit status next to it,
+then runs the real target. So the output of each rank stays whole and separate, survives a crash or a kill, and
+does not depend on the MPI implementation's output forwarding. ``mpiexec``'s own messages are kept apart.
+
+The wrapper imports the ``nbcoll`` package before the target runs, so the backend is chosen from the environment
+the ranks are started with: set ``NBCOLL_BACKEND`` through ``env=``, not from inside the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import importlib
+import os
+import runpy
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NO_MPI_MESSAGE = "no MPI runtime: install the 'mpi' extra (pip install -e '.[mpi]') or a system MPI"
+
+LAUNCHED_FLAG = "NBCOLL_LAUNCHED"
+"""Set to ``1`` in every rank started here, so that :func:`relaunch` knows not to launch again."""
+
+# Variables through which MPI implementations tell a process its rank; the first one present wins.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+# Their presence means "this process is already a rank of an MPI job".
+UNDER_MPI_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", LAUNCHED_FLAG)
+# Inherited from an enclosing MPI job, these would confuse a nested mpiexec.
+_ENCLOSING_JOB_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCAL")
+
+KILL_GRACE_SECONDS = 3.0
+"""After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""
+
+
+class MPIRuntimeNotFound(RuntimeError):
+    """No ``mpiexec`` next to the Python interpreter nor on ``PATH``."""
+
+
+class LaunchError(RuntimeError):
+    """A launched job failed or timed out; the message shows every rank's output."""
+
+
+def find_mpiexec() -> str:
+    """Path of the ``mpiexec`` to use: ``NBCOLL_MPIEXEC``, else the one next to ``sys.executable``, else ``PATH``.
+
+    The interpreter's own folder comes first so that a virtual environment's MPI (the ``mpich`` wheel) is used
+    even when that environment is not activated.
+    """
+    override = os.environ.get("NBCOLL_MPIEXEC")
+    if override:
+        return override
+    beside_python = Path(sys.executable).parent / "mpiexec"
+    if beside_python.is_file() and os.access(beside_python, os.X_OK):
+        return str(beside_python)
+    on_path = shutil.which("mpiexec")
+    if on_path:
+        return on_path
+    raise MPIRuntimeNotFound(NO_MPI_MESSAGE)
+
+
+@functools.cache
+def _mpiexec_flags(mpiexec: str) -> tuple[str, ...]:
+    """Open MPI refuses more ranks than cores unless told; MPICH (hydra) needs nothing."""
+    try:
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--oversubscribe",) if "Open MPI" in version or "OpenRTE" in version else ()
+
+
+def under_mpi(environ: Mapping[str, str] | None = None) -> bool:
+    """True when this process is a rank of an MPI job (started by ``mpiexec`` or by :func:`launch`)."""
+    environ = os.environ if environ is None else environ
+    return any(environ.get(name) for name in UNDER_MPI_VARIABLES)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# The result of a launch.
+
+
+@dataclass
+class RankResult:
+    """What a multi-rank run produced: each rank's output and exit status, and ``mpiexec``'s own messages.
+
+    Example::
+
+        result = launch(2, code="print('hello')")
+        assert result.ok and result.outputs == ["hello\\n", "hello\\n"]
+        print(result.report())      # every rank's output, labelled, with the command
+    """
+
+    nprocs: int
+    command: list[str]
+    """The plain ``mpiexec -n N python script args...`` that reproduces the run (its wrapper left out)."""
+    returncode: int | None
+    """``mpiexec``'s exit status; ``None`` when it was killed at the timeout."""
+    outputs: list[str]
+    """Index ``r``: everything rank ``r`` wrote to stdout and stderr, in the order it wrote it."""
+    statuses: list[int | None]
+    """Index ``r``: rank ``r``'s exit status, or ``None`` when it never finished (killed, crashed, hung)."""
+    launcher_output: str = ""
+    launcher_command: list[str] = field(default_factory=list)
+    """What really ran: each rank goes through this module's wrapper, which collects its output."""
+    timed_out: bool = False
+    timeout: float | None = None
+    elapsed: float = 0.0
+    returns: list[Any] = field(default_factory=list)
+    """For a launched function, index ``r``: the value rank ``r`` returned (``None`` if it did not finish)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == 0 and all(s == 0 for s in self.statuses)
+
+    def describe_status(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.timeout:g} s; every process of the job was killed"
+        return f"mpiexec exit status {self.returncode}, after {self.elapsed:.1f} s"
+
+    def report(self) -> str:
+        """Every rank's output under a header naming the rank and its status, then ``mpiexec``'s messages."""
+        lines = [f"command: {shlex.join(self.command)}", f"{self.nprocs} rank(s): {self.describe_status()}"]
+        for rank, (output, status) in enumerate(zip(self.outputs, self.statuses, strict=True)):
+            state = f"exit status {status}" if status is not None else "did not finish"
+            lines.append(f"----- rank {rank} ({state}) -----")
+            lines.append(output.rstrip("\n") if output else "(no output)")
+        if self.launcher_output.strip():
+            lines.append("----- mpiexec -----")
+            lines.append(self.launcher_output.rstrip("\n"))
+        return "\n".join(lines)
+
+    def check(self) -> RankResult:
+        """Return ``self`` when every rank succeeded; otherwise raise :class:`LaunchError` with :meth:`report`."""
+        if not self.ok:
+            raise LaunchError(self.report())
+        return self
+
+    def in_rank_order(self) -> str:
+        """Each rank's output as one block headed by ``[rank r]``, ranks in order: what :func:`relaunch` prints."""
+        blocks = []
+        for rank, output in enumerate(self.outputs):
+            blocks.append(f"[rank {rank}]\n{output}" + ("" if output.endswith("\n") or not output else "\n"))
+        return "".join(blocks)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Launching.
+
+
+def _function_target(function: str | Callable[..., Any]) -> str:
+    """``"module:qualname"`` (or ``"path.py:qualname"`` for a function of the main script), checked to be importable.
+
+    Functions travel by name, never pickled: each rank imports the module and looks the name up.
+    """
+    if isinstance(function, str):
+        if ":" not in function:
+            raise ValueError(f"function: expected 'module:function', got {function!r}")
+        return function
+    module_name = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None)
+    if not module_name or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
+        raise ValueError(
+            f"function: {function!r} cannot be found by name in another process; "
+            "use a function defined at the top level of a module"
+        )
+    if module_name == "__main__":
+        main_file = getattr(sys.modules["__main__"], "__file__", None)
+        if not main_file:
+            raise ValueError("function: a function of an interactive session cannot be launched; put it in a file")
+        return f"{os.path.abspath(main_file)}:{qualname}"
+    return f"{module_name}:{qualname}"
+
+
+def _literal_args(args: Sequence[Any]) -> list[str]:
+    """Arguments for a launched function, written as Python literals (no pickle), checked to read back equal."""
+    written = []
+    for index, value in enumerate(args):
+        text = repr(value)
+        try:
+            same = ast.literal_eval(text) == value
+        except (ValueError, SyntaxError):
+            same = False
+        if not same:
+            raise TypeError(
+                f"args[{index}]: {value!r} cannot travel to the ranks; "
+                "use numbers, strings, bools, None, and tuples/lists/dicts of them"
+            )
+        written.append(text)
+    return written
+
+
+def _rank_environment(env: Mapping[str, str | None] | None, extra_path: Sequence[str] = ()) -> dict[str, str]:
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_ENCLOSING_JOB_PREFIXES) and name != LAUNCHED_FLAG
+    }
+    # Unbuffered, so that a rank killed at the timeout has already written everything it printed.
+    environ["PYTHONUNBUFFERED"] = "1"
+    if extra_path:
+        environ["PYTHONPATH"] = os.pathsep.join([*extra_path, *filter(None, [environ.get("PYTHONPATH")])])
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = str(value)
+    return environ
+
+
+def launch(
+    nprocs: int,
+    script: str | os.PathLike[str] | None = None,
+    *,
+    code: str | None = None,
+    function: str | Callable[..., Any] | None = None,
+    args: Sequence[Any] = (),
+    env: Mapping[str, str | None] | None = None,
+    timeout: float | None = None,
+) -> RankResult:
+    """Run one target on ``nprocs`` ranks through ``mpiexec`` and return each rank's output and status.
+
+    Give exactly one target: ``script`` (a file, run as ``python script args...``), ``code`` (run as
+    ``python -c code args...``) or ``function`` (``"module:function"`` or a top-level function object; each rank
+    calls ``function(*args)``, and its return value lands in ``result.returns``). ``env`` adds variables to the
+    inherited environment (``None`` removes one). After ``timeout`` seconds every process of the job is killed
+    and the result says so. This function never raises for a failing job: call ``result.check()``.
+    """
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs: expected an int >= 1, got {nprocs!r}")
+    if sum(target is not None for target in (script, code, function)) != 1:
+        raise ValueError("script, code, function: give exactly one of them")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
+
+    extra_path: list[str] = []
+    if script is not None:
+        if not os.path.isfile(script):
+            raise FileNotFoundError(f"script: no such file {os.fspath(script)!r}")
+        target = ["script", os.path.abspath(script), *map(str, args)]
+    elif code is not None:
+        target = ["code", code, *map(str, args)]
+    else:
+        target = ["function", _function_target(function), *_literal_args(args)]
+        # As multiprocessing's spawn does: the ranks import the function's module from the caller's sys.path.
+        extra_path = [entry for entry in sys.path if entry and os.path.isdir(entry)]
+
+    mpiexec = find_mpiexec()
+    with tempfile.TemporaryDirectory(prefix="nbcoll_launch_") as output_dir:
+        command = [
+            mpiexec,
+            *_mpiexec_flags(mpiexec),
+            "-n",
+            str(nprocs),
+            sys.executable,
+            "-m",
+            "nbcoll.launch",
+            "--as-rank",
+            output_dir,
+            *target,
+        ]
+        environ = _rank_environment(env, extra_path)
+        environ[LAUNCHED_FLAG] = "1"
+        launcher_log = os.path.join(output_dir, "mpiexec.out")
+        started = time.monotonic()
+        returncode, timed_out = _run_job(command, environ, launcher_log, output_dir, timeout)
+        elapsed = time.monotonic() - started
+        result = _collect(nprocs, returncode, timed_out, timeout, elapsed, output_dir, target[0])
+    result.launcher_command = command
+    if target[0] == "function":
+        result.command = command
+    else:
+        as_python_args = target[1:] if target[0] == "script" else ["-c", *target[1:]]
+        result.command = [mpiexec, "-n", str(nprocs), sys.executable, *as_python_args]
+    return result
+
+
+def _run_job(
+    command: list[str], environ: dict[str, str], log_path: str, output_dir: str, timeout: float | None
+) -> tuple[int | None, bool]:
+    """Run ``mpiexec`` in a session of its own; on timeout (or Ctrl-C here) kill it and every rank it started."""
+    with open(log_path, "wb") as log:
+        job = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            returncode = job.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _stop_job(job, output_dir)
+            return None, True
+        except BaseException:
+            _stop_job(job, output_dir)
+            raise
+    if _alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
+        _stop_job(job, output_dir)
+    return returncode, False
+
+
+def _stop_job(job: subprocess.Popen, output_dir: str) -> None:
+    """SIGTERM, a grace period, then SIGKILL: first to mpiexec's process group, then to every rank's own.
+
+    MPICH's hydra starts each rank in a session of its own, so killing mpiexec's group alone can leave ranks
+    running; each rank wrote its pid, and is the leader of its group, so its children go with it.
+    """
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        _signal_group(job.pid, signum)
+        for pid in _alive_ranks(output_dir):
+            _signal_group(pid, signum)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while time.monotonic() < deadline and (job.poll() is None or _alive_ranks(output_dir)):
+            time.sleep(0.05)
+    job.wait()
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """Signal the process group led by ``pid``, or the process alone where it leads none."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+    except PermissionError:
+        pass
+
+
+def _rank_pids(output_dir: str) -> list[int]:
+    texts = (path.read_text().strip() for path in Path(output_dir).glob("rank*.pid"))
+    return [int(text) for text in texts if text.isdigit()]
+
+
+def _alive_ranks(output_dir: str) -> list[int]:
+    return [pid for pid in _rank_pids(output_dir) if _is_running_rank(pid, output_dir)]
+
+
+def _is_running_rank(pid: int, output_dir: str) -> bool:
+    """Whether ``pid`` still runs a rank of this job.
+
+    Pids are reused, so where ``/proc`` exists the process's command line must also name this job's output folder
+    (a zombie's command line is empty: it counts as ended).
+    """
+    if os.path.isdir("/proc/self"):
+        try:
+            return output_dir.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _collect(
+    nprocs: int,
+    returncode: int | None,
+    timed_out: bool,
+    timeout: float | None,
+    elapsed: float,
+    output_dir: str,
+    kind: str,
+) -> RankResult:
+    def read(name: str) -> str | None:
+        path = os.path.join(output_dir, name)
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+
+    outputs = [read(f"rank{r}.out") or "" for r in range(nprocs)]
+    statuses = [int(text) if (text := read(f"rank{r}.status")) else None for r in range(nprocs)]
+    returns = []
+    if kind == "function":
+        returns = [ast.literal_eval(text) if (text := read(f"rank{r}.return")) else None for r in range(nprocs)]
+    return RankResult(
+        nprocs=nprocs,
+        command=[],
+        returncode=returncode,
+        outputs=outputs,
+        statuses=statuses,
+        launcher_output=read("mpiexec.out") or "",
+        timed_out=timed_out,
+        timeout=timeout,
+        elapsed=elapsed,
+        returns=returns,
+    )
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Self re-launch for tutorials, and the command line.
+
+
+def relaunch(nprocs: int, *, env: Mapping[str, str | None] | None = None, timeout: float | None = None) -> None:
+    """Re-run the calling script on ``nprocs`` ranks, unless this process already is a rank.
+
+    Started plainly (``python tutorial.py``), this runs the script again under ``mpiexec``, prints each rank's
+    output as one block headed by ``[rank r]``, ranks in order, and exits with the job's status. Under
+    ``mpiexec`` (or :func:`launch`) it returns at once, and the script carries on as one rank.
+    """
+    if under_mpi():
+        return
+    script = sys.argv[0] if sys.argv else ""
+    if not script or script == "-c" or not os.path.isfile(script):
+        raise RuntimeError("relaunch(nprocs): call it from a script file started as 'python script.py'")
+    result = launch(nprocs, script, args=sys.argv[1:], env=env, timeout=timeout)
+    sys.exit(_print_in_rank_order(result))
+
+
+def _print_in_rank_order(result: RankResult) -> int:
+    """Print the ranks' output blocks; on failure say on stderr which ranks failed. Return the exit status."""
+    print(result.in_rank_order(), end="", flush=True)
+    if not result.ok:
+        failed = ", ".join(
+            f"rank {rank} {'did not finish' if status is None else f'exited with {status}'}"
+            for rank, status in enumerate(result.statuses)
+            if status != 0
+        )
+        print(f"[nbcoll.launch] {result.describe_status()}; {failed or 'no rank failed'}", file=sys.stderr)
+        if result.launcher_output.strip():
+            print(result.launcher_output.rstrip("\n"), file=sys.stderr)
+    return _job_exit_status(result)
+
+
+def _job_exit_status(result: RankResult) -> int:
+    if result.timed_out:
+        return 124  # what timeout(1) returns
+    failed = [s for s in result.statuses if s]
+    if failed:
+        return failed[0]
+    if result.returncode:
+        return result.returncode if result.returncode > 0 else 1
+    return 0 if all(s == 0 for s in result.statuses) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nbcoll.launch -n N script.py args...``: run a script on N ranks, print outputs in rank order."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--as-rank"]:
+        return _run_as_rank(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m nbcoll.launch", description="Run a Python script on N MPI ranks; print each rank's output."
+    )
+    parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before every rank is killed")
+    parser.add_argument("script", help="the Python script to run on every rank")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    options = parser.parse_args(argv)
+    result = launch(options.nprocs, options.script, args=options.args, timeout=options.timeout)
+    return _print_in_rank_order(result)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Inside each rank: redirect the output to this rank's file, record pid and exit status, run the target.
+
+
+def _rank_number() -> int:
+    for name in RANK_VARIABLES:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    raise RuntimeError(f"nbcoll.launch --as-rank: none of {', '.join(RANK_VARIABLES)} is set; run under mpiexec")
+
+
+def _run_as_rank(argv: list[str]) -> int:
+    output_dir, kind, target, *args = argv
+    rank = _rank_number()
+    prefix = os.path.join(output_dir, f"rank{rank}")
+    output = os.open(prefix + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # At the descriptor level, so that C extensions and child processes write there too.
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    Path(prefix + ".pid").write_text(str(os.getpid()))
+    try:
+        result = _run_target(kind, target, args)
+        if kind == "function":
+            Path(prefix + ".return").write_text(_literal_return(result))
+        status = 0
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+        if not isinstance(stop.code, (int, type(None))):
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    Path(prefix + ".status").write_text(str(status))
+    if status:
+        _abort_mpi_job(status)
+    return status
+
+
+def _abort_mpi_job(status: int) -> None:
+    """End the whole job when this rank fails after starting MPI, as ``python -m mpi4py`` does.
+
+    Otherwise the other ranks wait for this one in their next collective until the timeout, and the report
+    shows a hang instead of the error.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.COMM_WORLD.Abort(status)
+
+
+def _exit_status(code: Any) -> int:
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def _literal_return(value: Any) -> str:
+    if hasattr(value, "tolist"):  # NumPy arrays and scalars
+        value = value.tolist()
+    text = repr(value)
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise TypeError(
+            f"the launched function returned {type(value).__name__}, which cannot travel back; "
+            "return numbers, strings, bools, None, NumPy values, or tuples/lists/dicts of them"
+        ) from None
+    return text
+
+
+def _run_target(kind: str, target: str, args: list[str]) -> Any:
+    if kind == "script":
+        sys.argv = [target, *args]
+        sys.path[0] = os.path.dirname(target)
+        runpy.run_path(target, run_name="__main__")
+        return None
+    if kind == "code":
+        sys.argv = ["-c", *args]
+        sys.path[0] = ""
+        main_module = types.ModuleType("__main__")
+        sys.modules["__main__"] = main_module
+        exec(compile(target, "<string>", "exec"), main_module.__dict__)
+        return None
+    module_name, qualname = target.rsplit(":", 1)
+    if module_name.endswith(".py"):
+        # A function of a main script: load the script under another name, so its `if __name__ == "__main__"`
+        # block does not run again (multiprocessing's spawn does the same).
+        namespace = runpy.run_path(module_name, run_name="__mp_main__")
+        holder: Any = types.SimpleNamespace(**namespace)
+    else:
+        holder = importlib.import_module(module_name)
+    function = holder
+    for part in qualname.split("."):
+        function = getattr(function, part)
+    return function(*(ast.literal_eval(arg) for arg in args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""``Function``: one differentiable operation, its forward and its backward side by side.
+
+A subclass writes two static methods on device arrays (never on Tensors): ``forward(ctx, *args)`` computes the
+result with kernel launch functions and saves what backward needs on ``ctx``; ``backward(ctx, grad_output)``
+returns one gradient per positional argument of forward (``None`` where there is none). ``apply`` runs forward
+on Tensors and, when a gradient is wanted, records ``ctx`` as the ``grad_fn`` node of the result.
+
+Example::
+
+    class Square(Function):
+        @staticmethod
+        def forward(ctx, x):                     # for i: y[i] = x[i] * x[i]
+            ctx.save_for_backward(x)
+            return elementwise.binary("mul", x, x)
+
+        @staticmethod
+        def backward(ctx, dy):                   # for i: dx[i] = 2 * x[i] * dy[i]
+            (x,) = ctx.saved_tensors
+            return elementwise.binary("mul", dy, elementwise.binary("add", x, x))
+
+    y = Square.apply(x)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nbcoll.tensors.grad_mode import is_grad_enabled
+
+if TYPE_CHECKING:
+    from nbcoll.tensors.tensor import Tensor
+
+FREED_GRAPH_MESSAGE = (
+    "Trying to backward through the graph a second time (or to read saved tensors after they were freed). "
+    "Saved intermediate values of the graph are freed when you call .backward(); "
+    "specify retain_graph=True if you need to backward through the graph a second time."
+)
+
+
+class Context:
+    """A node of the graph: what one ``Function`` call needs for its backward.
+
+    Example::
+
+        y = Square.apply(x)
+        y.grad_fn                   # <Square node>: y.grad_fn.inputs == (x,)
+    """
+
+    def __init__(self, function: type[Function], inputs: tuple[Tensor | None, ...]) -> None:
+        self.function = function
+        # One entry per positional argument of forward: the Tensor, or None for a non-Tensor argument.
+        self.inputs = inputs
+        self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
+        self.hooks: list[Any] = []  # hooks of the output Tensor, run on its gradient before backward
+        self._saved: tuple[Any, ...] = ()
+        self._freed = False
+
+    def save_for_backward(self, *arrays: Any) -> None:
+        """Keep device arrays for backward; they are released after backward unless ``retain_graph=True``."""
+        self._saved = arrays
+
+    @property
+    def saved_tensors(self) -> tuple[Any, ...]:
+        if self._freed:
+            raise RuntimeError(FREED_GRAPH_MESSAGE)
+        return self._saved
+
+    def release(self) -> None:
+        """Drop the saved arrays (what ``backward`` does unless asked to retain the graph)."""
+        if self._saved:
+            self._freed = True
+        self._saved = ()
+
+    def run_backward(self, grad_output: Any) -> tuple[Any, ...]:
+        """Call the function's backward and check that it returned one gradient per input."""
+        grads = self.function.backward(self, grad_output)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        if len(grads) != len(self.inputs):
+            raise RuntimeError(
+                f"{self.function.__name__}.backward returned {len(grads)} gradients, expected {len(self.inputs)} "
+                "(one per positional argument of forward, None where there is none)"
+            )
+        return grads
+
+    def __repr__(self) -> str:
+        return f"<{self.function.__name__} node>"
+
+
+class Function:
+    """Base class of differentiable operations (see the module docstring for a complete example).
+
+    Example::
+
+        y = Square.apply(x)         # y.grad_fn is the recorded node; y.backward() calls Square.backward
+    """
+
+    @staticmethod
+    def forward(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, grad_output: Any) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Tensor:
+        """Run forward on the device arrays of the Tensor arguments; record the node when a gradient is wanted."""
+        # Imported here because the Tensor module imports every op, and every op imports this module.
+        from nbcoll.tensors.tensor import Tensor
+
+        ctx = Context(cls, tuple(a if isinstance(a, Tensor) else None for a in args))
+        records = is_grad_enabled() and any(ctx.needs_input_grad)
+        if not records:
+            ctx.needs_input_grad = tuple(False for _ in args)  # lets forward skip what only backward needs
+        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        output = cls.forward(ctx, *arrays, **kwargs)
+        if records and np.dtype(output.dtype).kind != "f":
+            records = False  # integer and bool results (indices, masks) carry no gradient
+            ctx.release()
+        return Tensor._from_array(output, requires_grad=records, grad_fn=ctx if records else None)

@@ -1,0 +1,78 @@
+"""Switch graph recording off: ``no_grad`` as a context manager or a decorator.
+
+Example::
+
+    with nbcoll.no_grad():
+        y = model(x)            # no graph is recorded: y.requires_grad is False
+
+    @nbcoll.no_grad()
+    def evaluate(model, x):
+        return model(x)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """True when operations record a graph for backward (the default)."""
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(enabled: bool) -> None:
+    _state.enabled = bool(enabled)
+
+
+class _GradMode:
+    """Set graph recording to ``enabled`` inside a ``with`` block or a decorated function, then restore it."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self._previous: list[bool] = []  # a stack, so that one object can be entered again while active
+
+    def __enter__(self) -> None:
+        self._previous.append(is_grad_enabled())
+        set_grad_enabled(self.enabled)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        set_grad_enabled(self._previous.pop())
+
+    def __call__(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with type(self)():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):  # noqa: N801 - lower case, as in PyTorch, because it reads as a statement
+    """Run a block, or every call of a function, without recording a graph.
+
+    Example::
+
+        with no_grad():
+            w_new = w - 0.1 * w.grad     # a plain update: no graph, no grad
+    """
+
+    enabled = False
+
+
+class enable_grad(_GradMode):  # noqa: N801
+    """Record a graph again inside a ``no_grad`` block.
+
+    Example::
+
+        with no_grad():
+            with enable_grad():
+                y = x * 2                # recorded
+    """
+
+    enabled = True

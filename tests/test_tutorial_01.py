@@ -1,0 +1,115 @@
+"""Tutorial 01 runs, narrates what it shows, and its kernels are real CUDA (they compile to PTX for sm_90)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "01_first_kernel.py"
+
+
+def _run(args: list[str], backend: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["NBCOLL_BACKEND"] = backend
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def sim_output() -> str:
+    proc = _run([str(TUTORIAL)], "sim")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_tutorial_01_narrates_each_numbered_section(sim_output):
+    assert sim_output.startswith("Tutorial 01 on the 'sim' backend")
+    for section in range(1, 6):
+        assert f"\n{section}. " in sim_output
+    assert sim_output.rstrip().endswith("Done: every kernel matched NumPy.")
+
+
+def test_tutorial_01_prints_each_thread_coordinates(sim_output):
+    assert "blockIdx.x  threadIdx.x  blockDim.x  cuda.grid(1)  element" in sim_output
+    rows = [line.split() for line in sim_output.splitlines() if line.startswith("   ") and "x[" in line]
+    assert [row[:4] for row in rows] == [[str(i // 4), str(i % 4), "4", str(i)] for i in range(10)]
+    assert sim_output.count("none: past the end") == 2
+
+
+def test_tutorial_01_saxpy_matches_numpy(sim_output):
+    assert "2. saxpy on 300 elements: 3 blocks x 128 threads" in sim_output
+    assert "= 384 threads for 300 elements; 84 idle" in sim_output
+    assert "saxpy matches NumPy" in sim_output
+
+
+def test_tutorial_01_shows_the_simulator_catching_a_missing_bounds_check(sim_output):
+    line = next(line for line in sim_output.splitlines() if "IndexError" in line)
+    assert "the simulator raised IndexError" in line
+    assert "ctaid=[2, 0, 0]" in line  # only the last block has threads past the end
+    assert "out of bounds for axis 0 with size 300" in line
+
+
+def test_tutorial_01_uses_nbcolls_launch_functions_and_prints_the_grid(sim_output):
+    assert "unary('relu', x): 300 elements, matches unary_reference" in sim_output
+    assert "saxpy from two launches, matches NumPy" in sim_output
+    assert "blocks_for(300) = 2 blocks x 256 threads = 512 threads, 212 idle" in sim_output
+    geometry = {int(row[0]): [int(v) for v in row[1:]] for row in _geometry_rows(sim_output)}
+    assert geometry[256] == [1, 256, 0]
+    assert geometry[257] == [2, 512, 255]
+
+
+def _geometry_rows(output: str) -> list[list[str]]:
+    after = output.split("n  blocks  threads  idle threads", 1)[1].splitlines()
+    return [line.split() for line in after if len(line.split()) == 4]
+
+
+def test_tutorial_01_moves_off_the_numpy_backend_to_launch_its_kernels():
+    proc = _run([str(TUTORIAL)], "numpy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Tutorial 01 on the 'sim' backend" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_tutorial_01_on_a_gpu_does_not_launch_the_unchecked_kernel():
+    proc = _run([str(TUTORIAL)], "cuda")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Tutorial 01 on the 'cuda' backend" in proc.stdout
+    assert "not launched on a real GPU" in proc.stdout
+    assert "saxpy matches NumPy" in proc.stdout
+
+
+def test_tutorial_01_kernels_compile_to_ptx_for_sm90():
+    # The tutorial cannot be imported on the cuda backend without a GPU (it launches kernels at once), so its
+    # registered kernels are read from the source and compiled one by one, in a process without the simulator.
+    code = textwrap.dedent(
+        """
+        import ast, sys
+        from numba import cuda
+
+        tree = ast.parse(open(sys.argv[1]).read())
+        compiled = 0
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+            if "cuda.jit" not in names:
+                continue
+            assert "register" in names, node.name + " is a kernel without @register"
+            register = node.decorator_list[names.index("register")]
+            signatures = [ast.literal_eval(arg) for arg in register.args]
+            node.decorator_list = []
+            namespace = {"cuda": cuda}
+            exec(compile(ast.Module(body=[node], type_ignores=[]), sys.argv[1], "exec"), namespace)
+            for signature in signatures:
+                ptx, _ = cuda.compile_ptx(namespace[node.name], signature, cc=(9, 0))
+                assert ".entry" in ptx, node.name
+                compiled += 1
+                print("ok", node.name, signature)
+        print("compiled", compiled)
+        """
+    )
+    proc = _run(["-c", code, str(TUTORIAL)], "cuda")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compiled 3" in proc.stdout, proc.stdout
