@@ -70,6 +70,37 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["view"], help="what to do with the trace: view draws it")
+    parser.add_argument("directory", help="the NBCOLL_TRACE directory of a run")
+    parser.add_argument("-o", "--output", default="trace.png", help="image file to write (default trace.png)")
+    parser.add_argument("--seq", type=int, default=None, help="draw only the collective with this number")
+    parser.add_argument("--time", action="store_true", help="x axis in wall-clock time instead of steps")
+
+
+@subcommand("trace", "draw an NBCOLL_TRACE directory as a space-time diagram", _trace_arguments)
+def trace(args: argparse.Namespace) -> int:
+    from nbcoll.comm import trace_view
+
+    path = trace_view.draw(args.directory, args.output, seq=args.seq, use_time=args.time)
+    print(f"wrote {path}")
+    return 0
+
+
+def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-bytes", type=int, default=4 << 20, help="largest ping-pong message (default 4 MiB)")
+    parser.add_argument("--repeats", type=int, default=5, help="ping-pongs per size; the median is kept")
+
+
+@subcommand(
+    "calibrate", "measure latency and bandwidth per transport for the tuner (run under mpiexec)", _calibrate_arguments
+)
+def calibrate(args: argparse.Namespace) -> int:
+    from nbcoll.comm import calibrate as calibration
+
+    return calibration.main(max_bytes=args.max_bytes, repeats=args.repeats)
+
+
 # ------------------------------------------------------------------------------------------------------------
 
 

@@ -74,7 +74,7 @@ class Collectives:
         op = combine_kernels.parse_op(op)
         send = self._buffer(sendbuf, "sendbuf")
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
-        self._same_size(send, "sendbuf", recv, "recvbuf", send.size)
+        self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
         local = self._contribution(send, op)
         return self._collective(
@@ -96,7 +96,7 @@ class Collectives:
         root = self._root(root)
         send = self._buffer(sendbuf, "sendbuf")
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
-        self._same_size(send, "sendbuf", recv, "recvbuf", send.size)
+        self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
         return self._collective(
             "broadcast",
@@ -123,7 +123,7 @@ class Collectives:
         root = self._root(root)
         send = self._buffer(sendbuf, "sendbuf")
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
-        self._same_size(send, "sendbuf", recv, "recvbuf", send.size)
+        self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
         local = self._contribution(send, op)
         out = recv if self.rank == root else None

@@ -78,6 +78,10 @@ class Watchdog:
         self.recorder = recorder
         self.log = log
 
+    def _report(self, error: Exception) -> Exception:
+        self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
+        return error
+
     def _context(self, ops: Sequence[Any]) -> str:
         lines = [f"  pending: {op.describe()}; waiting for {op.waiting_for()}" for op in ops]
         return "\n".join(lines) + "\n" + self.recorder.format(self.rank)
@@ -90,9 +94,11 @@ class Watchdog:
             op.record.finish("aborted")
         who = "this rank" if by == self.rank else f"rank {by}"
         what = f"{ops[0].headline()} stopped" if ops else "operation refused"
-        raise CommAbortedError(
-            f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
-            + (":\n" + self._context(ops) if ops else "")
+        raise self._report(
+            CommAbortedError(
+                f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
+                + (":\n" + self._context(ops) if ops else "")
+            )
         )
 
     def check_peers(self, ops: Sequence[Any]) -> None:
@@ -100,9 +106,11 @@ class Watchdog:
             pid = self.peer_pids.get(op.peer)
             if pid is not None and not process_alive(pid):
                 op.record.finish("failed")
-                raise CommPeerLostError(
-                    f"rank {self.rank}: {op.headline()} failed: peer rank {op.peer} (pid {pid}) has exited "
-                    f"during {op.describe()}:\n" + self._context(ops)
+                raise self._report(
+                    CommPeerLostError(
+                        f"rank {self.rank}: {op.headline()} failed: peer rank {op.peer} (pid {pid}) has exited "
+                        f"during {op.describe()}:\n" + self._context(ops)
+                    )
                 )
 
     def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
@@ -111,10 +119,12 @@ class Watchdog:
         except MPI.Exception as exc:  # MPI's own report of a broken connection, usually a dead peer
             op.record.finish("failed")
             reason = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
-            raise CommPeerLostError(
-                f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
-                f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
-                + self._context(pending)
+            raise self._report(
+                CommPeerLostError(
+                    f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
+                    f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
+                    + self._context(pending)
+                )
             ) from exc
 
     def drive(self, ops: Sequence[Any]) -> None:
@@ -136,7 +146,9 @@ class Watchdog:
                 if id(op.conn) in busy:
                     continue  # an earlier message on this connection goes first
                 busy.add(id(op.conn))
-                moved |= self._progress(op, pending)
+                if self._progress(op, pending):
+                    moved = True
+                    self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
             pending = [op for op in pending if not op.done]
             now = time.monotonic()
             if moved:
@@ -151,10 +163,12 @@ class Watchdog:
                 for op in pending:
                     op.record.finish("timed out")
                 first = pending[0]
-                raise CommTimeoutError(
-                    f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
-                    f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
-                    + self._context(pending)
+                raise self._report(
+                    CommTimeoutError(
+                        f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
+                        f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
+                        + self._context(pending)
+                    )
                 )
             # Spin briefly (a peer is usually microseconds away), then yield the core to it.
             time.sleep(0 if idle < SPINS_BEFORE_SLEEP else min(0.001, 1e-5 * idle))
