@@ -17,10 +17,43 @@ from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
 
 __version__ = "0.1.0"
 
+# The communication layer imports mpi4py, which initialises MPI: load it only when a program asks for it.
+_COMM_NAMES = {
+    "init": "nbcoll.comm",
+    "Communicator": "nbcoll.comm",
+    "NOCOLOR": "nbcoll.comm",
+    "CommError": "nbcoll.comm",
+    "CommTimeoutError": "nbcoll.comm",
+    "CommAbortedError": "nbcoll.comm",
+    "CommPeerLostError": "nbcoll.comm",
+    "CommMismatchError": "nbcoll.comm",
+    "CollectiveMismatchError": "nbcoll.comm.errors",
+    "premul_sum": "nbcoll.kernels.combine",
+}
+
+
+def __getattr__(name: str):
+    if name in _COMM_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(_COMM_NAMES[name]), name)
+    raise AttributeError(f"module 'nbcoll' has no attribute {name!r}")
+
+
 __all__ = [
     "BACKENDS",
     "DTYPES",
     "BackendError",
+    "CollectiveMismatchError",
+    "CommAbortedError",
+    "CommError",
+    "CommMismatchError",
+    "CommPeerLostError",
+    "CommTimeoutError",
+    "Communicator",
+    "NOCOLOR",
+    "init",
+    "premul_sum",
     "Tensor",
     "autograd",
     "functional",

@@ -55,6 +55,14 @@ def test_p2p_on_the_simulator(nprocs):
     every_rank_says(run(nprocs, P2P, NBCOLL_BACKEND="sim"), "p2p ok")
 
 
+@pytest.mark.gpu
+def test_p2p_over_cuda_ipc_and_staged_mpi_on_a_gpu():
+    result = run(2, P2P, NBCOLL_BACKEND="cuda")
+    every_rank_says(result, "p2p ok")
+    result = run(2, P2P, "mpi|mpi", NBCOLL_BACKEND="cuda", NBCOLL_TRANSPORT="mpi")
+    every_rank_says(result, "p2p ok")
+
+
 FAKE_NODES = "ipc,mpi,mpi|ipc,mpi,mpi|mpi,mpi,ipc|mpi,mpi,ipc"
 
 
@@ -126,9 +134,10 @@ def test_a_peer_that_exits_mid_transfer_fails_its_peer_within_the_timeout(transp
 
 
 @pytest.mark.parametrize("transport", ["ipc", "mpi"])
-def test_abort_on_one_rank_releases_the_others(transport):
+def test_abort_on_one_rank_releases_the_others_who_then_shrink_it_away(transport):
     result = run(3, FAULTS, "abort", NBCOLL_BACKEND="numpy", NBCOLL_TRANSPORT=transport, NBCOLL_TIMEOUT=30)
     every_rank_says(result, "abort ok")
+    assert all("shrunk communicator passed a ring" in out for out in result.outputs[1:])
 
 
 if __name__ == "__main__":

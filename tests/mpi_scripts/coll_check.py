@@ -5,8 +5,9 @@ rank's input (a seeded generator per rank), so each rank builds the exact expect
 
 Inputs and tolerance: integers are random over the whole range of the dtype, and results must be equal bit for
 bit (wrap-around is order-independent). float16 inputs are small whole numbers, so sums and products are exact in
-any order. float32 and float64 inputs are standard normal; a result may differ from the reference's summation
-order by at most ``n * eps * sum(|x_i|)`` per element, the textbook bound for reordering a sum of ``n`` terms.
+any order. float32 and float64 inputs are standard normal; a sum may differ from the reference's summation order
+by at most ``n * eps * sum(|x_i|)`` per element, the textbook bound for reordering a sum of ``n`` terms, and a
+product by ``n * eps * |product|``; max and min are exact.
 """
 
 from __future__ import annotations
@@ -71,14 +72,18 @@ def reduce_reference(inputs: list[np.ndarray], op_name: str) -> np.ndarray:
     return acc
 
 
-def check_close(got: np.ndarray, expected: np.ndarray, inputs: list[np.ndarray], what: str) -> None:
+def check_close(got: np.ndarray, expected: np.ndarray, inputs: list[np.ndarray], what: str, op: str = "sum") -> None:
     if got.dtype.kind in "iu" or got.dtype == np.float16:
         if not np.array_equal(got, expected):
             bad = np.flatnonzero(got != expected)[:5]
             raise AssertionError(f"{what}: mismatch at {bad}: got {got[bad]}, expected {expected[bad]}")
         return
     n = len(inputs)
-    bound = n * np.finfo(got.dtype).eps * np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
+    eps = np.finfo(got.dtype).eps
+    if op == "prod":  # each of the n-1 multiplications rounds once: a relative bound
+        bound = n * eps * np.abs(expected.astype(np.float64))
+    else:
+        bound = n * eps * np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
     if bound.shape != expected.shape:  # reduce-scatter and friends: bound per output element
         bound = np.full(expected.shape, bound.max() if bound.size else 0.0)
     err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
@@ -104,7 +109,7 @@ def run_case(
             comm.reduce(send, recv, op=op, root=root, algo=algo)
         result = nbcoll.to_host(send if inplace else recv)
         if coll == "all_reduce" or r == root:
-            check_close(result, expected, inputs, what)
+            check_close(result, expected, inputs, what, op_name)
         elif not inplace:
             assert np.all(result == dtype.type(7)), f"{what}: a non-root recvbuf was written"
     elif coll == "broadcast":
@@ -130,7 +135,7 @@ def run_case(
         send = nbcoll.to_device(inputs[r])
         recv = send[r * count : (r + 1) * count] if inplace else nbcoll.to_device(np.zeros(count, dtype))
         comm.reduce_scatter(send, recv, op=op, algo=algo)
-        check_close(nbcoll.to_host(recv), expected, [x[r * count : (r + 1) * count] for x in inputs], what)
+        check_close(nbcoll.to_host(recv), expected, [x[r * count : (r + 1) * count] for x in inputs], what, op_name)
     elif coll == "all_to_all":
         inputs = [rank_input(p, n * count, dtype, tag) for p in range(n)]
         expected = np.concatenate([inputs[p][r * count : (r + 1) * count] for p in range(n)]) if count else inputs[r]

@@ -118,5 +118,17 @@ elif mode == "abort":
         assert elapsed < timeout / 2, elapsed
         expect(CommAbortedError, lambda: comm.send(out, 0), "aborted by rank 0")
         assert isinstance(CommAbortedError("x"), CommError)
+        # Carry on without rank 0: shrink the aborted communicator, then pass a ring of messages.
+        survivors = comm.shrink([0])
+        assert (survivors.rank, survivors.size) == (rank - 1, size - 1)
+        if survivors.size > 1:
+            token, received = nbcoll.to_device(np.full(3, survivors.rank, np.int32)), nbcoll.zeros(3, np.int32)
+            left = (survivors.rank - 1) % survivors.size
+            with survivors.group():
+                survivors.send(token, (survivors.rank + 1) % survivors.size)
+                survivors.recv(received, left)
+            assert np.all(nbcoll.to_host(received) == left), nbcoll.to_host(received)
+            print(f"rank {rank}: shrunk communicator passed a ring", flush=True)
+        survivors.destroy()
     comm.destroy()
     print("abort ok", flush=True)

@@ -63,7 +63,7 @@ raises(ValueError, lambda: comm.send(x, -1), "out of range")
 raises(TypeError, lambda: comm.send(x, 0.5), "int")
 wrong_backend = [1.0, 2.0] if not sim else np.zeros(3, np.float32)
 raises(TypeError, lambda: comm.send(wrong_backend, (rank + 1) % size), "buf")
-if not sim:
+if nbcoll.get_backend() == "numpy":
     raises(ValueError, lambda: comm.send(np.zeros((4, 4), np.float32)[:, 1], (rank + 1) % size), "contiguous")
 check((comm.counters.as_dict(), comm.recorder.count) == before, "bad input changed the counters or recorder")
 closed = comm.dup()

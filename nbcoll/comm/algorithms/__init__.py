@@ -2,13 +2,13 @@
 
 Every algorithm is a generator of primitives (:mod:`nbcoll.comm.primitives`), one file per family:
 
-================== ==========================================================================
-``ring``           all-reduce, broadcast, reduce, all-gather, reduce-scatter (:mod:`.ring`)
-``tree``           all-reduce (double binary tree), broadcast, reduce (:mod:`.tree`)
-``direct``         all-reduce and all-gather in one shot, gather, scatter (:mod:`.direct`)
+==================== ==========================================================================
+``ring``             all-reduce, broadcast, reduce, all-gather, reduce-scatter (:mod:`.ring`)
+``tree``             all-reduce (double binary tree), broadcast, reduce (:mod:`.tree`)
+``direct``           all-reduce and all-gather in one shot, gather, scatter (:mod:`.direct`)
 ``halving_doubling`` all-reduce by Rabenseifner's recursive halving and doubling (:mod:`.halving_doubling`)
-``pairwise``       all-to-all, and the barrier (:mod:`.pairwise`)
-================== ==========================================================================
+``pairwise``         all-to-all, and the barrier (:mod:`.pairwise`)
+==================== ==========================================================================
 
 ``NBCOLL_ALGO`` uses NCCL's syntax for ``NCCL_ALGO``: a list of algorithms (``ring,tree``), a list to exclude
 (``^tree``), or per-collective lists separated by ``;`` (``allreduce:tree;broadcast:ring``). Collective names

@@ -22,7 +22,8 @@ def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
     """``out[p*count : (p+1)*count]`` of rank ``r`` is ``local[r*count : (r+1)*count]`` of rank ``p``."""
     n, r, count = ctx.nranks, ctx.rank, out.size // ctx.nranks
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        yield ctx.copy(local[r * count + lo : r * count + hi], out[r * count + lo : r * count + hi], (lo, hi))
+        a, b = r * count + lo, r * count + hi
+        yield ctx.copy(local[a:b], out[a:b], (a, b))
     for step in range(1, n):
         to, frm = (r + step) % n, (r - step) % n
         send, recv = ctx.prims(send_to=[to]), ctx.prims(recv_from=[frm])

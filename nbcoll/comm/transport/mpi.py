@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import backend, memory
-from nbcoll.comm.connection import Chunk, RecvConnection, SendConnection
+from nbcoll.comm.connection import Chunk, RecvConnection, SendConnection, synchronize
 
 TAG_MORE = 1
 """Tag of a chunk followed by more chunks of the same message."""
@@ -62,7 +62,9 @@ class _StagedSlots:
             self.host = [np.empty(chunk_bytes, np.uint8) for _ in range(steps)]
 
     def to_host(self, index: int, nbytes: int) -> None:
-        if not self.direct and nbytes:
+        if self.direct:
+            synchronize()  # MPI reads the device slot itself: the kernel that filled it must be done
+        elif nbytes:
             _device_to_host(self.device[index][:nbytes], self.host[index][:nbytes])
 
     def to_device(self, index: int, nbytes: int) -> None:

@@ -1,0 +1,294 @@
+"""nbcoll's collectives against the MPI library's, on the same host buffers, in the same run.
+
+For every collective and size, each rank times MPI (through mpi4py) and every nbcoll algorithm that applies,
+interleaved repeat by repeat so that both see the same machine noise; a sample is the slowest rank's time,
+and the table keeps the median of the repeats. The ratio is MPI's time over the best nbcoll algorithm's time,
+which is also nbcoll's busbw over MPI's (the same bytes and the same factor divide both). The results of both
+libraries are compared element by element on exact inputs.
+
+Run::
+
+    python benchmarks/vs_mpi.py                     # launches itself on 2 and then 4 ranks, numpy backend
+    mpiexec -n 4 python benchmarks/vs_mpi.py        # one rank count
+    python benchmarks/vs_mpi.py --quick             # a few small sizes, for a smoke test
+
+It writes ``vs_mpi_<n>ranks.json``, ``.rst`` (the tables of the docs' Performance page) and ``.png`` into
+``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+QUICK_SIZES = [8, 4 << 10, 64 << 10]
+TARGET = 0.8
+"""The goal: nbcoll's best algorithm reaches this fraction of MPI's busbw from 1 MiB up."""
+HERE = Path(__file__).resolve().parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="three small sizes and two repeats (a smoke test)")
+    p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec (default 2,4)")
+    p.add_argument("--repeats", type=int, default=None, help="timed samples per size and contender (default 5)")
+    p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated subset")
+    p.add_argument("--max-bytes", type=int, default=None, help="stop the sweep at this size")
+    p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json, .rst and .png")
+    p.add_argument("--no-plot", action="store_true", help="skip the plot (no matplotlib needed)")
+    return p.parse_args(argv)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# One rank's work.
+
+
+def mpi_call(world, collective: str, send: np.ndarray, recv: np.ndarray):
+    from mpi4py import MPI
+
+    if collective == "all_reduce":
+        return lambda: world.Allreduce(send, recv, op=MPI.SUM)
+    if collective == "all_gather":
+        return lambda: world.Allgather(send, recv)
+    if collective == "reduce_scatter":
+        return lambda: world.Reduce_scatter_block(send, recv, op=MPI.SUM)
+    if collective == "broadcast":
+        return lambda: world.Bcast(recv, root=0)
+    return lambda: world.Alltoall(send, recv)
+
+
+def nbcoll_call(comm, collective: str, algo: str, send: np.ndarray, recv: np.ndarray):
+    if collective == "all_reduce":
+        return lambda: comm.all_reduce(send, recv, algo=algo)
+    if collective == "all_gather":
+        return lambda: comm.all_gather(send, recv, algo=algo)
+    if collective == "reduce_scatter":
+        return lambda: comm.reduce_scatter(send, recv, algo=algo)
+    if collective == "broadcast":
+        return lambda: comm.broadcast(send, recv, root=0, algo=algo)
+    return lambda: comm.all_to_all(send, recv, algo=algo)
+
+
+def buffers(collective: str, count: int, rank: int, nranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inputs (see :mod:`nbcoll.perf.exact`) and an output buffer, as the collective's shapes need."""
+    from nbcoll.perf import exact
+
+    n_in = count * nranks if collective in ("reduce_scatter", "all_to_all") else count
+    n_out = count * nranks if collective in ("all_gather", "all_to_all") else count
+    source = 0 if collective == "broadcast" else rank
+    send = exact.rank_input(source, "sum", np.dtype(np.float32), 0, n_in)
+    return send, np.zeros(n_out, np.float32)
+
+
+def sample(world, call, inner: int) -> float:
+    """Seconds per call for the slowest rank: a barrier, ``inner`` calls, the maximum over ranks."""
+    from mpi4py import MPI
+
+    world.Barrier()
+    start = time.perf_counter()
+    for _ in range(inner):
+        call()
+    return world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX)
+
+
+def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
+    """Median seconds of MPI and of every nbcoll algorithm at one size, and whether their results agree."""
+    from nbcoll.comm.algorithms import ALGORITHMS
+    from nbcoll.perf import bandwidth
+
+    n, rank = comm.size, comm.rank
+    count = bandwidth.block_count(collective, nbytes, np.dtype(np.float32), n)
+    nbytes = bandwidth.total_bytes(collective, count, np.dtype(np.float32), n)
+    send, recv_mpi = buffers(collective, count, rank, n)
+    if collective == "broadcast":
+        recv_mpi[...] = send if rank == 0 else 0
+    contenders = {"MPI": mpi_call(world, collective, send, recv_mpi)}
+    results = {}
+    for algo in ALGORITHMS[collective]:
+        recv = np.zeros_like(recv_mpi)
+        results[algo] = recv
+        contenders[algo] = nbcoll_call(comm, collective, algo, send, recv)
+    for call in contenders.values():  # warm-up: connections, first-touch of pages
+        call()
+    agree = all(np.array_equal(out, recv_mpi) for out in results.values())
+    agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
+    inner = max(1, min(10, (256 << 10) // max(nbytes, 1)))
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, call in contenders.items():
+            samples[name].append(sample(world, call, inner))
+    medians = {name: statistics.median(s) for name, s in samples.items()}
+    algos = [a for a in medians if a != "MPI"]
+    best = min(algos, key=lambda a: medians[a])
+    factor = bandwidth.bus_factor(collective, n)
+    return {
+        "collective": collective,
+        "nbytes": nbytes,
+        "count": count,
+        "seconds": medians,
+        "best": best,
+        "ratio": medians["MPI"] / medians[best],
+        "mpi_busbw": nbytes / medians["MPI"] / 1e9 * factor,
+        "best_busbw": nbytes / medians[best] / 1e9 * factor,
+        "agree": bool(agree),
+    }
+
+
+def environment() -> dict:
+    import mpi4py
+    from mpi4py import MPI
+
+    import nbcoll
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "mpi4py": mpi4py.__version__,
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "nbcoll": nbcoll.__version__,
+        "backend": nbcoll.get_backend(),
+    }
+
+
+def format_table(rows: list[dict], nranks: int) -> str:
+    """Plain text: one line per size with MPI's time, every algorithm's, the best, and the ratio."""
+    algos = list(rows[0]["seconds"])
+    names = "".join(f"{a[:10] + '(us)':>16}" for a in algos)
+    lines = [f"# {rows[0]['collective']}, {nranks} ranks", f"#{'size (B)':>11}{names}{'best':>18}{'ratio':>8}"]
+    for r in rows:
+        times = "".join(f"{r['seconds'][a] * 1e6:16.1f}" for a in algos)
+        mark = "" if r["agree"] else "  RESULTS DIFFER"
+        lines.append(f"{r['nbytes']:12d}{times}{r['best']:>18}{r['ratio']:8.2f}{mark}")
+    return "\n".join(lines)
+
+
+def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command: str) -> str:
+    """The docs' tables: per collective, size, MPI busbw, best nbcoll busbw, its algorithm and the ratio."""
+    out = [
+        f".. generated by benchmarks/vs_mpi.py on {env['date']}; do not edit by hand",
+        "",
+        f"**{nranks} ranks**, {env['backend']} backend, float32 sum; {env['date']} on ``{env['host']}`` "
+        f"({env['machine']}); Python {env['python']}, NumPy {env['numpy']}, mpi4py {env['mpi4py']}, "
+        f"{env['mpi']}. Command: ``{command}``.",
+        "",
+    ]
+    for collective, rows in all_rows.items():
+        out += [
+            f".. list-table:: {collective}, {nranks} ranks (busbw in GB/s; ratio = nbcoll busbw / MPI busbw)",
+            "   :header-rows: 1",
+            "",
+            "   * - size (B)",
+            "     - MPI busbw",
+            "     - nbcoll best",
+            "     - algorithm",
+            "     - ratio",
+        ]
+        for r in rows:
+            flag = " (results differ)" if not r["agree"] else ""
+            out += [
+                f"   * - {r['nbytes']}",
+                f"     - {r['mpi_busbw']:.4f}",
+                f"     - {r['best_busbw']:.4f}",
+                f"     - {r['best']}",
+                f"     - {r['ratio']:.2f}{flag}",
+            ]
+        out.append("")
+    return "\n".join(out)
+
+
+def draw(all_rows: dict[str, list[dict]], nranks: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for collective, rows in all_rows.items():
+        ax.plot([r["nbytes"] for r in rows], [r["ratio"] for r in rows], marker="o", label=collective)
+    ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}x")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size S (bytes)")
+    ax.set_ylabel("nbcoll busbw / MPI busbw")
+    ax.set_title(f"nbcoll (best algorithm) vs MPI, {nranks} ranks")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from nbcoll.comm import init
+
+    world = MPI.COMM_WORLD
+    comm = init(world)
+    n = comm.size
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    if args.max_bytes:
+        sizes = [s for s in sizes if s <= args.max_bytes]
+    repeats = args.repeats or (2 if args.quick else 5)
+    all_rows: dict[str, list[dict]] = {}
+    for collective in args.collectives.split(","):
+        rows = [measure(world, comm, collective, size, repeats) for size in sizes]
+        all_rows[collective] = rows
+        if comm.rank == 0:
+            print(format_table(rows, n), flush=True)
+    if comm.rank == 0:
+        env = environment()
+        command = "python benchmarks/vs_mpi.py" + (" --quick" if args.quick else "") + f"  (mpiexec -n {n})"
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"vs_mpi_{n}ranks{'_quick' if args.quick else ''}"
+        stem.with_suffix(".json").write_text(json.dumps({"env": env, "nranks": n, "results": all_rows}, indent=2))
+        stem.with_suffix(".rst").write_text(format_rst(all_rows, env, n, command))
+        if not args.no_plot:
+            draw(all_rows, n, stem.with_suffix(".png"))
+        large = [r for rows in all_rows.values() for r in rows if r["nbytes"] >= 1 << 20]
+        if large:
+            worst = min(large, key=lambda r: r["ratio"])
+            verdict = "met" if worst["ratio"] >= TARGET else "NOT met"
+            print(
+                f"# target {TARGET}x of MPI's busbw from 1 MiB up: {verdict} "
+                f"(lowest ratio {worst['ratio']:.2f}, {worst['collective']} at {worst['nbytes']} B)"
+            )
+        differ = [r for rows in all_rows.values() for r in rows if not r["agree"]]
+        print(f"# results equal to MPI's: {'yes' if not differ else f'NO ({len(differ)} sizes differ)'}")
+        print(f"# wrote {stem}.json, .rst" + ("" if args.no_plot else ", .png"), flush=True)
+    comm.destroy()
+    return 0 if all(r["agree"] for rows in all_rows.values() for r in rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from nbcoll.launch import launch, under_mpi
+
+    if under_mpi():
+        return run_rank(args)
+    status = 0
+    for nranks in (int(x) for x in args.ranks.split(",")):
+        result = launch(nranks, __file__, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
+        print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
+        status = status or (0 if result.ok else 1)
+    return status
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NBCOLL_BACKEND", "numpy")
+    sys.exit(main())

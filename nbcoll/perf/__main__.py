@@ -1,0 +1,185 @@
+"""The perf tool's command line, with nccl-tests' options where they make sense.
+
+Example::
+
+    mpiexec -n 4 python -m nbcoll.perf all_reduce -b 8 -e 8M -f 4 --backend numpy
+    mpiexec -n 4 python -m nbcoll.perf all_reduce -b 8 -e 1K -f 4 -o all -d all -J results.json
+
+The exit status is 0 when every check passed, 1 when any element was wrong, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+import nbcoll
+from nbcoll.perf import bandwidth, exact, table
+from nbcoll.perf.sweep import AVERAGES, Options, algorithms_of, run
+
+_AVERAGE_NUMBERS = {"0": "rank0", "1": "avg", "2": "min", "3": "max"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m nbcoll.perf",
+        description="Measure one collective and print nccl-tests' table (run under mpiexec).",
+    )
+    p.add_argument("collective", choices=bandwidth.COLLECTIVES)
+    p.add_argument("-b", "--minbytes", default="32M", help="smallest size S in bytes, e.g. 8, 64K, 8M (default 32M)")
+    p.add_argument("-e", "--maxbytes", default="32M", help="largest size S in bytes (default 32M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=None, help="multiply the size by this factor each step")
+    p.add_argument("-i", "--stepbytes", default=None, help="add this many bytes each step (instead of -f)")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed iterations first (default 5)")
+    p.add_argument("-c", "--check", type=int, default=1, help="check the result this many times (0: never)")
+    p.add_argument("-o", "--op", default="sum", help=f"reduction op: {', '.join(exact.OPS)} or all (default sum)")
+    p.add_argument("-d", "--datatype", default="float", help="dtype (float, half, int8, float64, ...) or all")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast, reduce, gather, scatter")
+    p.add_argument("-a", "--average", default="avg", help="combine ranks' times: avg, min, max or rank0 (or 1/2/3/0)")
+    p.add_argument("-J", "--output_file", default=None, help="also write the results to this JSON file")
+    p.add_argument("--algo", default=None, help="algorithm name, comma-separated names, or all (default: tuner)")
+    p.add_argument("--transport", choices=("ipc", "mpi"), default=None, help="force one transport for every peer")
+    p.add_argument("--backend", choices=nbcoll.BACKENDS, default=None, help="numpy, or the process's device backend")
+    p.add_argument("--plot", default=None, help="draw busbw against size, one line per algorithm, into this image")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="progress bar on stderr")
+    return p
+
+
+def _dtypes(text: str) -> list[np.dtype]:
+    if text.strip().lower() == "all":
+        return list(nbcoll.DTYPES)
+    out = []
+    for name in text.split(","):
+        name = name.strip().lower()
+        name = table.TYPE_ALIASES.get(name, name)
+        try:
+            out.append(nbcoll.memory.check_dtype(name, "-d"))
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+    return out
+
+
+def _ops(text: str) -> list[str]:
+    if text.strip().lower() == "all":
+        return list(exact.OPS)
+    ops = [o.strip().lower() for o in text.split(",")]
+    ops = ["premul_sum" if op == "mulsum" else op for op in ops]
+    for op in ops:
+        if op not in exact.OPS:
+            raise ValueError(f"-o: unknown op {op!r}; expected one of {', '.join(exact.OPS)} or all")
+    return ops
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """Check the command line and turn it into :class:`~nbcoll.perf.sweep.Options`."""
+    step = None if args.stepbytes is None else bandwidth.parse_size(args.stepbytes)
+    factor = args.stepfactor
+    if factor is None and step is None:
+        factor = 2
+    sizes = bandwidth.size_sweep(bandwidth.parse_size(args.minbytes), bandwidth.parse_size(args.maxbytes), factor, step)
+    average = _AVERAGE_NUMBERS.get(args.average, args.average)
+    if average not in AVERAGES:
+        raise ValueError(f"-a: expected one of {', '.join(AVERAGES)} or 0-3, got {args.average!r}")
+    progress = {"on": True, "off": False}.get(args.progress, sys.stderr.isatty() and len(sizes) >= 8)
+    return Options(
+        collective=args.collective,
+        sizes=sizes,
+        iters=args.iters,
+        warmup=args.warmup_iters,
+        check=args.check,
+        ops=_ops(args.op),
+        dtypes=_dtypes(args.datatype),
+        root=args.root,
+        average=average,
+        algos=algorithms_of(args.collective, args.algo),
+        progress=progress,
+    )
+
+
+def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) -> dict:
+    return {
+        "tool": "nbcoll.perf",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "backend": nbcoll.get_backend(),
+        "nranks": comm.size,
+        "command": " ".join(["python -m nbcoll.perf", *sys.argv[1:]]),
+        "collective": args.collective,
+        "bus_factor": bandwidth.bus_factor(args.collective, comm.size),
+        "avg_busbw": table.average_busbw(rows),
+        "wrong": table.wrong_total(rows),
+        "rows": [dataclasses.asdict(r) for r in rows],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.backend is not None:
+            nbcoll.set_backend(args.backend)
+        options = options_from(args)
+    except (ValueError, nbcoll.BackendError) as exc:
+        print(f"nbcoll.perf: {exc}", file=sys.stderr)
+        return 2
+
+    from mpi4py import MPI
+
+    from nbcoll.comm import CommConfig, init
+
+    config = CommConfig.from_env()
+    if args.transport is not None:
+        config = dataclasses.replace(config, transport=args.transport)
+    world = MPI.COMM_WORLD
+    comm = init(world, config)
+    lead = comm.rank == 0
+    if lead:
+        algo_text = ", ".join(a or "tuner's choice" for a in options.algos)
+        print(f"# nbcoll.perf {args.collective}: {comm.size} ranks, backend {nbcoll.get_backend()}, algo {algo_text}")
+        print(
+            f"# iters {options.iters}, warm-up {options.warmup}, check {options.check}, "
+            f"time over ranks: {options.average}, busbw factor {bandwidth.bus_factor(args.collective, comm.size):.4g}"
+        )
+        print("#")
+        print(table.header(), flush=True)
+    current = {"algo": object()}
+
+    def show(row: table.Row, algo: str | None) -> None:
+        if not lead:
+            return
+        if algo != current["algo"] and len(options.algos) > 1:
+            print(f"# algo: {row.algo}")
+        current["algo"] = algo
+        print(table.row(row), flush=True)
+
+    try:
+        rows = run(comm, world, options, on_row=show)
+    except ValueError as exc:
+        if lead:
+            print(f"nbcoll.perf: {exc}", file=sys.stderr)
+        comm.destroy()
+        return 2
+    if lead:
+        print(table.footer(rows), flush=True)
+        if args.output_file:
+            with open(args.output_file, "w") as f:
+                json.dump(_json_report(rows, comm, args), f, indent=2)
+            print(f"# wrote {args.output_file}")
+        if args.plot:
+            from nbcoll.perf import plot
+
+            title = f"{args.collective}, {comm.size} ranks, {nbcoll.get_backend()} backend"
+            print(f"# wrote {plot.draw(rows, args.plot, title)}")
+    comm.destroy()
+    return 1 if table.wrong_total(rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

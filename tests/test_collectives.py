@@ -1,0 +1,156 @@
+"""Every collective and algorithm under mpiexec, against NumPy references built from all ranks' inputs.
+
+The heavy lifting is in ``mpi_scripts/coll_check.py`` (results, traffic) and ``mpi_scripts/coll_features.py``
+(async, groups, the mismatch check, bad arguments, traces, timeouts). A small FIFO (``NBCOLL_BUFFSIZE=256``:
+8 slots of 32 bytes) makes the larger counts span many chunks and rounds.
+"""
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+from nbcoll.comm.algorithms import ALGORITHMS, parse_algo_setting
+from nbcoll.comm.tuner import LinkModel, choose, cost_terms, fit
+from nbcoll.testing import run_ranks
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
+SMALL_FIFO = {"NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "60"}
+
+pytestmark = pytest.mark.mpi
+
+
+def _leaked_segments() -> set[str]:
+    return set(glob.glob("/dev/shm/nbcoll_*"))
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_leak():
+    before = _leaked_segments()
+    yield
+    assert _leaked_segments() - before == set(), "a /dev/shm segment of nbcoll was left behind"
+
+
+def _check(nprocs: int, backend: str, preset: str, big: int, **env: str) -> str:
+    result = run_ranks(
+        nprocs,
+        SCRIPTS / "coll_check.py",
+        "--preset",
+        preset,
+        "--big",
+        str(big),
+        env={"NBCOLL_BACKEND": backend, **SMALL_FIFO, **env},
+        timeout=400,
+    )
+    for rank in range(nprocs):
+        assert "collective cases ok" in result.outputs[rank], result.report()
+    return result.outputs[0]
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_every_collective_numpy_ipc(nprocs):
+    """Every dtype and op, in and out of place, counts 0, 1, < ranks, not divisible by them, and over the FIFO."""
+    _check(nprocs, "numpy", "full", big=300)
+
+
+def test_every_collective_numpy_ipc_five_ranks():
+    _check(5, "numpy", "small", big=300)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_every_collective_numpy_mpi_transport(nprocs):
+    _check(nprocs, "numpy", "small", big=300, NBCOLL_TRANSPORT="mpi")
+
+
+@pytest.mark.parametrize("nprocs", [3, 4])
+def test_every_collective_numpy_mixed_fake_nodes(nprocs):
+    """Two ranks per fake node: ipc inside a node, mpi between nodes, in the same collective."""
+    _check(nprocs, "numpy", "small", big=300, NBCOLL_RANKS_PER_NODE="2")
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_every_collective_on_the_simulator(nprocs):
+    _check(nprocs, "sim", "tiny", big=40)
+
+
+def test_collectives_on_the_simulator_across_fake_nodes():
+    _check(4, "sim", "tiny", big=40, NBCOLL_RANKS_PER_NODE="2")
+
+
+def test_ring_traffic_is_the_lower_bound():
+    out = _check(4, "numpy", "tiny", big=1000)
+    assert "ring all-reduce of 1000 floats sent 6000 bytes; 2(n-1)/n x buffer = 6000" in out
+
+
+@pytest.mark.parametrize("section", ["async", "group", "badargs", "estimate"])
+def test_collective_features(section):
+    run_ranks(3, SCRIPTS / "coll_features.py", section, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"})
+
+
+def test_collective_features_on_the_simulator():
+    for section in ("async", "group"):
+        run_ranks(2, SCRIPTS / "coll_features.py", section, env={"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "60"})
+
+
+def test_mismatch_is_reported_on_every_rank():
+    result = run_ranks(3, SCRIPTS / "coll_features.py", "check", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_CHECK": "1"})
+    for rank in range(3):
+        assert "rank 0 called all_reduce(count=4" in result.outputs[rank]
+        assert "rank 2 called all_reduce(count=5" in result.outputs[rank]
+
+
+def test_trace_records_every_step_and_draws(tmp_path):
+    traces = tmp_path / "trace"
+    run_ranks(3, SCRIPTS / "coll_features.py", "trace", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TRACE": str(traces)})
+    assert sorted(os.listdir(traces)) == ["rank0.jsonl", "rank1.jsonl", "rank2.jsonl"]
+    from nbcoll.__main__ import main
+
+    image = tmp_path / "ring.png"
+    assert main(["trace", "view", str(traces), "-o", str(image), "--seq", "1"]) == 0
+    assert image.stat().st_size > 1000
+    from nbcoll.comm.trace import load
+    from nbcoll.comm.trace_view import arrows
+
+    records = [r for r in load(traces) if r["seq"] == 1]
+    assert len(arrows(records)) == 3 * 2 * (3 - 1)  # every rank sends 2(n-1) chunks
+
+
+def test_a_rank_that_never_joins_makes_the_others_time_out():
+    result = run_ranks(
+        3, SCRIPTS / "coll_features.py", "timeout", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "2"}
+    )
+    for rank in range(2):
+        assert "timed out as expected" in result.outputs[rank]
+        assert "NBCOLL_TIMEOUT" in result.outputs[rank]
+
+
+# -- single-process pieces: the NBCOLL_ALGO syntax and the cost model ------------------------------------------
+
+
+def test_nbcoll_algo_syntax():
+    assert parse_algo_setting("ring")["all_reduce"] == {"ring"}
+    assert parse_algo_setting("ring")["all_to_all"] == set()
+    assert parse_algo_setting("^tree")["all_reduce"] == {"ring", "direct", "halving_doubling"}
+    setting = parse_algo_setting("allreduce:tree,direct;broadcast:ring")
+    assert setting["all_reduce"] == {"tree", "direct"} and setting["broadcast"] == {"ring"}
+    assert setting["all_gather"] == set(ALGORITHMS["all_gather"])
+    with pytest.raises(ValueError, match="NBCOLL_ALGO: unknown algorithm"):
+        parse_algo_setting("rings")
+    with pytest.raises(ValueError, match="NBCOLL_ALGO: unknown collective 'allsum'"):
+        parse_algo_setting("allsum:ring")
+
+
+def test_cost_model_prefers_few_steps_for_small_and_ring_for_large():
+    model = LinkModel(alpha=50e-6, beta=1e9)
+    algos = list(ALGORITHMS["all_reduce"])
+    assert choose("all_reduce", algos, 8, 8, 1 << 19, model) in ("direct", "halving_doubling", "tree")
+    assert choose("all_reduce", algos, 256 << 20, 8, 1 << 19, model) in ("ring", "halving_doubling")
+    steps, moved = cost_terms("all_reduce", "ring", 4 << 20, 4, 1 << 20)
+    assert steps == 2 * 3 and moved == 2 * 3 / 4 * (4 << 20)
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    sizes = [8, 1024, 1 << 16, 1 << 20]
+    model = fit(sizes, [20e-6 + s / 2e9 for s in sizes])
+    assert model.alpha == pytest.approx(20e-6, rel=1e-6) and model.beta == pytest.approx(2e9, rel=1e-6)

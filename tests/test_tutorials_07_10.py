@@ -1,0 +1,94 @@
+"""Tutorials 07 to 10 (the collectives) run as ``python tutorials/NN_name.py`` and every rank reports its checks."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbcoll.backend import device_backend
+
+TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
+NRANKS = 4
+
+pytestmark = pytest.mark.mpi
+
+# Settings the tutorials choose themselves, or that would change what they print.
+_CLEARED = ("NUMBA_ENABLE_CUDASIM", "NBCOLL_BUFFSIZE", "NBCOLL_STEPS", "NBCOLL_TRACE", "NBCOLL_ALGO", "NBCOLL_CHECK")
+
+
+def _run(name: str) -> list[str]:
+    """Run a tutorial on the process's device backend; return each rank's output block, in rank order."""
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
+    env["NBCOLL_BACKEND"] = device_backend()
+    env["NBCOLL_TIMEOUT"] = "120"  # a hang fails in minutes, naming the stuck step
+    proc = subprocess.run([sys.executable, str(TUTORIALS / name)], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    blocks = re.split(r"^\[rank (\d+)\]\n", proc.stdout, flags=re.MULTILINE)
+    ranks = [int(r) for r in blocks[1::2]]
+    assert ranks == list(range(NRANKS)), proc.stdout
+    return blocks[2::2]
+
+
+def test_tutorial_07_rooted_collectives():
+    outputs = _run("07_broadcast_scatter_gather_reduce.py")
+    for rank, out in enumerate(outputs):
+        for check in ("broadcast (ring)", "broadcast (tree)", "scatter", "gather"):
+            assert f"{check} matches NumPy: ok" in out, (rank, check, out)
+        for algo in ("ring", "tree"):
+            for op in ("sum", "max"):
+                assert re.search(rf"reduce \({algo}, {op}\): .*: ok", out), (rank, algo, op, out)
+        assert f"Done: rank {rank} ok" in out
+    # The tree from root 1 on 4 ranks: 1 -> 2, 3 and 2 -> 0; the ring chain 1 -> 2 -> 3 -> 0.
+    assert "tree: receive from -, forward to 2, 3; sent 160 B" in outputs[1]
+    assert "ring: receive from 3, forward to -; sent 0 B" in outputs[0]
+    assert "rank 3 holds [[0.0, 1.0, 2.0], [100.0, 101.0, 102.0]" in outputs[3]
+
+
+def test_tutorial_08_ring_all_reduce_step_by_step():
+    outputs = _run("08_ring_all_reduce.py")
+    for rank, out in enumerate(outputs):
+        assert f"rank {rank}: step-by-step ring all-reduce matches NumPy: ok" in out
+        assert re.search(rf"rank {rank}: sent \d+ elements = .* traffic formula: ok", out), out
+        assert f"rank {rank}: comm.all_reduce(algo='ring') gives the same result: ok" in out
+        assert f"rank {rank}: Done: ok" in out
+    narration = outputs[0]
+    assert "round 1: blocks 0=[16:17)  1=[17:18)  2=[18:18)  3=[18:18)" in narration
+    assert "14 primitives per rank: 2 rounds x 7 (2n-1)" in narration
+    assert "recv_reduce_copy_send [ 0: 4) from 3 to 1 got [1110, 1110, 1110, 1110]" in narration
+    assert "rank 1 buffer: 1111 1111 1111 1111 1111 1111 1111 1111 1111 1111" in narration
+    png = Path(re.search(r"drawn to (\S+\.png)", narration).group(1))
+    try:
+        assert png.is_file() and png.stat().st_size > 0
+    finally:
+        shutil.rmtree(png.parent, ignore_errors=True)
+
+
+def test_tutorial_09_algorithm_choice():
+    outputs = _run("09_trees_and_algorithm_choice.py")
+    for rank, out in enumerate(outputs):
+        for algo in ("ring", "tree", "direct", "halving_doubling"):
+            assert f"rank {rank}: all_reduce(algo={algo!r}) matches NumPy: ok" in out
+        assert f"rank {rank}: every measured all-reduce matches NumPy: ok" in out
+        assert f"Done: rank {rank} ok" in out
+    narration = outputs[0]
+    assert "first : 0->[1, 2], 1->[3, 4], 2->[5, 6], 3->[7]" in narration
+    assert "mirror: 0->[7, 6], 5->[1], 6->[3, 2], 7->[5, 4]" in narration
+    for nranks in (4, 8, 64):
+        assert re.search(rf"n = {nranks:2d}: direct from 1 B, then halving_doubling from", narration), narration
+    assert re.search(r"^\s+1 MiB(\s+\d+\.\d+ \(\d+\.\d+\)){4}", narration, flags=re.MULTILINE), narration
+
+
+def test_tutorial_10_all_gather_reduce_scatter_all_to_all():
+    outputs = _run("10_all_gather_reduce_scatter_all_to_all.py")
+    for rank, out in enumerate(outputs):
+        for check in ("ring: sent 120 B", "direct: sent 120 B", "in place", "the same 40 sums either way"):
+            assert re.search(rf"{re.escape(check)}.*: ok", out), (rank, check, out)
+        assert "reduce-scatter + all-gather: sent 120 + 120 = 240 B" in out
+        assert "the traffic is the same, byte for byte: ok" in out
+        assert "my column of the matrix: ok" in out
+        assert f"I receive {[10 * p + rank for p in range(NRANKS)]}" in out
+        assert f"Done: rank {rank} ok" in out

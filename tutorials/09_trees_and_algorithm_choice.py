@@ -1,0 +1,200 @@
+"""Trees, rings and the rest: the cost model behind the choice of an all-reduce algorithm, and what it predicts.
+
+What you learn here:
+
+- the four all-reduce algorithms of nbcoll, each a trade between *steps* (each costs a latency, alpha) and
+  *bytes* (each costs 1/bandwidth, beta): ring (``2(n-1)`` steps, ``2(n-1)/n`` of the buffer), double binary
+  tree (about ``2 log2 n`` steps, but about twice the buffer through an inner node), direct (one step, ``n-1``
+  buffers) and halving-doubling (``2 log2 n`` steps *and* ``2(n-1)/n`` of the buffer, on a power of two ranks);
+- the tuner's estimate ``time = steps x alpha + bytes / beta``, with ``comm.estimate``, and where it switches
+  from one algorithm to the next as the message grows, for 4, 8 and 64 ranks;
+- how to force an algorithm (``algo=``, or ``NBCOLL_ALGO=ring`` for a whole job), and how the measured times of
+  each algorithm compare with the model's.
+
+Run it with ``python tutorials/09_trees_and_algorithm_choice.py``: it re-launches itself on 4 ranks. The
+measurements use the numpy backend (``nbcoll.use_backend("numpy")``) whatever the default backend is: they time
+the algorithms, not the simulator. On a machine shared with other work, the times are noisy.
+"""
+
+import os
+
+import nbcoll.launch
+
+nbcoll.launch.relaunch(4)
+
+# Everything below runs on each of the 4 ranks.
+import dataclasses  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+# A small FIFO for the first part, so that even small buffers take several chunks. Read at init().
+os.environ.setdefault("NBCOLL_BUFFSIZE", "256")
+
+import nbcoll  # noqa: E402
+from nbcoll.comm import CommConfig, init, tuner  # noqa: E402
+from nbcoll.comm.algorithms import ALGORITHMS, parse_algo_setting  # noqa: E402
+from nbcoll.comm.algorithms.tree import HeapTree  # noqa: E402
+
+world = MPI.COMM_WORLD  # only for the tutorial's own timing and printing, never for the data
+rank = world.rank
+ALGOS = list(ALGORITHMS["all_reduce"])  # ring, tree, direct, halving_doubling
+
+
+def say(text: str = "") -> None:
+    """Rank 0 narrates; the other ranks only report their checks."""
+    if rank == 0:
+        print(text)
+
+
+def human(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{int(nbytes)} B"
+
+
+say(f"Tutorial 09 on the {nbcoll.get_backend()!r} backend, {world.size} ranks")
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. Every algorithm gives the same answer.
+#
+# algo= forces one; without it the tuner picks. Integers make the check exact whatever the order of the sums.
+comm = init()
+n = comm.size
+say(f"1. all-reduce with every algorithm ({comm.config.chunk_bytes} B chunks)")
+values = (np.arange(13) * (rank + 1)).astype(np.int32)
+expected = np.arange(13, dtype=np.int32) * sum(r + 1 for r in range(n))
+for algo in ALGOS:
+    x = nbcoll.to_device(values)
+    comm.all_reduce(x, algo=algo)
+    assert np.array_equal(nbcoll.to_host(x), expected), algo
+    print(f"rank {rank}: all_reduce(algo={algo!r}) matches NumPy: ok")
+comm.destroy()
+world.barrier()
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. The shapes: who talks to whom.
+#
+# The tree is a binary heap (children 2p+1 and 2p+2). The *double* binary tree gives half the buffer to a second
+# tree, the mirror image of the first, in which the first tree's leaves are inner nodes: every rank then does
+# some forwarding. nbcoll runs the two halves one after the other, as it has one connection per pair of ranks.
+say("2. the double binary tree on 8 ranks: rank -> children")
+for mirrored in (False, True):
+    tree = HeapTree(8, mirrored=mirrored)
+    links = ", ".join(f"{r}->{tree.children(r)}" for r in range(8) if tree.children(r))
+    say(f"   {'mirror' if mirrored else 'first '}: {links}")
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. The cost model: steps x alpha + bytes / beta.
+#
+# tuner.cost_terms counts, for one rank on the critical path, the steps it waits through and the bytes it sends.
+# The estimate weighs them with the link's alpha and beta: this machine's calibrated ones (mpiexec -n 2 python -m
+# nbcoll calibrate), or the defaults of the backend.
+CHUNK = CommConfig().chunk_bytes  # the default FIFO: 4 MiB in 8 slots
+say(f"3. cost terms of all-reduce on n = 4 ranks, {human(CHUNK)} chunks: (steps, bytes sent)")
+say("   " + f"{'size':>10}" + "".join(f"{a:>22}" for a in ALGOS))
+for size in (64, 64 << 10, 4 << 20, 64 << 20):
+    terms = [tuner.cost_terms("all_reduce", a, size, 4, CHUNK) for a in ALGOS]
+    say("   " + f"{human(size):>10}" + "".join(f"{f'{s:.0f}, {human(b)}':>22}" for s, b in terms))
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. Where the tuner switches algorithm.
+#
+# For each model (a GPU node's defaults, and this CPU's numpy defaults) and rank count, the message sizes at
+# which the cheapest estimate changes hands, found by doubling the size and then bisecting each change.
+
+
+def crossovers(nranks: int, model: tuner.LinkModel, chunk_bytes: int) -> list[tuple[int, str]]:
+    """``[(first size, algorithm), ...]``: from each size on, the tuner picks that algorithm."""
+
+    def pick(size: int) -> str:
+        return tuner.choose("all_reduce", ALGOS, size, nranks, chunk_bytes, model)
+
+    changes = [(1, pick(1))]
+    low = 1
+    while low < 1 << 34:
+        high = 2 * low
+        if pick(high) != pick(low):
+            a, b = low, high  # pick(a) differs from pick(b): bisect to the first size of the new choice
+            while b - a > 1:
+                mid = (a + b) // 2
+                a, b = (mid, b) if pick(mid) == pick(a) else (a, mid)
+            # Go on doubling from the change. A choice that flips and flips back within one doubling would be
+            # missed: this scan is a picture of the model, not a proof.
+            changes.append((b, pick(b)))
+            low = b
+            continue
+        low = high
+    return changes
+
+
+say("4. the tuner's choice of all-reduce algorithm, by message size")
+for label, model in (
+    ("GPU node (cuda, ipc defaults)", tuner.LinkModel(*tuner.DEFAULTS["cuda"]["ipc"])),
+    ("this CPU (numpy, ipc defaults)", tuner.LinkModel(*tuner.DEFAULTS["numpy"]["ipc"])),
+):
+    say(f"   {label}: alpha = {model.alpha * 1e6:g} us, beta = {human(model.beta)}/s")
+    for nranks in (4, 8, 64):
+        plan = crossovers(nranks, model, CHUNK)
+        say(f"     n = {nranks:2d}: " + ", then ".join(f"{algo} from {human(size)}" for size, algo in plan))
+say("   Ring and halving-doubling send the same bytes and, for large buffers, about as many chunks: the model")
+say("   all but ties them, the rounding of chunk counts decides, and the choice can flip between the two (a tie")
+say("   goes to the ring). Direct wins while latency dominates; the larger n, the sooner it stops winning.")
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. Narrowing the choice: NBCOLL_ALGO, in NCCL's NCCL_ALGO syntax.
+#
+# A list allows, a leading ^ excludes, and "collective:list" pairs separated by ; apply to one collective each.
+# The tuner then picks among what is left; an explicit algo= argument bypasses the setting.
+say("5. NBCOLL_ALGO: the algorithms each setting leaves to the tuner")
+for setting in ("ring,tree", "^direct", "allreduce:tree;broadcast:ring"):
+    allowed = parse_algo_setting(setting)
+    allowed_text = f"all_reduce: {sorted(allowed['all_reduce'])}, broadcast: {sorted(allowed['broadcast'])}"
+    say(f"   NBCOLL_ALGO={setting!r:34} {allowed_text}")
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 6. Measured against predicted, on the numpy backend.
+#
+# A communicator made inside use_backend("numpy") moves NumPy arrays through shared memory. Its FIFO is a
+# realistic one (chunks of 64 KiB) so that the larger sizes do not take thousands of steps. Each time is the
+# slowest rank's average over a few calls, after one call to warm up.
+ITERATIONS = 5
+SIZES = (256, 16 << 10, 1 << 20)
+with nbcoll.use_backend("numpy"):
+    config = dataclasses.replace(CommConfig.from_env(), buffsize=512 << 10, steps=8)
+    comm = init(config=config)
+    say(f"6. measured (predicted) ms per all-reduce on {n} ranks, numpy backend, {human(config.chunk_bytes)} chunks")
+    say("   " + f"{'size':>10}" + "".join(f"{a:>20}" for a in ALGOS) + f"{'tuner picks':>18}{'fastest':>18}")
+    for size in SIZES:
+        data = np.full(size // 4, rank + 1, np.float32)
+        measured, predicted = [], []
+        for algo in ALGOS:
+            x = nbcoll.to_device(data)
+            comm.all_reduce(x, algo=algo)  # warm up
+            world.barrier()
+            start = time.perf_counter()
+            for _ in range(ITERATIONS):
+                comm.all_reduce(x, algo=algo)
+            measured.append(world.allreduce((time.perf_counter() - start) / ITERATIONS, op=MPI.MAX))
+            predicted.append(comm.estimate("all_reduce", size, algo=algo))
+            # In place, 1 + ITERATIONS times: first 1 + 2 + ... + n everywhere, then n times that, again and again.
+            assert np.allclose(nbcoll.to_host(x), sum(range(1, n + 1)) * n**ITERATIONS), algo
+        # The tuner picks the lowest estimate (ties go to the first algorithm in the list).
+        chosen, fastest = ALGOS[int(np.argmin(predicted))], ALGOS[int(np.argmin(measured))]
+        cells = "".join(f"{f'{m * 1e3:.2f} ({p * 1e3:.2f})':>20}" for m, p in zip(measured, predicted, strict=True))
+        say("   " + f"{human(size):>10}" + cells + f"{chosen:>18}{fastest:>18}")
+    comm.destroy()
+print(f"rank {rank}: every measured all-reduce matches NumPy: ok")
+world.barrier()
+say()
+say("   The model only needs to rank the algorithms, not to predict the times exactly: calibrate it with")
+say("   'mpiexec -n 2 python -m nbcoll calibrate' on your machine; force a choice with algo= or NBCOLL_ALGO=ring.")
+print(f"Done: rank {rank} ok")
