@@ -74,3 +74,27 @@ def test_gpu_check_names_what_is_missing(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert "MISSING: python package 'mpi4py'" in done.stdout
     assert "MISSING: no MPI runtime" in done.stdout
+
+
+@pytest.mark.mpi
+def test_model_fit_reports_error_and_choice_accuracy(tmp_path):
+    script = str(BENCHMARKS / "model_fit.py")
+    done = _run([sys.executable, script, "--quick", "--ranks", "2", "--repeats", "1", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "model_fit_2ranks_quick.json").read_text())
+    assert report["model"] == "the tuner's defaults"
+    assert 0 <= report["summary"]["choice_accuracy"] <= 1 and report["summary"]["median_abs_error"] >= 0
+    for rows in report["results"].values():
+        for row in rows:
+            assert set(row["measured"]) == set(row["predicted"]) and row["choice"] in row["measured"]
+    assert "tuner's choice was the fastest" in (tmp_path / "model_fit_2ranks_quick.rst").read_text()
+
+
+@pytest.mark.mpi
+def test_profile_splits_the_time_into_categories(tmp_path):
+    script = str(BENCHMARKS / "profile_collective.py")
+    done = _run([sys.executable, script, "--sizes", "8,4K", "--iters", "2", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "profile_all_reduce_ring_2ranks.txt").read_text()
+    assert "## 8 bytes" in text and "## 4096 bytes" in text
+    assert "waiting for a peer" in text and "Python bookkeeping" in text

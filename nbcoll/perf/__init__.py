@@ -10,6 +10,7 @@ results are exact, for ``#wrong``), :mod:`.cases` (a collective's buffers and ch
 :mod:`.table` (the printed table), :mod:`.plot` and :mod:`.__main__` (the command line).
 """
 
+from nbcoll.perf import bandwidth, exact, table
 from nbcoll.perf.bandwidth import COLLECTIVES, bandwidths, bus_factor, parse_size, size_sweep
 from nbcoll.perf.sweep import Options, run
 from nbcoll.perf.table import Measurement, Row
@@ -19,9 +20,12 @@ __all__ = [
     "Measurement",
     "Options",
     "Row",
+    "bandwidth",
     "bandwidths",
     "bus_factor",
+    "exact",
     "parse_size",
     "run",
     "size_sweep",
+    "table",
 ]

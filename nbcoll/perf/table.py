@@ -85,8 +85,9 @@ def _measurement(m: Measurement | None) -> str:
 
 
 def row(r: Row) -> str:
+    type_name, op_name = TYPE_NAMES.get(r.dtype, r.dtype), OP_NAMES.get(r.redop, r.redop)
     return (
-        f"{r.nbytes:12d}{r.count:14d}{TYPE_NAMES.get(r.dtype, r.dtype):>10}{OP_NAMES.get(r.redop, r.redop):>8}{r.root:8d}"
+        f"{r.nbytes:12d}{r.count:14d}{type_name:>10}{op_name:>8}{r.root:8d}"
         f"{_measurement(r.out_of_place)}{_measurement(r.in_place)}"
     )
 

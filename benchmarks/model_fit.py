@@ -1,0 +1,206 @@
+"""How well the tuner's cost model predicts: measured against predicted time for every algorithm and size, and
+whether the algorithm the tuner would choose is the one that was fastest.
+
+The tuner (:mod:`nbcoll.comm.tuner`) predicts ``steps x alpha + bytes / beta`` with the calibrated ``alpha`` and
+``beta`` of this machine and backend (``python -m nbcoll calibrate``), or its defaults. For each collective with
+more than one algorithm, each size and each algorithm this script takes the median measured time (the slowest
+rank's, over repeats), the prediction from ``comm.estimate``, and their error; per size it names the tuner's
+choice (the lowest prediction), the fastest measured algorithm, and the time lost when they differ.
+
+Run::
+
+    python benchmarks/model_fit.py                  # launches itself on 4 ranks, numpy backend
+    mpiexec -n 2 python benchmarks/model_fit.py
+    python benchmarks/model_fit.py --quick          # small sizes, one rank count: a smoke test
+
+Writes ``model_fit_<n>ranks.json`` and ``.rst`` into ``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from vs_mpi import HERE, buffers, environment, nbcoll_call, sample
+
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
+"""The collectives with a choice of algorithm (reduce has the same two as broadcast)."""
+FULL_SIZES = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20]
+QUICK_SIZES = [64, 16 << 10]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="two small sizes, two repeats")
+    p.add_argument("--ranks", default="4", help="rank counts to launch when not under mpiexec (default 4)")
+    p.add_argument("--repeats", type=int, default=None, help="timed samples per size and algorithm (default 5)")
+    p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json and .rst")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="first run the tuner's calibration (into OUT/tuner_calibration.json) and judge the calibrated model; "
+        "without it the model is the tuner's defaults",
+    )
+    return p.parse_args(argv)
+
+
+def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
+    """Measured and predicted seconds of every algorithm of ``collective`` at one size, and the tuner's choice."""
+    from nbcoll.comm.algorithms import ALGORITHMS
+    from nbcoll.perf import bandwidth
+
+    f32 = np.dtype(np.float32)
+    count = bandwidth.block_count(collective, nbytes, f32, comm.size)
+    block_bytes = count * f32.itemsize  # what the tuner is given: the per-rank block, or the whole buffer
+    send, recv = buffers(collective, count, comm.rank, comm.size)
+    calls = {algo: nbcoll_call(comm, collective, algo, send, recv) for algo in ALGORITHMS[collective]}
+    for call in calls.values():
+        call()
+    inner = max(1, min(10, (256 << 10) // max(nbytes, 1)))
+    samples: dict[str, list[float]] = {algo: [] for algo in calls}
+    for _ in range(repeats):
+        for algo, call in calls.items():
+            samples[algo].append(sample(world, call, inner))
+    measured = {algo: statistics.median(s) for algo, s in samples.items()}
+    predicted = {algo: comm.estimate(collective, block_bytes, algo=algo) for algo in calls}
+    choice = min(calls, key=lambda a: predicted[a])  # the tuner's rule: lowest estimate, ties to the first
+    fastest = min(calls, key=lambda a: measured[a])
+    return {
+        "collective": collective,
+        "nbytes": bandwidth.total_bytes(collective, count, f32, comm.size),
+        "measured": measured,
+        "predicted": predicted,
+        "error": {a: (predicted[a] - measured[a]) / measured[a] for a in calls},
+        "choice": choice,
+        "fastest": fastest,
+        "choice_is_fastest": choice == fastest,
+        "lost": measured[choice] / measured[fastest] - 1,
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    errors = [abs(e) for r in rows for e in r["error"].values()]
+    return {
+        "cases": len(rows),
+        "median_abs_error": statistics.median(errors),
+        "choice_accuracy": sum(r["choice_is_fastest"] for r in rows) / len(rows),
+        "median_time_lost": statistics.median(r["lost"] for r in rows),
+        "worst_time_lost": max(r["lost"] for r in rows),
+    }
+
+
+def format_table(rows: list[dict], nranks: int) -> str:
+    lines = [f"# {rows[0]['collective']}, {nranks} ranks: measured / predicted us (error)"]
+    for r in rows:
+        cells = "  ".join(
+            f"{a}: {r['measured'][a] * 1e6:.0f}/{r['predicted'][a] * 1e6:.0f} ({r['error'][a]:+.0%})"
+            for a in r["measured"]
+        )
+        verdict = "ok" if r["choice_is_fastest"] else f"fastest {r['fastest']}, {r['lost']:+.0%} time"
+        lines.append(f"{r['nbytes']:>10} B  {cells}  | tuner: {r['choice']} ({verdict})")
+    return "\n".join(lines)
+
+
+def format_rst(all_rows: dict[str, list[dict]], totals: dict, env: dict, nranks: int, model: str, command: str) -> str:
+    out = [
+        f".. generated by benchmarks/model_fit.py on {env['date']}; do not edit by hand",
+        "",
+        f"**{nranks} ranks**, {env['backend']} backend, float32; {env['date']} on ``{env['host']}`` "
+        f"({env['machine']}). Cost model: {model}. Command: ``python benchmarks/model_fit.py{command}`` "
+        f"(``mpiexec -n {nranks}``). Over {totals['cases']} cases: median |error| "
+        f"{totals['median_abs_error']:.0%}, the tuner's choice was the fastest in {totals['choice_accuracy']:.0%} "
+        f"of them, median time lost to its choice {totals['median_time_lost']:.0%} "
+        f"(worst {totals['worst_time_lost']:.0%}).",
+        "",
+    ]
+    for collective, rows in all_rows.items():
+        algos = list(rows[0]["measured"])
+        out += [
+            f".. list-table:: {collective}, {nranks} ranks: measured / predicted time in us (error)",
+            "   :header-rows: 1",
+            "",
+            "   * - size (B)",
+            *[f"     - {a}" for a in algos],
+            "     - tuner's choice",
+            "     - fastest",
+        ]
+        for r in rows:
+            out.append(f"   * - {r['nbytes']}")
+            for a in algos:
+                out.append(
+                    f"     - {r['measured'][a] * 1e6:.0f} / {r['predicted'][a] * 1e6:.0f} ({r['error'][a]:+.0%})"
+                )
+            lost = "" if r["choice_is_fastest"] else f" ({r['lost']:+.0%} time)"
+            out += [f"     - {r['choice']}{lost}", f"     - {r['fastest']}"]
+        out.append("")
+    return "\n".join(out)
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from nbcoll.comm import calibrate, init, tuner
+
+    world = MPI.COMM_WORLD
+    out = Path(args.out)
+    if args.calibrate:
+        out.mkdir(parents=True, exist_ok=True)
+        os.environ["NBCOLL_TUNER_FILE"] = str(out / "tuner_calibration.json")
+        calibrate.main()
+    else:
+        os.environ["NBCOLL_TUNER_FILE"] = str(out / "no_calibration.json")  # not written: the defaults apply
+    comm = init(world)
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    repeats = args.repeats or (2 if args.quick else 5)
+    all_rows = {}
+    for collective in COLLECTIVES:
+        all_rows[collective] = [fit_one(world, comm, collective, size, repeats) for size in sizes]
+        if comm.rank == 0:
+            print(format_table(all_rows[collective], comm.size), flush=True)
+    if comm.rank == 0:
+        totals = summary([r for rows in all_rows.values() for r in rows])
+        model = (
+            "calibrated on this machine just before" if tuner.calibration_file().exists() else "the tuner's defaults"
+        )
+        print(
+            f"# {totals['cases']} cases: median |error| {totals['median_abs_error']:.0%}; tuner's choice fastest in "
+            f"{totals['choice_accuracy']:.0%}; median time lost {totals['median_time_lost']:.0%}, worst "
+            f"{totals['worst_time_lost']:.0%} (model: {model})"
+        )
+        env = environment()
+        out.mkdir(parents=True, exist_ok=True)
+        stem = (
+            out / f"model_fit_{comm.size}ranks{'_calibrated' if args.calibrate else ''}{'_quick' if args.quick else ''}"
+        )
+        report = {"env": env, "nranks": comm.size, "model": model, "summary": totals, "results": all_rows}
+        stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+        stem.with_suffix(".rst").write_text(
+            format_rst(all_rows, totals, env, comm.size, model, " --calibrate" if args.calibrate else "")
+        )
+        print(f"# wrote {stem}.json, .rst", flush=True)
+    comm.destroy()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from nbcoll.launch import launch, under_mpi
+
+    if under_mpi():
+        return run_rank(args)
+    status = 0
+    for nranks in (int(x) for x in args.ranks.split(",")):
+        result = launch(nranks, __file__, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
+        print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
+        status = status or (0 if result.ok else 1)
+    return status
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NBCOLL_BACKEND", "numpy")
+    sys.exit(main())
