@@ -112,7 +112,7 @@ def format_rst(all_rows: dict[str, list[dict]], totals: dict, env: dict, nranks:
         "",
         f"**{nranks} ranks**, {env['backend']} backend, float32; {env['date']} on ``{env['host']}`` "
         f"({env['machine']}). Cost model: {model}. Command: ``python benchmarks/model_fit.py{command}`` "
-        f"(``mpiexec -n {nranks}``). Over {totals['cases']} cases: median |error| "
+        f"(``mpiexec -n {nranks}``). Over {totals['cases']} cases: median absolute error "
         f"{totals['median_abs_error']:.0%}, the tuner's choice was the fastest in {totals['choice_accuracy']:.0%} "
         f"of them, median time lost to its choice {totals['median_time_lost']:.0%} "
         f"(worst {totals['worst_time_lost']:.0%}).",
