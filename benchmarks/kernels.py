@@ -99,7 +99,7 @@ def median_seconds(run: Callable[[], Any], repeats: int, warmup: int) -> float:
     return statistics.median(samples)
 
 
-def _vendor_matmul(a_host: np.ndarray, b_host: np.ndarray, sizes: Sizes) -> Callable[[], Any] | None:
+def _vendor_matmul(a_host: np.ndarray, b_host: np.ndarray) -> Callable[[], Any] | None:
     """The library matmul of this backend: CuPy (cuBLAS) on cuda, NumPy (BLAS) elsewhere; None if absent."""
     if backend.get_backend() != "cuda":
         return lambda: a_host @ b_host
@@ -138,7 +138,7 @@ def benchmark(sizes: Sizes) -> tuple[list[Result], dict]:
 
     copy_seconds = time_it(_copy_ceiling(a, out))
     copy_rate = 2 * n * item / copy_seconds / 1e9
-    vendor = _vendor_matmul(host_ma, host_mb, sizes)
+    vendor = _vendor_matmul(host_ma, host_mb)
     vendor_rate = 2 * m**3 / time_it(vendor) / 1e9 if vendor is not None else float("nan")
 
     def softmax_numpy():

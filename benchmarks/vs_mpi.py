@@ -12,8 +12,9 @@ Run::
     mpiexec -n 4 python benchmarks/vs_mpi.py        # one rank count
     python benchmarks/vs_mpi.py --quick             # a few small sizes, for a smoke test
 
-It writes ``vs_mpi_<n>ranks.json``, ``.rst`` (the tables of the docs' Performance page) and ``.png`` into
-``--out`` (default ``benchmarks/results``).
+It writes ``vs_mpi_<n>ranks.json`` and ``.rst`` (the tables of the docs' Performance page) into ``--out``
+(default ``benchmarks/results``), and the plot ``vs_mpi_<n>ranks.png`` into ``--plot-dir`` (default
+``docs/_static``, where the docs find their images).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated subset")
     p.add_argument("--max-bytes", type=int, default=None, help="stop the sweep at this size")
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json, .rst and .png")
+    p.add_argument("--plot-dir", default=str(HERE.parent / "docs" / "_static"), help="directory for the .png")
     p.add_argument("--no-plot", action="store_true", help="skip the plot (no matplotlib needed)")
     return p.parse_args(argv)
 
@@ -108,7 +110,7 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     from nbcoll.perf import bandwidth
 
     n, rank = comm.size, comm.rank
-    count = bandwidth.block_count(collective, nbytes, np.dtype(np.float32), n)
+    count = max(1, bandwidth.block_count(collective, nbytes, np.dtype(np.float32), n))  # at least one element
     nbytes = bandwidth.total_bytes(collective, count, np.dtype(np.float32), n)
     send, recv_mpi = buffers(collective, count, rank, n)
     if collective == "broadcast":
@@ -282,11 +284,13 @@ def run_rank(args: argparse.Namespace) -> int:
         stem.with_suffix(".json").write_text(json.dumps({"env": env, "nranks": n, "results": all_rows}, indent=2))
         stem.with_suffix(".rst").write_text(format_rst(all_rows, env, n, command))
         if not args.no_plot:
-            draw(all_rows, n, stem.with_suffix(".png"))
+            Path(args.plot_dir).mkdir(parents=True, exist_ok=True)
+            draw(all_rows, n, Path(args.plot_dir) / f"{stem.name}.png")
         print(f"# {verdict(all_rows)}")
         differ = [r for rows in all_rows.values() for r in rows if not r["agree"]]
         print(f"# results equal to MPI's: {'yes' if not differ else f'NO ({len(differ)} sizes differ)'}")
-        print(f"# wrote {stem}.json, .rst" + ("" if args.no_plot else ", .png"), flush=True)
+        plot = "" if args.no_plot else f" and {Path(args.plot_dir) / stem.name}.png"
+        print(f"# wrote {stem}.json, .rst{plot}", flush=True)
     comm.destroy()
     return 0 if all(r["agree"] for rows in all_rows.values() for r in rows) else 1
 

@@ -154,6 +154,8 @@ def test_every_collective_and_algorithm_on_three_numpy_ranks(collective, tmp_pat
 def test_every_op_and_dtype_is_exact_on_numpy(tmp_path):
     output, report = _perf(2, "numpy", "all_reduce -b 4K -e 4K -n 1 -w 0 -o all -d all --algo all", tmp_path)
     _check_report(output, report, "all_reduce", 2, len(exact.OPS) * len(nbcoll.DTYPES) * 4)
+    progress = [line for line in output.splitlines() if line.startswith("# [")]
+    assert 5 <= len(progress) <= 9 and "% " in progress[0] and "s left" in progress[0], output  # a long sweep
 
 
 @pytest.mark.mpi

@@ -22,7 +22,7 @@ import numpy as np
 
 import nbcoll
 from nbcoll.perf import bandwidth, exact, table
-from nbcoll.perf.sweep import AVERAGES, Options, algorithms_of, run
+from nbcoll.perf.sweep import AVERAGES, Options, algorithms_of, check_root, run
 
 _AVERAGE_NUMBERS = {"0": "rank0", "1": "avg", "2": "min", "3": "max"}
 
@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("ipc", "mpi"), default=None, help="force one transport for every peer")
     p.add_argument("--backend", choices=nbcoll.BACKENDS, default=None, help="numpy, or the process's device backend")
     p.add_argument("--plot", default=None, help="draw busbw against size, one line per algorithm, into this image")
-    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="progress bar on stderr")
+    p.add_argument(
+        "--progress", choices=("auto", "on", "off"), default="auto", help="progress lines (auto: sweeps of 20+ tests)"
+    )
     return p
 
 
@@ -88,7 +90,7 @@ def options_from(args: argparse.Namespace) -> Options:
     average = _AVERAGE_NUMBERS.get(args.average, args.average)
     if average not in AVERAGES:
         raise ValueError(f"-a: expected one of {', '.join(AVERAGES)} or 0-3, got {args.average!r}")
-    progress = {"on": True, "off": False}.get(args.progress, sys.stderr.isatty() and len(sizes) >= 8)
+    progress = {"on": True, "off": False}.get(args.progress, None)
     return Options(
         collective=args.collective,
         sizes=sizes,
@@ -104,6 +106,21 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
+def _where() -> str:
+    """When, on which machine, and with which versions: the line that dates a table."""
+    import os
+
+    import mpi4py
+    from mpi4py import MPI
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mpi = " ".join(MPI.Get_library_version().split()[:3])
+    return (
+        f"{now} on {platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs); nbcoll {nbcoll.__version__}, "
+        f"Python {platform.python_version()}, NumPy {np.__version__}, mpi4py {mpi4py.__version__}, {mpi}"
+    )
+
+
 def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) -> dict:
     return {
         "tool": "nbcoll.perf",
@@ -112,6 +129,7 @@ def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) 
         "backend": nbcoll.get_backend(),
         "nranks": comm.size,
         "command": " ".join(["python -m nbcoll.perf", *sys.argv[1:]]),
+        "where": _where(),
         "collective": args.collective,
         "bus_factor": bandwidth.bus_factor(args.collective, comm.size),
         "avg_busbw": table.average_busbw(rows),
@@ -140,9 +158,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = MPI.COMM_WORLD
     comm = init(world, config)
     lead = comm.rank == 0
+    try:
+        check_root(options, comm.size)
+    except ValueError as exc:
+        if lead:
+            print(f"nbcoll.perf: {exc}", file=sys.stderr)
+        comm.destroy()
+        return 2
     if lead:
         algo_text = ", ".join(a or "tuner's choice" for a in options.algos)
         print(f"# nbcoll.perf {args.collective}: {comm.size} ranks, backend {nbcoll.get_backend()}, algo {algo_text}")
+        print(f"# {_where()}")
+        given = " ".join(sys.argv[1:] if argv is None else argv)
+        print(f"# command: mpiexec -n {comm.size} python -m nbcoll.perf {given}")
         print(
             f"# iters {options.iters}, warm-up {options.warmup}, check {options.check}, "
             f"time over ranks: {options.average}, busbw factor {bandwidth.bus_factor(args.collective, comm.size):.4g}"

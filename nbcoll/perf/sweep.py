@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,9 @@ from nbcoll.perf.table import Measurement, Row
 
 AVERAGES = ("rank0", "avg", "min", "max")
 """How ``-a`` combines the ranks' times; nccl-tests numbers them 0 to 3 and defaults to 1 (avg)."""
+
+LONG_SWEEP = 20
+"""Sweeps of at least this many tests show progress lines unless told not to."""
 
 P2P_ALGO = "p2p"
 """The label of sendrecv, which has no algorithm to choose."""
@@ -49,7 +51,7 @@ class Options:
     root: int = 0
     average: str = "avg"
     algos: list[str | None] = field(default_factory=lambda: [None])
-    progress: bool = False
+    progress: bool | None = None  # None: on for sweeps of at least LONG_SWEEP tests
 
     def __post_init__(self) -> None:
         if self.collective not in bandwidth.COLLECTIVES:
@@ -126,6 +128,12 @@ def measure(comm: Any, mpi_comm: MPI.Comm, options: Options, case: cases.Case, n
     return Measurement(seconds, algbw, busbw, wrong)
 
 
+def check_root(options: Options, nranks: int) -> None:
+    """``-r`` must name a rank of the communicator (for the collectives that have a root)."""
+    if options.collective in bandwidth.ROOTED and not 0 <= options.root < nranks:
+        raise ValueError(f"-r: root {options.root} is out of range for {nranks} ranks")
+
+
 def tests(options: Options) -> Iterator[tuple[str | None, np.dtype, str, int]]:
     """Every ``(algo, dtype, op, size)`` of the sweep, in the order the table prints them."""
     for algo in options.algos:
@@ -136,21 +144,32 @@ def tests(options: Options) -> Iterator[tuple[str | None, np.dtype, str, int]]:
 
 
 class ProgressBar:
-    """``[#####.....] 5/10 all_reduce 1 MiB`` on standard error, redrawn in place; silent when disabled."""
+    """``# [########............] 40% 22/55 tests, 12 s elapsed, about 18 s left`` at every tenth of a sweep.
 
-    def __init__(self, total: int, enabled: bool, width: int = 30) -> None:
+    Comment lines on standard output rather than a bar redrawn in place: under ``mpiexec`` a rank's output is a
+    pipe, not a terminal, and a line that starts with ``#`` is skipped by anything that reads the table.
+    """
+
+    def __init__(self, total: int, enabled: bool, width: int = 20) -> None:
         self.total, self.enabled, self.width, self.done = total, enabled and total > 1, width, 0
+        self.started = time.monotonic()
+        self.shown = 0
 
-    def step(self, label: str) -> None:
+    def step(self) -> None:
         self.done += 1
-        if not self.enabled:
+        tenth = 10 * self.done // self.total
+        if not self.enabled or tenth <= self.shown or self.done == self.total:
             return
+        self.shown = tenth
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done * (self.total - self.done)
         filled = self.width * self.done // self.total
         bar = "#" * filled + "." * (self.width - filled)
-        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {label:<40}")
-        if self.done == self.total:
-            sys.stderr.write("\r" + " " * (self.width + 60) + "\r")
-        sys.stderr.flush()
+        print(
+            f"# [{bar}] {100 * self.done // self.total}% {self.done}/{self.total} tests, "
+            f"{elapsed:.0f} s elapsed, about {left:.0f} s left",
+            flush=True,
+        )
 
 
 def run(
@@ -160,10 +179,10 @@ def run(
     n = comm.size
     coll = options.collective
     rooted = coll in bandwidth.ROOTED
-    if rooted and not 0 <= options.root < n:
-        raise ValueError(f"-r: root {options.root} is out of range for {n} ranks")
+    check_root(options, n)
     planned = list(tests(options))
-    progress = ProgressBar(len(planned), options.progress and comm.rank == 0)
+    show = options.progress if options.progress is not None else len(planned) >= LONG_SWEEP
+    progress = ProgressBar(len(planned), show and comm.rank == 0)
     rows = []
     for algo, dtype, op, nbytes in planned:
         count = bandwidth.block_count(coll, nbytes, dtype, n)
@@ -182,7 +201,7 @@ def run(
             coll, label, size, count * (n if coll in bandwidth.BLOCKED else 1), dtype.name, redop, root, *measured
         )
         rows.append(new)
-        progress.step(f"{coll} {label} {dtype.name} {op} {bandwidth.format_size(size)}")
         if on_row is not None:
             on_row(new, algo)
+        progress.step()
     return rows
