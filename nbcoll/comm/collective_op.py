@@ -39,6 +39,7 @@ class CollectiveOp:
         self.steps = _labelled(steps, 0)
         self.tracer = tracer
         self.current: tuple[int, Primitive] | None = None
+        self.last: Primitive | None = None
         self.step = 0  # steps run so far, for the watchdog's messages
         self.done = False
         self.on_done: list = []  # called when every step has run (a Work handle in a group)
@@ -85,17 +86,21 @@ class CollectiveOp:
             if not primitive.ready():
                 return moved
             name, algo, seq, record = self.parts[part]
-            record.state = "running"
+            if record.state != "running":
+                record.state, record.progress = "running", self._progress_text
             t0 = time.time()
             primitive.run()
             self.tracer.step(
                 seq=seq, collective=name, algo=algo, step=self.step, primitive=primitive, t0=t0, t1=time.time()
             )
             self.step += 1
-            record.progress = f"{self.step} steps done, last {primitive.describe()}"
+            self.last = primitive
             self.current = None
             moved = True
         return moved
+
+    def _progress_text(self) -> str:
+        return f"{self.step} steps done, last {self.last.describe()}" if self.last else "no step done yet"
 
     def headline(self) -> str:
         name, algo, seq, _ = self.parts[self._part()]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -67,7 +68,7 @@ class OperationRecord:
     nbytes: int
     what: str
     state: str = "queued"
-    progress: str = ""
+    progress: str | Callable[[], str] = ""
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
 
@@ -77,7 +78,8 @@ class OperationRecord:
     def format(self, now: float) -> str:
         age = now - self.started
         took = f"took {self.ended - self.started:.3f}s" if self.ended is not None else "still running"
-        progress = f", {self.progress}" if self.progress else ""
+        text = self.progress() if callable(self.progress) else self.progress  # callables format only when asked
+        progress = f", {text}" if text else ""
         return (
             f"#{self.seq:<4} {self.op} peer={self.peer} {self.nbytes} bytes ({self.what}): "
             f"{self.state}{progress}; started {age:.3f}s ago, {took}"

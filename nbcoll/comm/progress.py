@@ -36,7 +36,10 @@ TAG_ABORT = 77
 HEALTH_CHECK_INTERVAL = 0.01
 """Seconds between two checks of abort messages and peer processes while waiting."""
 
-SPINS_BEFORE_SLEEP = 50
+SPIN_SECONDS = 0.002
+"""How long a waiting rank only yields the core (``sleep(0)``) before it starts to sleep."""
+
+MAX_SLEEP_SECONDS = 0.001
 
 
 def process_alive(pid: int) -> bool:
@@ -138,7 +141,7 @@ class Watchdog:
         pending = [op for op in ops if not op.done]
         last_move = time.monotonic()
         next_health_check = last_move
-        idle = 0
+        tracing = self.log.enabled("TRACE", "P2P")
         while pending:
             moved = False
             busy: set[int] = set()
@@ -148,15 +151,15 @@ class Watchdog:
                 busy.add(id(op.conn))
                 if self._progress(op, pending):
                     moved = True
-                    self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
+                    if tracing:
+                        self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
             pending = [op for op in pending if not op.done]
             now = time.monotonic()
             if moved:
-                last_move, idle = now, 0
+                last_move = now
                 continue
-            idle += 1
-            self.check_aborted(pending)
-            if now >= next_health_check:
+            if now >= next_health_check:  # an abort or a dead peer is noticed within HEALTH_CHECK_INTERVAL
+                self.check_aborted(pending)
                 self.check_peers(pending)
                 next_health_check = now + HEALTH_CHECK_INTERVAL
             if now - last_move > self.timeout:
@@ -170,8 +173,10 @@ class Watchdog:
                         + self._context(pending)
                     )
                 )
-            # Spin briefly (a peer is usually microseconds away), then yield the core to it.
-            time.sleep(0 if idle < SPINS_BEFORE_SLEEP else min(0.001, 1e-5 * idle))
+            # Yield the core but stay hot while the peer is likely a step away; back off only after a while, so a
+            # rank that waits long costs little CPU, and one that waits briefly wakes within microseconds.
+            waited = now - last_move
+            time.sleep(0 if waited < SPIN_SECONDS else min(MAX_SLEEP_SECONDS, waited / 20))
 
 
 def abort_message_source(ctrl_comm: MPI.Comm) -> int | None:

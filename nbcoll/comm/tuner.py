@@ -88,8 +88,12 @@ def fit(sizes: list[int], seconds: list[float]) -> LinkModel:
     sxx = sum((x - mean_x) ** 2 for x in sizes)
     sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds, strict=True))
     slope = sxy / sxx if sxx else 0.0
+    if slope <= 0:  # noise hid the size dependence: fall back to the largest transfer's average rate
+        largest = max(range(n), key=lambda i: sizes[i])
+        alpha = min(seconds)
+        return LinkModel(alpha=alpha, beta=sizes[largest] / max(seconds[largest], 1e-9))
     alpha = max(mean_y - slope * mean_x, 1e-7)
-    return LinkModel(alpha=alpha, beta=1.0 / slope if slope > 0 else float("inf"))
+    return LinkModel(alpha=alpha, beta=1.0 / slope)
 
 
 def cost_terms(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int) -> tuple[float, float]:

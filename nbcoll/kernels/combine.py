@@ -143,11 +143,21 @@ def accumulation_dtype(dtype: Any) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def combine_reference(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16 through float32)."""
-    acc = accumulation_dtype(a.dtype)
+def combine_reference(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16 through float32).
+
+    With ``out`` the result is written there (it may be ``a`` or ``b``) in one pass, without temporaries,
+    except for float16, which is widened first.
+    """
+    rule = _NUMPY_RULES[op]
     with np.errstate(all="ignore"):
-        return _NUMPY_RULES[op](a.astype(acc), b.astype(acc)).astype(a.dtype)
+        if a.dtype == np.float16:
+            result = rule(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+            if out is None:
+                return result
+            out[...] = result
+            return out
+        return rule(a, b, out=out)
 
 
 def scale_reference(x: np.ndarray, factor: Any) -> np.ndarray:
@@ -289,7 +299,7 @@ def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
     _same_layout(out, "out", a, "a")
     _same_layout(out, "out", b, "b")
     if backend.get_backend() == "numpy":
-        out[...] = combine_reference(name, a, b)
+        combine_reference(name, a, b, out=out)
         return out
     kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
     launch_1d(kernels[name], out.size, _flat(out), _flat(a), _flat(b))
