@@ -1,25 +1,17 @@
 """Tutorial 01 runs, narrates what it shows, and its kernels are real CUDA (they compile to PTX for sm_90)."""
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_python
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "01_first_kernel.py"
 
 
-def _run(args: list[str], backend: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["NBCOLL_BACKEND"] = backend
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def sim_output() -> str:
-    proc = _run([str(TUTORIAL)], "sim")
+    proc = run_python([str(TUTORIAL)], "sim")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -66,14 +58,14 @@ def _geometry_rows(output: str) -> list[list[str]]:
 
 
 def test_tutorial_01_moves_off_the_numpy_backend_to_launch_its_kernels():
-    proc = _run([str(TUTORIAL)], "numpy")
+    proc = run_python([str(TUTORIAL)], "numpy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Tutorial 01 on the 'sim' backend" in proc.stdout
 
 
 @pytest.mark.gpu
 def test_tutorial_01_on_a_gpu_does_not_launch_the_unchecked_kernel():
-    proc = _run([str(TUTORIAL)], "cuda")
+    proc = run_python([str(TUTORIAL)], "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Tutorial 01 on the 'cuda' backend" in proc.stdout
     assert "not launched on a real GPU" in proc.stdout
@@ -110,6 +102,6 @@ def test_tutorial_01_kernels_compile_to_ptx_for_sm90():
         print("compiled", compiled)
         """
     )
-    proc = _run(["-c", code, str(TUTORIAL)], "cuda")
+    proc = run_python(["-c", code, str(TUTORIAL)], "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compiled 3" in proc.stdout, proc.stdout

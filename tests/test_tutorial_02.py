@@ -1,25 +1,17 @@
 """Tutorial 02 runs, shows each communication pattern, and its kernels are real CUDA (they compile for sm_90)."""
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_python
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "02_communication_patterns.py"
 
 
-def _run(args: list[str], backend: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["NBCOLL_BACKEND"] = backend
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def sim_output() -> str:
-    proc = _run([str(TUTORIAL)], "sim")
+    proc = run_python([str(TUTORIAL)], "sim")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -52,14 +44,14 @@ def test_tutorial_02_uses_nbcolls_index_stencil_and_transpose_kernels(sim_output
 
 
 def test_tutorial_02_moves_off_the_numpy_backend_to_launch_its_kernels():
-    proc = _run([str(TUTORIAL)], "numpy")
+    proc = run_python([str(TUTORIAL)], "numpy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Tutorial 02 on the 'sim' backend" in proc.stdout
 
 
 @pytest.mark.gpu
 def test_tutorial_02_on_a_gpu():
-    proc = _run([str(TUTORIAL)], "cuda")
+    proc = run_python([str(TUTORIAL)], "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Done: every pattern matched NumPy." in proc.stdout
 
@@ -99,6 +91,6 @@ def test_tutorial_02_kernels_compile_to_ptx_for_sm90():
         print("compiled", compiled)
         """
     )
-    proc = _run(["-c", code, str(TUTORIAL)], "cuda")
+    proc = run_python(["-c", code, str(TUTORIAL)], "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compiled 4" in proc.stdout, proc.stdout

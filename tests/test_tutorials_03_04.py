@@ -1,34 +1,26 @@
 """Tutorials 03 (reductions) and 04 (tiled matmul) run, print their counts, and their kernels compile to PTX."""
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_python
 
 TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
 REDUCTIONS = TUTORIALS / "03_reductions.py"
 TILED_MATMUL = TUTORIALS / "04_tiled_matmul.py"
 
 
-def _run(args: list[str], backend: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["NBCOLL_BACKEND"] = backend
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def reductions_output() -> str:
-    proc = _run([str(REDUCTIONS)], "sim")
+    proc = run_python([str(REDUCTIONS)], "sim")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
 
 @pytest.fixture(scope="module")
 def matmul_output() -> str:
-    proc = _run([str(TILED_MATMUL)], "sim")
+    proc = run_python([str(TILED_MATMUL)], "sim")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -100,6 +92,6 @@ def test_tutorial_kernels_compile_to_ptx_for_sm90(tutorial, kernels):
         print("compiled", compiled)
         """
     )
-    proc = _run(["-c", code, str(tutorial)], "cuda")
+    proc = run_python(["-c", code, str(tutorial)], "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"compiled {kernels}" in proc.stdout, proc.stdout

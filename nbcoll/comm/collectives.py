@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import memory
+from nbcoll import backend, memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
@@ -320,12 +320,17 @@ class Collectives:
         return scratch
 
     def _link_model(self) -> tuner.LinkModel:
-        models = tuner.load_models()
-        transports = {self.transport_to(p) for p in range(self.size) if p != self.rank} or {"ipc"}
-        return max((models[t] for t in transports), key=lambda m: m.alpha)
+        """The slowest link this rank uses, from the calibration file, read once per communicator and backend."""
+        cache = self.__dict__.setdefault("_link_models", {})
+        current = backend.get_backend()
+        if current not in cache:
+            models = tuner.load_models()
+            transports = {self.transport_to(p) for p in range(self.size) if p != self.rank} or {"ipc"}
+            cache[current] = max((models[t] for t in transports), key=lambda m: m.alpha)
+        return cache[current]
 
     def _allowed(self, collective: str) -> list[str]:
-        table = algorithms.parse_algo_setting(os.environ.get("NBCOLL_ALGO"))
+        table = algorithms.parse_algo_setting_cached(os.environ.get("NBCOLL_ALGO"))
         return [a for a in algorithms.ALGORITHMS[collective] if a in table[collective]]
 
     def _choose(self, collective: str, nbytes: int) -> str:
