@@ -79,7 +79,12 @@ def test_every_collective_on_the_simulator(nprocs):
 
 
 def test_collectives_on_the_simulator_four_ranks_across_fake_nodes():
-    _check(4, "sim", "tiny", big=40, NBCOLL_RANKS_PER_NODE="2")
+    _check(4, "sim", "tiny", big=24, NBCOLL_RANKS_PER_NODE="2")
+
+
+def test_collectives_on_the_simulator_five_ranks():
+    """Five ranks: not a power of two (halving-doubling folds one rank in), blocks of unequal size."""
+    _check(5, "sim", "tiny", big=24)
 
 
 def test_ring_traffic_is_the_lower_bound():
