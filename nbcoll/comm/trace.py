@@ -11,8 +11,8 @@ that the chunk holds; ``t0``/``t1`` are wall-clock seconds, comparable across ra
 
 Example::
 
-    NBCOLL_TRACE=/tmp/ring mpiexec -n 4 python tutorials/08_ring_all_reduce.py
-    python -m nbcoll trace view /tmp/ring -o ring.png
+    NBCOLL_TRACE=traces/ring mpiexec -n 4 python tutorials/08_ring_all_reduce.py
+    python -m nbcoll trace view traces/ring -o ring.png
 """
 
 from __future__ import annotations
