@@ -6,6 +6,7 @@ The heavy lifting is in ``mpi_scripts/coll_check.py`` (results, traffic) and ``m
 """
 
 import glob
+import json
 import os
 from pathlib import Path
 
@@ -163,3 +164,16 @@ def test_fit_recovers_latency_and_bandwidth():
     sizes = [8, 1024, 1 << 16, 1 << 20]
     model = fit(sizes, [20e-6 + s / 2e9 for s in sizes])
     assert model.alpha == pytest.approx(20e-6, rel=1e-6) and model.beta == pytest.approx(2e9, rel=1e-6)
+
+
+def test_calibrate_stores_a_model_per_transport_that_the_tuner_loads(tmp_path):
+    store = tmp_path / "tuner.json"
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TUNER_FILE": str(store)}
+    result = run_ranks(2, code="from nbcoll.__main__ import main; main(['calibrate', '--max-bytes', '4096'])", env=env)
+    assert "ipc: alpha =" in result.outputs[0] and "mpi: alpha =" in result.outputs[0], result.report()
+    saved = json.loads(store.read_text())
+    (models,) = saved.values()
+    assert set(models) == {"ipc", "mpi"}
+    assert all(m["alpha"] > 0 and 0 < m["beta"] < float("inf") for m in models.values())
+    lonely = run_ranks(1, code="from nbcoll.__main__ import main; print('status', main(['calibrate']))", env=env)
+    assert "needs at least 2 ranks" in lonely.outputs[0] and "status 2" in lonely.outputs[0]
