@@ -40,6 +40,7 @@ from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.primitives import Primitive
 from nbcoll.comm.trace import Tracer
+from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Progress, Work
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import copy as copy_kernels
@@ -382,6 +383,7 @@ class Collectives:
             send_connection=self.send_connection,
             recv_connection=self.recv_connection,
             counters=self.peer_counters,
+            windows=self._direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
         )
         if self.size == 1:
             steps = _single_rank(name, ctx, single)
@@ -396,6 +398,27 @@ class Collectives:
             self._queue_in_group(coll)
             return work if async_op else result
         return state["progress"].run(coll, work, async_op)
+
+    def _direct_windows(self) -> DirectWindows | None:
+        """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
+
+        Making them is collective, like the one-shot collective that asks for them: every rank gets here.
+        """
+        state = self.__dict__.setdefault("_collective_state", {"seq": 0})
+        if "windows" not in state:
+            local = self.size > 1 and all(self.transport_to(p) == "ipc" for p in range(self.size) if p != self.rank)
+            state["windows"] = DirectWindows(self._wiring.ctrl, self.config.buffsize) if local else None
+        return state["windows"]
+
+    def _close_collectives(self) -> None:
+        """Release what the collectives hold (the direct windows, the trace file); the communicator calls this."""
+        state = self.__dict__.get("_collective_state", {})
+        if state.get("progress") is not None:
+            state["progress"].quiesce(timeout=self.config.timeout)
+        if state.get("windows") is not None:
+            state["windows"].close()
+        if state.get("tracer") is not None:
+            state["tracer"].close()
 
     def _queue_in_group(self, coll: CollectiveOp) -> None:
         queued = self._group.queued

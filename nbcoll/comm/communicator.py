@@ -290,6 +290,7 @@ class Communicator(Collectives):
         if self._destroyed:
             return
         self._destroyed = True
+        self._close_collectives()
         for conn in [*self._wiring.send.values(), *self._wiring.recv.values()]:
             conn.close()
         self._wiring.control.close()

@@ -15,8 +15,9 @@ does with the chunk::
 "prev" and "next" may be several peers: a tree node receives from two children, a direct algorithm sends to
 every peer. The ``direct_*`` names are the variants that read a peer's memory in place instead of through a
 FIFO. In nbcoll every transport exposes its slots as device memory that the receiver maps (ipc) or that a
-staging copy fills (mpi), so each ``direct_*`` primitive is the same step as its FIFO twin: the names exist so that
-an algorithm reads like NCCL's, with the difference stated once, here.
+staging copy fills (mpi), so each ``direct_*`` primitive here is the same step as its FIFO twin: the names exist
+so that an algorithm reads like NCCL's. The reads of a peer's buffer in place are the window steps of the
+one-shot algorithms, in :mod:`nbcoll.comm.window`.
 
 All the variants are one :class:`Primitive`, as in NCCL, where one ``genericOp`` template serves every name.
 A primitive never blocks: :meth:`Primitive.ready` says whether every slot it reads has arrived and every slot

@@ -25,6 +25,9 @@ COLOURS = {
     "recv_reduce_copy": "#ccb974",
     "recv_reduce_copy_send": "#dd8452",
     "copy_send": "#64b5cd",
+    "direct_post": "#4c72b0",
+    "direct_recv": "#55a868",
+    "direct_recv_reduce_copy": "#ccb974",
     "copy": "#999999",
     "post_op": "#999999",
 }

@@ -116,6 +116,7 @@ class Context:
     send_connection: Callable[[int], Any]
     recv_connection: Callable[[int], Any]
     counters: Callable[[int], Any]
+    windows: Any = None  # DirectWindows, when every peer's buffer can be read in place (nbcoll.comm.window)
 
     def prims(
         self, recv_from: list[int] = (), send_to: list[int] = (), op: Any = None, post: PostOp | None = None

@@ -6,6 +6,11 @@ takes a single step: each rank sends its whole buffer to every peer and folds wh
 knows where that ends. NCCL's one-shot all-reduce reads the peers' buffers in place over NVLink; here the peers'
 data arrive through the same FIFOs as every other algorithm, one chunk per peer per step.
 
+When every rank is on one machine and reached over ipc, the peers' data are not sent at all: each rank writes
+its chunk into its own *window*, which every other rank has mapped, and then reads all the windows in place, as
+NCCL's one-shot kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). Elsewhere the chunks
+travel through the same FIFOs as every other algorithm, one chunk per peer per step.
+
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
 
@@ -27,6 +32,13 @@ def _peers(ctx: Context) -> list[int]:
 
 def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
+    if ctx.windows is not None:
+        w = ctx.windows
+        for lo, hi in chunks(0, local.size, w.nbytes // local.dtype.itemsize):
+            round_ = w.next_round()
+            yield w.post(round_, local[lo:hi], (lo, hi), ctx.counters)
+            yield w.fold(round_, ctx.op, ctx.post, out[lo:hi], (lo, hi), ctx.counters)
+        return
     peers = _peers(ctx)
     send = ctx.prims(send_to=peers)
     fold = ctx.prims(recv_from=peers, op=ctx.op, post=ctx.post)
@@ -38,6 +50,15 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
 def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
     """Send our block to every peer; receive each peer's block into its place."""
     count, r = local.size, ctx.rank
+    if ctx.windows is not None:
+        w = ctx.windows
+        for lo, hi in chunks(0, count, w.nbytes // local.dtype.itemsize):
+            a, b = r * count + lo, r * count + hi
+            round_ = w.next_round()
+            yield w.post(round_, local[lo:hi], (a, b), ctx.counters)
+            yield ctx.copy(local[lo:hi], out[a:b], (a, b))
+            yield w.gather(round_, out, count, lo, hi, ctx.counters)
+        return
     send = ctx.prims(send_to=_peers(ctx))
     for lo, hi in chunks(0, count, ctx.chunk_elems):
         yield send.copy_send(local[lo:hi], out[r * count + lo : r * count + hi], (r * count + lo, r * count + hi))
