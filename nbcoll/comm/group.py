@@ -39,6 +39,11 @@ class Group:
 
     def submit(self, op: Any) -> None:
         if self.depth:
+            if self.queued and (op.kind == "collective") != (self.queued[0].kind == "collective"):
+                raise ValueError(
+                    "comm.group(): a group holds either collectives or point-to-point operations, not both; "
+                    "put them in separate groups"
+                )
             self.queued.append(op)
         else:
             self._drive([op])

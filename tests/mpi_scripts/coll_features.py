@@ -56,6 +56,19 @@ def section_group(comm) -> None:
     assert np.array_equal(nbcoll.to_host(a), np.arange(5) + n - 1)
     assert np.array_equal(nbcoll.to_host(b), np.repeat(np.arange(n, dtype=np.float64), 3))
     assert w.is_completed() and np.all(nbcoll.to_host(w.wait()) == 9)
+    if n > 1:  # a group is either collectives or point-to-point: mixing them is refused before anything moves
+        for first, second in [("collective", "p2p"), ("p2p", "collective")]:
+            try:
+                with comm.group():
+                    for kind in (first, second):
+                        if kind == "collective":
+                            comm.all_reduce(nbcoll.to_device(np.ones(2, np.int32)))
+                        else:
+                            comm.send(nbcoll.to_device(np.ones(2, np.int32)), (r + 1) % n)
+            except ValueError as err:
+                assert "not both" in str(err) or "separate groups" in str(err), err
+            else:
+                raise AssertionError(f"a group mixing {first} then {second} was accepted")
     comm.barrier()
     print(f"rank {r}: group ok")
 
