@@ -295,18 +295,22 @@ def run_rank(args: argparse.Namespace) -> int:
     return 0 if all(r["agree"] for rows in all_rows.values() for r in rows) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_on_ranks(script: str, run_rank, args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Under mpiexec, run this rank's part; started plainly, re-run ``script`` on each of ``args.ranks`` ranks."""
     from nbcoll.launch import launch, under_mpi
 
     if under_mpi():
         return run_rank(args)
     status = 0
     for nranks in (int(x) for x in args.ranks.split(",")):
-        result = launch(nranks, __file__, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
+        result = launch(nranks, script, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
         print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
         status = status or (0 if result.ok else 1)
     return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_on_ranks(__file__, run_rank, parse_args(argv), argv)
 
 
 if __name__ == "__main__":
