@@ -34,20 +34,28 @@ class Subcommand:
     help: str
     run: Callable[[argparse.Namespace], int]
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    passthrough: bool = False  # every argument goes to ``run`` unparsed (a tool with a command line of its own)
+
+
+class UsageError(Exception):
+    """A mistake in how a subcommand was called: reported as one line, ``nbcoll <subcommand>: error: ...``."""
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {}
 
 
 def subcommand(
-    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    name: str,
+    help: str,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    passthrough: bool = False,
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
     """Decorator: ``run(args) -> int`` becomes the subcommand ``name``; ``arguments(parser)`` adds options."""
 
     def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
         if name in SUBCOMMANDS:
             raise ValueError(f"subcommand(name): {name!r} is defined twice")
-        SUBCOMMANDS[name] = Subcommand(name, help, run, arguments)
+        SUBCOMMANDS[name] = Subcommand(name, help, run, arguments, passthrough)
         return run
 
     return decorate
@@ -82,9 +90,21 @@ def _trace_arguments(parser: argparse.ArgumentParser) -> None:
 def trace(args: argparse.Namespace) -> int:
     from nbcoll.comm import trace_view
 
-    path = trace_view.draw(args.directory, args.output, seq=args.seq, use_time=args.time)
+    try:
+        path = trace_view.draw(args.directory, args.output, seq=args.seq, use_time=args.time)
+    except (FileNotFoundError, LookupError) as exc:
+        raise UsageError(str(exc)) from None
     print(f"wrote {path}")
     return 0
+
+
+@subcommand(
+    "perf", "measure a collective and print nccl-tests' table (the same as python -m nbcoll.perf)", passthrough=True
+)
+def perf(args: argparse.Namespace) -> int:
+    from nbcoll.perf.__main__ import main as perf_main
+
+    return perf_main(args.arguments)
 
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,7 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="<subcommand>")
     for command in SUBCOMMANDS.values():
-        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        sub = commands.add_parser(
+            command.name, help=command.help, description=command.help, add_help=not command.passthrough
+        )
+        if command.passthrough:
+            sub.add_argument("arguments", nargs=argparse.REMAINDER, help="the tool's own arguments")
         if command.arguments is not None:
             command.arguments(sub)
         sub.set_defaults(run=command.run)
@@ -119,13 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the subcommand named in ``argv`` (``sys.argv[1:]`` when omitted) and return its exit status."""
+    """Run the subcommand named in ``argv`` (``sys.argv[1:]`` when omitted) and return its exit status.
+
+    A user's mistake (a bad ``NBCOLL_*`` setting, a missing trace directory) ends in one line on standard error
+    and exit status 2, not a traceback.
+    """
+    from nbcoll.backend import BackendError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (UsageError, BackendError) as exc:
+        print(f"nbcoll {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

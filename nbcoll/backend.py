@@ -60,13 +60,21 @@ def _check_name(name: str, where: str) -> str:
     return name
 
 
-def _startup_backend() -> str:
+def _startup_backend() -> tuple[str, BackendError | None]:
+    """The backend named by ``NBCOLL_BACKEND`` (or found), and the error to raise at first use if it is unknown.
+
+    An unknown name does not fail the import, so that ``python -m nbcoll info`` can report it in one line; every
+    use of a backend (:func:`get_backend`, :func:`cuda`) raises it instead.
+    """
     requested = os.environ.get("NBCOLL_BACKEND", "").strip().lower()
+    if requested and requested not in BACKENDS:
+        expected = ", ".join(BACKENDS)
+        return "sim", BackendError(f"NBCOLL_BACKEND: unknown backend {requested!r}; expected one of {expected}")
     if requested:
-        return _check_name(requested, "NBCOLL_BACKEND")
+        return requested, None
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "sim"
-    return "cuda" if gpu_count() > 0 else "sim"
+        return "sim", None
+    return ("cuda" if gpu_count() > 0 else "sim"), None
 
 
 def _enable_simulator_if_needed(name: str) -> None:
@@ -87,7 +95,7 @@ def _enable_simulator_if_needed(name: str) -> None:
         os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 
 
-_startup = _startup_backend()
+_startup, _startup_error = _startup_backend()
 # The device backend this process can use: cuda or sim (numpy mode still imports the simulator so that kernels
 # can be defined and switched to in tests).
 _device_backend = "cuda" if _startup == "cuda" else "sim"
@@ -97,6 +105,8 @@ _current = _startup
 
 def get_backend() -> str:
     """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``."""
+    if _startup_error is not None:
+        raise _startup_error
     return _current
 
 
@@ -137,6 +147,8 @@ def cuda() -> ModuleType:
     On the ``cuda`` backend with no usable GPU this raises :class:`BackendError` naming the other backends.
     """
     global _gpu_checked
+    if _startup_error is not None:
+        raise _startup_error
     from numba import cuda as numba_cuda
 
     if _device_backend == "cuda" and not _gpu_checked:

@@ -41,7 +41,7 @@ def test_backend_is_chosen_before_numba_cuda_is_imported():
 
 
 def test_unknown_backend_is_a_clear_error():
-    proc = _python("import nbcoll", NBCOLL_BACKEND="tpu")
+    proc = _python("import nbcoll; nbcoll.get_backend()", NBCOLL_BACKEND="tpu")
     assert proc.returncode != 0
     assert "NBCOLL_BACKEND: unknown backend 'tpu'; expected one of cuda, sim, numpy" in proc.stderr
 

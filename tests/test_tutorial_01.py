@@ -61,6 +61,7 @@ def test_tutorial_01_moves_off_the_numpy_backend_to_launch_its_kernels():
     proc = run_python([str(TUTORIAL)], "numpy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Tutorial 01 on the 'sim' backend" in proc.stdout
+    assert "NBCOLL_BACKEND=numpy runs NumPy instead of kernels" in proc.stdout  # said, not silent
 
 
 @pytest.mark.gpu

@@ -58,6 +58,8 @@ def test_tutorial_08_ring_all_reduce_step_by_step():
     narration = outputs[0]
     assert "round 1: blocks 0=[16:17)  1=[17:18)  2=[18:18)  3=[18:18)" in narration
     assert "14 primitives per rank: 2 rounds x 7 (2n-1)" in narration
+    numbered = re.findall(r"^(\d)\. ", narration, flags=re.MULTILINE)
+    assert numbered == ["1", "2", "3", "4"], numbered  # every section says its number, in order
     assert "recv_reduce_copy_send [ 0: 4) from 3 to 1 got [1110, 1110, 1110, 1110]" in narration
     assert "rank 1 buffer: 1111 1111 1111 1111 1111 1111 1111 1111 1111 1111" in narration
     png = Path(re.search(r"drawn to (\S+\.png)", narration).group(1))
@@ -80,6 +82,13 @@ def test_tutorial_09_algorithm_choice():
     for nranks in (4, 8, 64):
         assert re.search(rf"n = {nranks:2d}: direct from 1 B, then halving_doubling from", narration), narration
     assert re.search(r"^\s+1 MiB(\s+\d+\.\d+ \(\d+\.\d+\)){4}", narration, flags=re.MULTILINE), narration
+    # Where the tuner's pick is not the fastest measured, the tutorial says so and by how much.
+    rows = re.findall(r"^\s+\d+ [KM]?i?B\s.*\s(\w+)\s+(\w+)$", narration, flags=re.MULTILINE)
+    if any(picked != fastest for picked, fastest in rows):
+        assert re.search(r"missed the fastest algorithm at \d of 3 sizes", narration), narration
+        assert re.search(r"took \d+\.\dx the time of", narration), narration
+    else:
+        assert "picked the fastest algorithm at every size" in narration
 
 
 def test_tutorial_10_all_gather_reduce_scatter_all_to_all():

@@ -26,6 +26,10 @@ from nbcoll.kernels.registry import register
 if nbcoll.get_backend() == "numpy":
     # This tutorial launches kernels, so it needs a device: the process's device backend (the simulator without
     # a GPU) is always available.
+    print(
+        f"NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels: it runs on the "
+        f"{device_backend()!r} backend instead."
+    )
     nbcoll.set_backend(device_backend())
 
 cuda = numba_cuda()

@@ -41,6 +41,12 @@ print(f"1. MPI hello world: I am rank {world.rank} of {world.size}, on host {MPI
 # yours), finds which ranks share a node, maps a control page of shared memory per node, and connects every pair
 # of ranks on one node with a FIFO in shared memory (tutorial 06 looks inside).
 comm = init()
+per_node = os.environ.get("NBCOLL_RANKS_PER_NODE")
+if comm.rank == 0 and per_node:
+    print(
+        f"   (one machine, yet {comm.nnodes} nodes: NBCOLL_RANKS_PER_NODE={per_node} pretends that every {per_node} "
+        "ranks form a node, so that both transports, ipc and mpi, run here)"
+    )
 print(
     f"2. communicator: rank {comm.rank} of {comm.size}, node {comm.node} of {comm.nnodes}, "
     f"local rank {comm.local_rank} of {comm.local_size}"

@@ -139,6 +139,7 @@ expected_elements = 0
 for blocks in plan:
     size_of = [hi - lo for lo, hi in blocks]
     expected_elements += 2 * sum(size_of) - size_of[rank] - size_of[(rank + 1) % n]
+say("3. what it cost: the elements each rank sent, against the formula")
 sent = comm.counters.bytes_sent // np.dtype(DTYPE).itemsize
 assert sent == expected_elements, (sent, expected_elements)
 fraction = sent / COUNT

@@ -9,7 +9,7 @@ Example::
 See :mod:`nbcoll.comm.communicator` for the API and :mod:`nbcoll.comm.connection` for the FIFO protocol.
 """
 
-from nbcoll.comm.communicator import NOCOLOR, Communicator, init
+from nbcoll.comm.communicator import NOCOLOR, Communicator, SingleRankWarning, init
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.errors import (
@@ -31,5 +31,6 @@ __all__ = [
     "Communicator",
     "Counters",
     "PeerCounters",
+    "SingleRankWarning",
     "init",
 ]

@@ -17,6 +17,8 @@ Connections are built at creation for peers on the same node (ipc) and at first 
 from __future__ import annotations
 
 import numbers
+import os
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -307,10 +309,29 @@ class Communicator(Collectives):
         self.destroy()
 
 
+class SingleRankWarning(UserWarning):
+    """:func:`init` found itself the only rank of a process that no MPI launcher started."""
+
+
 def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> Communicator:
     """Collective: a communicator of the ranks of ``mpi_comm`` (default ``MPI.COMM_WORLD``).
 
     Settings come from the ``NBCOLL_*`` environment variables unless ``config`` is given
-    (see :mod:`nbcoll.comm.config`).
+    (see :mod:`nbcoll.comm.config`). A script started as plain ``python script.py`` is a world of one rank:
+    that works, but is rarely what was meant, so it is said with a :class:`SingleRankWarning`.
     """
-    return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, config)
+    comm = Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, config)
+    if mpi_comm is None and comm.size == 1 and not _started_by_a_launcher():
+        warnings.warn(
+            "nbcoll.init(): this process is the only rank: it was not started by an MPI launcher. "
+            "Run it as `mpiexec -n 4 python script.py` (or with srun) for several ranks.",
+            SingleRankWarning,
+            stacklevel=2,
+        )
+    return comm
+
+
+def _started_by_a_launcher() -> bool:
+    from nbcoll.launch import under_mpi
+
+    return under_mpi() or bool(os.environ.get("SLURM_STEP_ID"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from nbcoll.comm.trace import load
 
@@ -34,23 +35,72 @@ COLOURS = {
 
 
 def select(records: list[dict], seq: int | None) -> list[dict]:
-    """The records of collective number ``seq`` (every collective when ``None``)."""
+    """The records of collective number ``seq`` (every collective when ``None``).
+
+    An unknown ``seq`` raises ``LookupError`` naming the collectives the trace does hold.
+    """
     chosen = [rec for rec in records if seq is None or rec["seq"] == seq]
     if not chosen:
-        raise ValueError(f"seq: no collective #{seq} in the trace")
+        held = sorted({(rec["seq"], rec["collective"]) for rec in records})
+        listing = ", ".join(f"{s} ({name})" for s, name in held)
+        raise LookupError(f"--seq: no collective #{seq} in the trace; it holds {listing}")
     return chosen
+
+
+def _in_rank_order(records: list[dict]) -> list[dict]:
+    # A rank runs its steps one after the other, so its clock orders them, across collectives too.
+    return sorted(records, key=lambda r: (r["rank"], r["t0"], r["seq"], r["step"]))
 
 
 def arrows(records: list[dict]) -> list[tuple[dict, dict]]:
     """(sending step, receiving step) for every chunk, matched in FIFO order per connection."""
     sent: dict[tuple[int, int], list[dict]] = defaultdict(list)
     received: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    for rec in sorted(records, key=lambda r: (r["rank"], r["seq"], r["step"])):
+    for rec in _in_rank_order(records):
         for peer in rec["send"]:
             sent[(rec["rank"], peer)].append(rec)
         for peer in rec["recv"]:
             received[(peer, rec["rank"])].append(rec)
     return [pair for key in sent for pair in zip(sent[key], received.get(key, []), strict=False)]
+
+
+def columns(records: list[dict]) -> dict[int, int]:
+    """``id(record) -> column``: the earliest column each step can occupy.
+
+    ``for each step: column = max(column of the rank's previous step + 1, column of every step that sent it
+    data + 1)``. A step then never sits left of the step it waits for, so every arrow points forward, whatever
+    the ranks' own step counts or clocks say.
+    """
+    incoming: dict[int, list[dict]] = defaultdict(list)
+    for src, dst in arrows(records):
+        incoming[id(dst)].append(src)
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for rec in _in_rank_order(records):
+        by_rank[rec["rank"]].append(rec)
+    column = {id(rec): 0 for rec in records}
+    for _ in range(len(records) + 1):  # longest-path relaxation; a trace is acyclic, so this settles
+        changed = False
+        for steps in by_rank.values():
+            previous = -1
+            for rec in steps:
+                want = max([previous + 1] + [column[id(src)] + 1 for src in incoming[id(rec)]])
+                if want > column[id(rec)]:
+                    column[id(rec)], changed = want, True
+                previous = column[id(rec)]
+        if not changed:
+            break
+    return column
+
+
+def _label(name: str, width: int = 12) -> str:
+    """``recv_reduce_copy_send`` as ``recv_reduce\ncopy_send``: lines short enough to fit a box."""
+    lines: list[str] = []
+    for word in name.split("_"):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += "_" + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
 
 
 def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_time: bool = False) -> Path:
@@ -59,27 +109,31 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     records = select(load(directory), seq)
     ranks = sorted({rec["rank"] for rec in records})
     start = min(rec["t0"] for rec in records)
-    first_step = {r: min(rec["step"] for rec in records if rec["rank"] == r) for r in ranks}
+    column = columns(records)
 
     def x_range(rec: dict) -> tuple[float, float]:
         if use_time:
             return (rec["t0"] - start) * 1e3, (rec["t1"] - start) * 1e3
-        x = rec["step"] - first_step[rec["rank"]]
-        return x + 0.1, x + 0.9
+        x = column[id(rec)]
+        return x + 0.05, x + 0.95
 
     width = max(x_range(rec)[1] for rec in records)
-    fig, ax = plt.subplots(figsize=(max(6.0, min(24.0, 0.9 * width + 2)), 1.0 + 0.8 * len(ranks)))
+    fig, ax = plt.subplots(figsize=(max(6.0, min(40.0, 1.1 * width + 2)), 1.4 + 0.9 * len(ranks)))
+    if not use_time and len({rec["seq"] for rec in records}) > 1:
+        _shade_collectives(ax, records, column)
     for rec in records:
         x0, x1 = x_range(rec)
         y = rec["rank"]
         ax.add_patch(plt.Rectangle((x0, y - 0.3), max(x1 - x0, 1e-3), 0.6, color=COLOURS.get(rec["primitive"], "grey")))
         if not use_time:
             span = f"[{rec['span'][0]}:{rec['span'][1]})" if rec["span"] else ""
-            ax.text((x0 + x1) / 2, y, f"{rec['primitive']}\n{span}", ha="center", va="center", fontsize=6)
+            ax.text((x0 + x1) / 2, y, f"{_label(rec['primitive'])}\n{span}", ha="center", va="center", fontsize=5.5)
     for src, dst in arrows(records):
         sx1, dx0 = x_range(src)[1], x_range(dst)[0]
         ax.annotate(
@@ -88,14 +142,32 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
             xytext=(sx1, src["rank"]),
             arrowprops={"arrowstyle": "->", "color": "black", "alpha": 0.5, "lw": 0.8},
         )
-    names = sorted({f"{rec['collective']} ({rec['algo']})" for rec in records})
-    ax.set_title(", ".join(names) + f" on {len(ranks)} ranks")
+    used = sorted({rec["primitive"] for rec in records})
+    handles = [Patch(color=COLOURS.get(name, "grey"), label=name) for name in used]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(4, len(used)), fontsize=7)
+    names = {rec["seq"]: f"#{rec['seq']} {rec['collective']} ({rec['algo']})" for rec in records}
+    ax.set_title(", ".join(names[s] for s in sorted(names)) + f" on {len(ranks)} ranks")
     ax.set_xlim(0, width + 0.2)
     ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.7)
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
-    ax.set_xlabel("time (ms)" if use_time else "step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("time (ms)" if use_time else "step (a step starts after the steps it waits for)")
     fig.tight_layout()
     output = Path(output)
     fig.savefig(output, dpi=120)
     plt.close(fig)
     return output
+
+
+def _shade_collectives(ax: Any, records: list[dict], column: dict[int, int]) -> None:
+    """A faint band behind each collective's steps on each rank, labelled ``#seq``, so several read apart."""
+    from matplotlib.patches import Rectangle
+
+    spans: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for rec in records:
+        spans[(rec["rank"], rec["seq"])].append(column[id(rec)])
+    for (rank, seq), cols in spans.items():
+        lo, hi = min(cols), max(cols) + 1
+        shade = "#e8e8e8" if seq % 2 else "#f4f4f4"
+        ax.add_patch(Rectangle((lo, rank - 0.42), hi - lo, 0.84, color=shade, zorder=0))
+        ax.text(lo + 0.05, rank - 0.36, f"#{seq}", fontsize=5, va="top", color="#555555")

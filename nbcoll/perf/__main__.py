@@ -27,12 +27,39 @@ from nbcoll.perf.sweep import AVERAGES, Options, algorithms_of, check_root, run
 _AVERAGE_NUMBERS = {"0": "rank0", "1": "avg", "2": "min", "3": "max"}
 
 
+def _collective_name(text: str) -> str:
+    """``all_reduce``, ``allreduce`` and ``All-Reduce`` all name the same collective (NBCOLL_ALGO accepts both)."""
+    key = text.strip().lower().replace("_", "").replace("-", "")
+    for name in bandwidth.COLLECTIVES:
+        if name.replace("_", "") == key:
+            return name
+    raise argparse.ArgumentTypeError(f"unknown collective {text!r}; expected one of {', '.join(bandwidth.COLLECTIVES)}")
+
+
+def default_backend(requested: str | None, environ: dict[str, str] | None = None) -> str:
+    """The backend a sweep runs on: ``--backend``, else ``NBCOLL_BACKEND``, else ``cuda`` on a GPU, else ``numpy``.
+
+    Without a GPU the device backend is the simulator, about 150 us per CUDA thread: a sweep there takes hours,
+    so perf measures the NumPy references unless the simulator is asked for by name.
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    if requested is not None:
+        return requested
+    if environ.get("NBCOLL_BACKEND", "").strip():
+        return nbcoll.get_backend()
+    return "cuda" if nbcoll.backend.device_backend() == "cuda" else "numpy"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m nbcoll.perf",
         description="Measure one collective and print nccl-tests' table (run under mpiexec).",
     )
-    p.add_argument("collective", choices=bandwidth.COLLECTIVES)
+    p.add_argument(
+        "collective", type=_collective_name, help=f"one of {', '.join(bandwidth.COLLECTIVES)} (allreduce works too)"
+    )
     p.add_argument("-b", "--minbytes", default="32M", help="smallest size S in bytes, e.g. 8, 64K, 8M (default 32M)")
     p.add_argument("-e", "--maxbytes", default="32M", help="largest size S in bytes (default 32M)")
     p.add_argument("-f", "--stepfactor", type=int, default=None, help="multiply the size by this factor each step")
@@ -47,7 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-J", "--output_file", default=None, help="also write the results to this JSON file")
     p.add_argument("--algo", default=None, help="algorithm name, comma-separated names, or all (default: tuner)")
     p.add_argument("--transport", choices=("ipc", "mpi"), default=None, help="force one transport for every peer")
-    p.add_argument("--backend", choices=nbcoll.BACKENDS, default=None, help="numpy, or the process's device backend")
+    p.add_argument(
+        "--backend",
+        choices=nbcoll.BACKENDS,
+        default=None,
+        help="numpy, or the process's device backend (default: cuda on a GPU, else numpy unless NBCOLL_BACKEND says)",
+    )
     p.add_argument("--plot", default=None, help="draw busbw against size, one line per algorithm, into this image")
     p.add_argument(
         "--progress", choices=("auto", "on", "off"), default="auto", help="progress lines (auto: sweeps of 20+ tests)"
@@ -121,6 +153,14 @@ def _where() -> str:
     )
 
 
+def _command_line(nranks: int, argv: Sequence[str]) -> str:
+    """The command that really ran: with ``mpiexec -n N`` only when a launcher started this process."""
+    from nbcoll.launch import under_mpi
+
+    command = " ".join(["python -m nbcoll.perf", *argv])
+    return f"mpiexec -n {nranks} {command}" if under_mpi() else command
+
+
 def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) -> dict:
     return {
         "tool": "nbcoll.perf",
@@ -128,7 +168,7 @@ def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) 
         "host": platform.node(),
         "backend": nbcoll.get_backend(),
         "nranks": comm.size,
-        "command": " ".join(["python -m nbcoll.perf", *sys.argv[1:]]),
+        "command": _command_line(comm.size, sys.argv[1:]),
         "where": _where(),
         "collective": args.collective,
         "bus_factor": bandwidth.bus_factor(args.collective, comm.size),
@@ -141,8 +181,7 @@ def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.backend is not None:
-            nbcoll.set_backend(args.backend)
+        nbcoll.set_backend(default_backend(args.backend))
         options = options_from(args)
     except (ValueError, nbcoll.BackendError) as exc:
         print(f"nbcoll.perf: {exc}", file=sys.stderr)
@@ -169,8 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         algo_text = ", ".join(a or "tuner's choice" for a in options.algos)
         print(f"# nbcoll.perf {args.collective}: {comm.size} ranks, backend {nbcoll.get_backend()}, algo {algo_text}")
         print(f"# {_where()}")
-        given = " ".join(sys.argv[1:] if argv is None else argv)
-        print(f"# command: mpiexec -n {comm.size} python -m nbcoll.perf {given}")
+        print(f"# command: {_command_line(comm.size, sys.argv[1:] if argv is None else argv)}")
+        if comm.size == 1:
+            print("# note: one rank, so nothing crosses a link; run it as mpiexec -n 4 python -m nbcoll.perf ...")
         print(
             f"# iters {options.iters}, warm-up {options.warmup}, check {options.check}, "
             f"time over ranks: {options.average}, busbw factor {bandwidth.bus_factor(args.collective, comm.size):.4g}"

@@ -181,7 +181,9 @@ def run(
     rooted = coll in bandwidth.ROOTED
     check_root(options, n)
     planned = list(tests(options))
-    show = options.progress if options.progress is not None else len(planned) >= LONG_SWEEP
+    # The simulator spends seconds on a single test, so its sweeps always report progress.
+    long_sweep = len(planned) >= LONG_SWEEP or backend.get_backend() == "sim"
+    show = options.progress if options.progress is not None else long_sweep
     progress = ProgressBar(len(planned), show and comm.rank == 0)
     rows = []
     for algo, dtype, op, nbytes in planned:
