@@ -31,7 +31,7 @@ class Linear(Module):
     """``for each row x: y[o] = sum_i x[i] * weight[o, i] + bias[o]``; weight is (out_features, in_features).
 
     Input ``(*, in_features)``, output ``(*, out_features)``. Initialised as PyTorch's: weight and bias uniform in
-    ``[-1/sqrt(in_features), 1/sqrt(in_features)]`` (kaiming_uniform_ with ``a = sqrt(5)`` for the weight).
+    ``[-1/sqrt(in_features), 1/sqrt(in_features)]`` (``kaiming_uniform_`` with ``a = sqrt(5)`` for the weight).
 
     Example::
 
