@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll.default_dtype import get_default_dtype
 from nbcoll.nn import init
 from nbcoll.nn.module import Module
 from nbcoll.nn.parameter import Parameter
 from nbcoll.nn.shapes import check_input, positive_int
 from nbcoll.tensors import Tensor
+from nbcoll.tensors.dtypes import get_default_dtype
 
 
 def parameter_dtype(dtype: Any) -> np.dtype:
