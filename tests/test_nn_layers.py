@@ -303,5 +303,24 @@ def test_other_bad_use_is_a_clear_error():
         nn.GELU(approximate="none")
     with pytest.raises(ValueError, match=r"Residual\(\): expected the block's output .* give Residual a projection"):
         nn.Residual(nn.Linear(2, 3))(tensor(np.ones((1, 2))))
-    with pytest.raises(TypeError, match="same dtype"):
+
+
+def test_embedding_padding_row_is_zero_and_gets_no_gradient(backend):
+    table = nn.Embedding(4, 2, padding_idx=-1)
+    assert table.padding_idx == 3 and repr(table) == "Embedding(4, 2, padding_idx=3)"
+    np.testing.assert_array_equal(table.weight.numpy()[3], [0, 0])
+    ids = np.array([[3, 1], [1, 3]])
+    out = table(ids)
+    np.testing.assert_array_equal(out.numpy()[0, 0], [0, 0])
+    np.testing.assert_array_equal(out.numpy()[0, 1], table.weight.numpy()[1])
+    out.sum().backward()
+    np.testing.assert_array_equal(table.weight.grad.numpy(), [[0, 0], [2, 2], [0, 0], [0, 0]])
+    with pytest.raises(ValueError, match="padding_idx"):
+        nn.Embedding(4, 2, padding_idx=4)
+
+
+def test_input_of_another_dtype_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"Linear\(.*\): expected input of dtype float64 .* got float32"):
         nn.Linear(2, 2)(tensor(np.ones((1, 2), np.float32)))
+    with pytest.raises(TypeError, match=r"LayerNorm\(.*\): expected input of dtype float64"):
+        nn.LayerNorm(2)(tensor(np.ones((1, 2), np.float32)))

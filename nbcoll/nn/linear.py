@@ -58,7 +58,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = check_input(self, x, (..., self.in_features))
+        x = check_input(self, x, (..., self.in_features), dtype=self.weight.dtype)
         y = x @ self.weight.T
         return y if self.bias is None else y + self.bias
 
