@@ -25,13 +25,14 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from nbcoll import memory
-from nbcoll.nn.parameter import Parameter, write_values
+from nbcoll.nn.parameter import Parameter, copy_tensor, write_values
 from nbcoll.tensors import RemovableHandle, Tensor, no_grad
 
 ForwardPreHook = Callable[["Module", tuple], Any]
@@ -377,6 +378,23 @@ class Module:
             raise TypeError(f"hook: expected a callable, got {type(hook).__name__}")
         self._forward_hooks.append(hook)
         return RemovableHandle(self._forward_hooks, hook)
+
+    # -- copying -----------------------------------------------------------------------------------------------
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Module:
+        """``copy.deepcopy(model)``: an independent model; parameters and buffers are copied through the host.
+
+        Shared parameters and sub-modules stay shared in the copy (``memo`` maps each original to its copy).
+        """
+        for module in self.modules():
+            for member in [*module._parameters.values(), *module._buffers.values()]:
+                if member is not None and id(member) not in memo:
+                    memo[id(member)] = copy_tensor(member)
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in self.__dict__.items():
+            object.__setattr__(copied, name, copy.deepcopy(value, memo))
+        return copied
 
     # -- printing ----------------------------------------------------------------------------------------------
 
