@@ -324,3 +324,17 @@ def test_input_of_another_dtype_is_a_clear_error():
         nn.Linear(2, 2)(tensor(np.ones((1, 2), np.float32)))
     with pytest.raises(TypeError, match=r"LayerNorm\(.*\): expected input of dtype float64"):
         nn.LayerNorm(2)(tensor(np.ones((1, 2), np.float32)))
+
+
+def test_module_dict():
+    heads = nn.ModuleDict({"digit": nn.Linear(2, 3), "parity": nn.Linear(2, 1)})
+    assert list(heads) == ["digit", "parity"] and len(heads) == 2 and "digit" in heads
+    assert [n for n, _ in heads.named_parameters()][:2] == ["digit.weight", "digit.bias"]
+    heads["extra"] = nn.ReLU()
+    assert list(heads.keys()) == ["digit", "parity", "extra"]
+    del heads["extra"]
+    assert [type(m).__name__ for m in heads.values()] == ["Linear", "Linear"]
+    with pytest.raises(KeyError, match="no module 'nope'"):
+        heads["nope"]
+    with pytest.raises(TypeError, match="expected a Module"):
+        heads["bad"] = 3
