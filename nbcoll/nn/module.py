@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from nbcoll import memory
+from nbcoll.nn.functional_call import functional_call
 from nbcoll.nn.parameter import Parameter, copy_tensor, write_values
 from nbcoll.tensors import RemovableHandle, Tensor, no_grad
 
@@ -411,32 +412,6 @@ class Module:
             return f"{type(self).__name__}({''.join(lines)})"
         body = "".join(f"\n  {line}" for line in lines)
         return f"{type(self).__name__}({body}\n)"
-
-
-def functional_call(module: Module, tensors: dict[str, Tensor], *args: Any, **kwargs: Any) -> Any:
-    """Call ``module(*args, **kwargs)`` with some parameters or buffers replaced by ``tensors`` (dotted names).
-
-    The replacements may be any Tensors (a gradient check passes float64 copies it perturbs); the module's own
-    members are back in place when the call returns or raises.
-
-    Example::
-
-        y = functional_call(linear, {"weight": w2}, x)      # linear's forward with weight w2
-    """
-    swapped: list[tuple[dict[str, Any], str, Any]] = []
-    try:
-        for dotted, tensor in tensors.items():
-            owner_path, _, name = dotted.rpartition(".")
-            owner = module.get_submodule(owner_path)
-            store = owner._parameters if name in owner._parameters else owner._buffers
-            if name not in store:
-                raise KeyError(f"tensors: {type(owner).__name__} has no parameter or buffer {name!r} (in {dotted!r})")
-            swapped.append((store, name, store[name]))
-            store[name] = tensor
-        return module(*args, **kwargs)
-    finally:
-        for store, name, original in reversed(swapped):
-            store[name] = original
 
 
 __all__ = ["ForwardHook", "ForwardPreHook", "IncompatibleKeys", "Module", "functional_call"]
