@@ -369,3 +369,21 @@ def test_module_dict():
         heads["nope"]
     with pytest.raises(TypeError, match="expected a Module"):
         heads["bad"] = 3
+
+
+def test_a_small_model_learns_xor_with_plain_gradient_descent():
+    with nbcoll.use_backend("numpy"):
+        nbcoll.manual_seed(1)
+        model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2))
+        x = tensor(np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]))
+        y = np.array([0, 1, 1, 0])
+        loss_fn = nn.CrossEntropyLoss()
+        for _ in range(300):
+            model.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            with nbcoll.no_grad():
+                for p in model.parameters():
+                    p.data = (p - 0.5 * p.grad).data
+        assert loss.item() < 0.05
+        np.testing.assert_array_equal(model(x).argmax(axis=1).numpy(), y)
