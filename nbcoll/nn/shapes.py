@@ -60,4 +60,11 @@ def check_input(layer: Module, x: Any, patterns: Pattern | list[Pattern], name: 
     return x
 
 
-__all__ = ["check_input", "describe", "format_pattern"]
+def positive_int(value: Any, arg: str) -> int:
+    """``value`` as an int, or ``ValueError`` naming ``arg`` unless it is an int >= 1 (a size of a layer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{arg}: expected an int >= 1, got {value!r}")
+    return int(value)
+
+
+__all__ = ["check_input", "describe", "format_pattern", "positive_int"]
