@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from nbcoll.nn.dropout import Dropout
 from nbcoll.nn.linear import Linear
 from nbcoll.nn.module import Module
 from nbcoll.nn.norm import LayerNorm
@@ -49,17 +50,18 @@ def _additive(mask: Any, arg: str) -> np.ndarray:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None = None, dropout: Module | None = None
 ) -> tuple[Tensor, Tensor]:
     """``softmax(q @ k^T / sqrt(d) + mask) @ v`` over the last two axes; returns the output and the weights.
 
-    ``q`` (..., L, d), ``k`` (..., S, d), ``v`` (..., S, dv); ``mask`` broadcasts to (..., L, S).
+    ``q`` (..., L, d), ``k`` (..., S, d), ``v`` (..., S, dv); ``mask`` broadcasts to (..., L, S). ``dropout``
+    (a module) drops attention weights before they meet ``v``; the weights returned are those before dropout.
     """
     scores = (q @ k.transpose(*range(k.ndim - 2), k.ndim - 1, k.ndim - 2)) * (1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         scores = scores + Tensor(mask.astype(scores.dtype))
     weights = scores.softmax(axis=-1)
-    return weights @ v, weights
+    return (weights if dropout is None else dropout(weights)) @ v, weights
 
 
 class MultiheadAttention(Module):
@@ -85,6 +87,7 @@ class MultiheadAttention(Module):
         batch_first: bool = False,
         kdim: int | None = None,
         vdim: int | None = None,
+        dropout: float = 0.0,
         dtype: Any = None,
     ) -> None:
         super().__init__()
@@ -97,6 +100,7 @@ class MultiheadAttention(Module):
         self.k_proj = Linear(self.kdim, embed_dim, bias=bias, dtype=dtype)
         self.v_proj = Linear(self.vdim, embed_dim, bias=bias, dtype=dtype)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
@@ -163,7 +167,7 @@ class MultiheadAttention(Module):
             )
         q, k, v = self._heads(self.q_proj(query)), self._heads(self.k_proj(key)), self._heads(self.v_proj(value))
         mask = self._mask(attn_mask, key_padding_mask, is_causal, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
-        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
         n, heads, length, _ = out.shape
         out = self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, heads * self.head_dim))
         if not need_weights:
@@ -205,7 +209,8 @@ class TransformerBlock(Module):
         y = block(x, key_padding_mask=pad)         # pad (N, L) bool: True marks padding
 
     The sub-modules are ``ln1``, ``attn`` (a batch-first MultiheadAttention: ``q_proj``, ``k_proj``, ``v_proj``,
-    ``out_proj``), ``ln2`` and ``mlp`` (``fc_in``, ``fc_out``); ``mlp_ratio`` sets the MLP's width.
+    ``out_proj``), ``ln2`` and ``mlp`` (``fc_in``, ``fc_out``); ``mlp_ratio`` sets the MLP's width. ``dropout``
+    applies to the attention weights and to both branches before they are added back, in training only.
     """
 
     def __init__(
@@ -214,6 +219,7 @@ class TransformerBlock(Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         causal: bool = False,
+        dropout: float = 0.0,
         bias: bool = True,
         eps: float = 1e-5,
         dtype: Any = None,
@@ -221,9 +227,10 @@ class TransformerBlock(Module):
         super().__init__()
         self.embed_dim, self.causal = embed_dim, causal
         self.ln1 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
-        self.attn = MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True, dtype=dtype)
+        self.attn = MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True, dropout=dropout, dtype=dtype)
         self.ln2 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
         self.mlp = FeedForward(embed_dim, int(round(mlp_ratio * embed_dim)), bias=bias, dtype=dtype)
+        self.resid_dropout = Dropout(dropout)
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.attn.num_heads}, causal={self.causal}"
@@ -234,8 +241,8 @@ class TransformerBlock(Module):
         attended, _ = self.attn(
             h, h, h, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=attn_mask, is_causal=self.causal
         )
-        x = x + attended
-        return x + self.mlp(self.ln2(x))
+        x = x + self.resid_dropout(attended)
+        return x + self.resid_dropout(self.mlp(self.ln2(x)))
 
 
 __all__ = ["FeedForward", "MultiheadAttention", "TransformerBlock", "causal_mask", "scaled_dot_product_attention"]

@@ -22,19 +22,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nbcoll.default_dtype import get_default_dtype
+import numpy as np
+
 from nbcoll.kernels.im2col import ConvGeometry, pair
+from nbcoll.nn import init
+from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.module import Module
 from nbcoll.nn.parameter import Parameter
-from nbcoll.nn.shapes import check_input, describe
-from nbcoll.seed import host_generator
+from nbcoll.nn.shapes import check_input, describe, positive_int
 from nbcoll.tensors import Tensor
 from nbcoll.tensors.ops.conv import Im2Col
 from nbcoll.tensors.ops.conv import MaxPool2d as MaxPool2dFunction
 
 
-def _uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    return Parameter(host_generator().uniform(-bound, bound, size=shape).astype(get_default_dtype()))
+def _uniform_parameter(shape: tuple[int, ...], bound: float, dtype: Any) -> Parameter:
+    return init.uniform_(Parameter(np.zeros(shape, parameter_dtype(dtype))), -bound, bound)
 
 
 def _geometry(layer: Module, x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> ConvGeometry:
@@ -99,17 +101,20 @@ class Conv2d(Module):
         padding: Any = 0,
         dilation: Any = 1,
         bias: bool = True,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
-        if in_channels < 1 or out_channels < 1:
-            raise ValueError(f"in_channels, out_channels: must be >= 1, got {in_channels} and {out_channels}")
-        self.in_channels, self.out_channels = in_channels, out_channels
+        self.in_channels = positive_int(in_channels, "in_channels")
+        self.out_channels = positive_int(out_channels, "out_channels")
         self.kernel_size = pair(kernel_size, "kernel_size", 1)
         self.stride, self.padding = pair(stride, "stride", 1), pair(padding, "padding", 0)
         self.dilation = pair(dilation, "dilation", 1)
         bound = 1.0 / math.sqrt(in_channels * self.kernel_size[0] * self.kernel_size[1])
-        self.weight = _uniform_parameter((out_channels, in_channels, *self.kernel_size), bound)
-        self.bias = _uniform_parameter((out_channels,), bound) if bias else None
+        self.weight = _uniform_parameter((out_channels, in_channels, *self.kernel_size), bound, dtype)
+        if bias:
+            self.bias = _uniform_parameter((out_channels,), bound, dtype)
+        else:
+            self.register_parameter("bias", None)
 
     def extra_repr(self) -> str:
         return (

@@ -17,7 +17,8 @@ sequence (it does not depend on h), and only the hidden part walks the steps one
                       for t in range(T):  h[l] = step(gi[t], h[l]);  outputs[t] = h[l]
                       inputs = outputs
 
-Their parameters are named as PyTorch's (``weight_ih_l0``, ``bias_hh_l1``...), so state dicts carry over.
+Their parameters are named as PyTorch's (``weight_ih_l0``, ``bias_hh_l1``...), so state dicts carry over;
+``dropout`` applies between layers in training, as PyTorch's does. Bidirectional layers are not provided.
 Every parameter starts uniform in ``[-1/sqrt(hidden_size), 1/sqrt(hidden_size)]``, as in PyTorch.
 """
 
@@ -29,11 +30,12 @@ from typing import Any
 import numpy as np
 
 import nbcoll.functional as F
-from nbcoll.default_dtype import get_default_dtype
+from nbcoll.nn import init
+from nbcoll.nn.dropout import Dropout
+from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.module import Module
 from nbcoll.nn.parameter import Parameter
-from nbcoll.nn.shapes import check_input
-from nbcoll.seed import host_generator
+from nbcoll.nn.shapes import check_input, positive_int
 from nbcoll.tensors import Tensor
 
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -75,9 +77,8 @@ def gru_step(gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None)
     return (1.0 - z) * n + z * h
 
 
-def _uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    values = host_generator().uniform(-bound, bound, size=shape)
-    return Parameter(values.astype(get_default_dtype()))
+def _uniform_parameter(shape: tuple[int, ...], bound: float, dtype: Any) -> Parameter:
+    return init.uniform_(Parameter(np.zeros(shape, parameter_dtype(dtype))), -bound, bound)
 
 
 def _zeros(shape: tuple[int, ...], like: Tensor) -> Tensor:
@@ -91,16 +92,20 @@ def _zeros(shape: tuple[int, ...], like: Tensor) -> Tensor:
 class _Cell(Module):
     """What the three cells share: the four parameters, their initialisation and the input check."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, mode: str) -> None:
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, mode: str, dtype: Any) -> None:
         super().__init__()
-        if input_size < 1 or hidden_size < 1:
-            raise ValueError(f"input_size, hidden_size: must be >= 1, got {input_size} and {hidden_size}")
-        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self.input_size = positive_int(input_size, "input_size")
+        self.hidden_size = positive_int(hidden_size, "hidden_size")
+        self.bias = bool(bias)
         rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
-        self.weight_ih = _uniform_parameter((rows, input_size), bound)
-        self.weight_hh = _uniform_parameter((rows, hidden_size), bound)
-        self.bias_ih = _uniform_parameter((rows,), bound) if bias else None
-        self.bias_hh = _uniform_parameter((rows,), bound) if bias else None
+        self.weight_ih = _uniform_parameter((rows, input_size), bound, dtype)
+        self.weight_hh = _uniform_parameter((rows, hidden_size), bound, dtype)
+        if bias:
+            self.bias_ih = _uniform_parameter((rows,), bound, dtype)
+            self.bias_hh = _uniform_parameter((rows,), bound, dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
@@ -134,10 +139,12 @@ class RNNCell(_Cell):
             h = cell(x_t, h)               # (batch, 20); h=None starts from zeros
     """
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh") -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", dtype: Any = None
+    ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity: expected 'tanh' or 'relu', got {nonlinearity!r}")
-        super().__init__(input_size, hidden_size, bias, "RNN_" + nonlinearity.upper())
+        super().__init__(input_size, hidden_size, bias, "RNN_" + nonlinearity.upper(), dtype)
         self.nonlinearity = nonlinearity
 
     def extra_repr(self) -> str:
@@ -160,8 +167,8 @@ class LSTMCell(_Cell):
         h, c = cell(x_next, (h, c))        # both (batch, 20)
     """
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
-        super().__init__(input_size, hidden_size, bias, "LSTM")
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__(input_size, hidden_size, bias, "LSTM", dtype)
 
     def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         h, c = (None, None) if hx is None else hx
@@ -183,8 +190,8 @@ class GRUCell(_Cell):
         h = cell(x_next, h)
     """
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
-        super().__init__(input_size, hidden_size, bias, "GRU")
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__(input_size, hidden_size, bias, "GRU", dtype)
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
         x, h, batched = self._check(x, hx)
@@ -200,23 +207,31 @@ class _Recurrent(Module):
     """What RNN, LSTM and GRU share: per-layer parameters named as PyTorch's, the shape checks, the time loop."""
 
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int, bias: bool, batch_first: bool, mode: str
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int,
+        bias: bool,
+        batch_first: bool,
+        dropout: float,
+        mode: str,
+        dtype: Any,
     ) -> None:
         super().__init__()
-        if input_size < 1 or hidden_size < 1 or num_layers < 1:
-            raise ValueError(
-                f"input_size, hidden_size, num_layers: must be >= 1, got {input_size}, {hidden_size}, {num_layers}"
-            )
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bias, self.batch_first = bias, batch_first
+        self.input_size = positive_int(input_size, "input_size")
+        self.hidden_size = positive_int(hidden_size, "hidden_size")
+        self.num_layers = positive_int(num_layers, "num_layers")
+        self.bias, self.batch_first = bool(bias), bool(batch_first)
+        # Between layers, not after the last one (PyTorch's rule); a Dropout has no parameters to save.
+        self.dropout = Dropout(dropout)
         rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
         for layer in range(num_layers):
             width = input_size if layer == 0 else hidden_size
-            setattr(self, f"weight_ih_l{layer}", _uniform_parameter((rows, width), bound))
-            setattr(self, f"weight_hh_l{layer}", _uniform_parameter((rows, hidden_size), bound))
+            setattr(self, f"weight_ih_l{layer}", _uniform_parameter((rows, width), bound, dtype))
+            setattr(self, f"weight_hh_l{layer}", _uniform_parameter((rows, hidden_size), bound, dtype))
             if bias:
-                setattr(self, f"bias_ih_l{layer}", _uniform_parameter((rows,), bound))
-                setattr(self, f"bias_hh_l{layer}", _uniform_parameter((rows,), bound))
+                setattr(self, f"bias_ih_l{layer}", _uniform_parameter((rows,), bound, dtype))
+                setattr(self, f"bias_hh_l{layer}", _uniform_parameter((rows,), bound, dtype))
 
     def extra_repr(self) -> str:
         return (
@@ -262,6 +277,8 @@ class _Recurrent(Module):
                 state = self._step(gi.reshape(batch, -1), state, weight_hh_t, bias_hh)
                 outputs.append(state[0] if isinstance(state, tuple) else state)
             inputs = F.stack(outputs, axis=0)
+            if layer < self.num_layers - 1:
+                inputs = self.dropout(inputs)
             finals.append(state)
         return inputs, finals
 
@@ -303,10 +320,13 @@ class RNN(_Recurrent):
         nonlinearity: str = "tanh",
         bias: bool = True,
         batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity: expected 'tanh' or 'relu', got {nonlinearity!r}")
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, "RNN_" + nonlinearity.upper())
+        mode = "RNN_" + nonlinearity.upper()
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, mode, dtype)
         self.nonlinearity = nonlinearity
 
     def extra_repr(self) -> str:
@@ -326,9 +346,16 @@ class GRU(_Recurrent):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True, batch_first: bool = False
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
     ) -> None:
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, "GRU")
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "GRU", dtype)
 
     def _step(self, gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Tensor:
         return gru_step(gi, h, weight_hh_t, bias_hh)
@@ -345,9 +372,16 @@ class LSTM(_Recurrent):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True, batch_first: bool = False
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
     ) -> None:
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, "LSTM")
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "LSTM", dtype)
 
     def _step(
         self, gi: Tensor, state: tuple[Tensor, Tensor], weight_hh_t: Tensor, bias_hh: Tensor | None
