@@ -141,6 +141,8 @@ def test_gated_cell_gradients_on_the_device_backend_equal_numpy(rng, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("num_layers, batch_first", [(1, False), (2, True)])
 def test_sequence_layer_matches_numpy_over_several_steps(backend, rng, kind, num_layers, batch_first):
+    if backend != "numpy" and kind == "rnn_relu":
+        pytest.skip("the simulator runs every thread in Python: rnn_tanh covers the plain cell there")
     steps, batch, features, hidden = (3, 2, 2, 3) if backend == "numpy" else (2, 1, 2, 2)
     layer = make_layer(kind, features, hidden, num_layers=num_layers, batch_first=batch_first)
     x = rng.standard_normal((steps, batch, features))
@@ -171,7 +173,7 @@ def test_sequence_layer_gradcheck_from_a_given_state(rng):
         assert gradcheck_module(layer, [tensor64(rng, 1, 4, 2), tensor64(rng, 1, 1, 2)], atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_sequence_layer_gradients_on_the_device_backend_equal_numpy(rng, kind):
     x = rng.standard_normal((2, 1, 2))
     assert_same_gradients_as_numpy(lambda: make_layer(kind, 2, 2), [x])
