@@ -53,7 +53,7 @@ EXP_OVERFLOW = math.log(1.7976931348623157e308)  # above this, exp overflows eve
 
 
 def _exp(v):
-    if v > EXP_OVERFLOW:
+    if float(v) > EXP_OVERFLOW:  # float(): a float16 v would round the bound itself to 710
         return math.inf
     return math.exp(v)
 

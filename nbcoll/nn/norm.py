@@ -51,15 +51,15 @@ class LayerNorm(Module):
         self.eps = float(eps)
         self.elementwise_affine = bool(elementwise_affine)
         dtype = parameter_dtype(dtype)
-        self.weight = Parameter(np.ones(self.normalized_shape, dtype)) if elementwise_affine else None
-        self.bias = Parameter(np.zeros(self.normalized_shape, dtype)) if elementwise_affine and bias else None
-        if self.weight is None:
-            self.register_parameter("weight", None)
-        if self.bias is None:
-            self.register_parameter("bias", None)
+        weight = Parameter(np.ones(self.normalized_shape, dtype)) if elementwise_affine else None
+        self.register_parameter("weight", weight)
+        self.register_parameter(
+            "bias", Parameter(np.zeros(self.normalized_shape, dtype)) if elementwise_affine and bias else None
+        )
 
     def forward(self, x: Tensor) -> Tensor:
-        x = check_input(self, x, (..., *self.normalized_shape))
+        dtype = None if self.weight is None else self.weight.dtype
+        x = check_input(self, x, (..., *self.normalized_shape), dtype=dtype)
         if len(self.normalized_shape) == 1:
             return F.layer_norm(x, self.weight, self.bias, self.eps)
         # The kernel normalises the last axis: flatten the normalised dimensions into one, then restore them.
