@@ -156,3 +156,20 @@ def test_wrong_shapes_name_the_layer_the_expected_and_the_actual_shape():
             nn.MaxPool2d(2, padding=2)
         with pytest.raises(ValueError, match="stride"):
             nn.Conv2d(1, 1, 3, stride=0)
+
+
+def test_an_input_of_another_dtype_names_the_layer_and_both_dtypes():
+    with nbcoll.use_backend("numpy"):
+        x32 = nbcoll.tensor(np.zeros((1, 2, 3, 3), np.float32))
+        with pytest.raises(TypeError, match=r"Conv2d\(2, 1.*expected input of dtype float64 .*got float32"):
+            nn.Conv2d(2, 1, 2, dtype=np.float64)(x32)
+        with pytest.raises(TypeError, match=r"LSTM\(3, 2.*expected input of dtype float64 .*got float32"):
+            nn.LSTM(3, 2, dtype=np.float64)(x32.reshape(2, 3, 3))
+        with pytest.raises(TypeError, match=r"GRUCell\(3, 2.*expected hx of dtype float64 .*got float32"):
+            nn.GRUCell(3, 2, dtype=np.float64)(
+                nbcoll.tensor(np.zeros((1, 3))), nbcoll.tensor(np.zeros((1, 2), np.float32))
+            )
+        with pytest.raises(TypeError, match=r"MultiheadAttention\(embed_dim=3.*expected query of dtype float64"):
+            nn.MultiheadAttention(3, 1, dtype=np.float64)(x32.reshape(2, 3, 3))
+        with pytest.raises(TypeError, match=r"TransformerBlock\(embed_dim=3.*expected input of dtype float64"):
+            nn.TransformerBlock(3, 1, dtype=np.float64)(x32.reshape(2, 3, 3))

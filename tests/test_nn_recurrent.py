@@ -205,26 +205,27 @@ def test_dropout_between_layers_only_in_training(rng):
 
 
 def test_wrong_shapes_name_the_layer_the_expected_and_the_actual_shape():
+    def zeros(*shape):
+        return nbcoll.tensor(np.zeros(shape, np.float32))
+
     with nbcoll.use_backend("numpy"):
-        x = nbcoll.tensor(np.zeros((4, 2, 5)))
+        x = zeros(4, 2, 5)
         with pytest.raises(
             ValueError, match=r"LSTM\(3, 4, .*expected input of shape \(seq, batch, 3\) .*got \(4, 2, 5\)"
         ):
             nn.LSTM(3, 4)(x)
         with pytest.raises(ValueError, match=r"GRU\(5, 4.*batch_first=True.*\(batch, seq, 5\)"):
-            nn.GRU(5, 4, batch_first=True)(nbcoll.tensor(np.zeros((2, 5))).reshape(1, 2, 5).reshape(2, 5, 1))
+            nn.GRU(5, 4, batch_first=True)(zeros(2, 5, 1))
         with pytest.raises(ValueError, match=r"RNN\(5, 4.*expected hx of shape \(1, 2, 4\), got \(2, 4\)"):
-            nn.RNN(5, 4)(x, nbcoll.tensor(np.zeros((2, 4))))
+            nn.RNN(5, 4)(x, zeros(2, 4))
         with pytest.raises(
             ValueError, match=r"RNNCell\(3, 2.*expected input of shape \(batch, 3\) or \(3,\), got \(2, 4\)"
         ):
-            nn.RNNCell(3, 2)(nbcoll.tensor(np.zeros((2, 4))))
+            nn.RNNCell(3, 2)(zeros(2, 4))
         with pytest.raises(ValueError, match=r"LSTMCell\(3, 2.*expected hx\[1\] of shape \(4, 2\), got \(4, 3\)"):
-            nn.LSTMCell(3, 2)(
-                nbcoll.tensor(np.zeros((4, 3))), (nbcoll.tensor(np.zeros((4, 2))), nbcoll.tensor(np.zeros((4, 3))))
-            )
+            nn.LSTMCell(3, 2)(zeros(4, 3), (zeros(4, 2), zeros(4, 3)))
         with pytest.raises(ValueError, match="the sequence is empty"):
-            nn.GRU(5, 4)(nbcoll.tensor(np.zeros((0, 2, 5))))
+            nn.GRU(5, 4)(zeros(0, 2, 5))
         with pytest.raises(ValueError, match="nonlinearity"):
             nn.RNN(5, 4, nonlinearity="sigmoid")
         with pytest.raises(ValueError, match="hidden_size"):
