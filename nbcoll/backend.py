@@ -134,12 +134,31 @@ _gpu_checked = False
 def cuda() -> ModuleType:
     """``numba.cuda``, imported only when a kernel is first needed.
 
-    On the ``cuda`` backend with no usable GPU this raises :class:`BackendError` naming the other backends.
+    On the ``cuda`` backend the first call also selects this process's GPU (:func:`select_device`). With no
+    usable GPU it raises :class:`BackendError` naming the other backends.
     """
-    global _gpu_checked
     from numba import cuda as numba_cuda
 
     if _device_backend == "cuda" and not _gpu_checked:
+        select_device()
+    return numba_cuda
+
+
+def select_device(local_rank: int | None = None) -> int | None:
+    """On ``cuda``: make GPU ``local_rank % device count`` current for this process; return its number.
+
+    It must run before anything is allocated on the GPU, so :func:`cuda` calls it first, with the local rank the
+    launcher announced (see :mod:`nbcoll.device`); the communicator calls it with the rank it measured, which
+    counts only when nothing chose a GPU before. Returns ``None`` on ``sim``, where there is no GPU to choose.
+    """
+    global _gpu_checked
+    if _device_backend != "cuda":
+        return None
+    from numba import cuda as numba_cuda
+
+    from nbcoll import device
+
+    if not _gpu_checked:
         if not numba_cuda.is_available():
             raise BackendError(
                 "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
@@ -147,7 +166,7 @@ def cuda() -> ModuleType:
                 "(the NumPy references)"
             )
         _gpu_checked = True
-    return numba_cuda
+    return device.select(numba_cuda, local_rank)
 
 
 def is_simulator() -> bool:

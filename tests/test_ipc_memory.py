@@ -212,7 +212,7 @@ def test_cleanup_stale_removes_a_segment_left_by_a_killed_process():
     process.communicate(timeout=120)
     time.sleep(0.2)
     assert segment_exists(name), "the segment should be left behind by SIGKILL before unlink"
-    with IpcBuffer.create(1, np.int8) as alive:
+    with IpcBuffer.create(1, np.int8, host=True) as alive:  # host: a named segment on every backend, cuda too
         removed = cleanup_stale()
         assert name in removed
         assert alive.name not in removed and segment_exists(alive.name)
