@@ -2,9 +2,10 @@
 
 This is what the ``ipc`` transport stands on. On ``cuda`` a buffer is device memory shared by a CUDA IPC handle
 (the 64 bytes of the allocation's ``CUipcMemHandle``, sent as plain data: see :mod:`nbcoll.cuda_ipc`), and a
-kernel reads the peer's memory directly. On ``sim`` and ``numpy`` it is POSIX shared memory (``/dev/shm``), wrapped without a copy:
-a NumPy array, or a simulator device array over the same bytes, so a simulated kernel's writes are seen by the
-other processes at once. ``host=True`` asks for a shared host page on every backend (step counters, flags).
+kernel reads the peer's memory directly. On ``sim`` and ``numpy`` it is POSIX shared memory (``/dev/shm``),
+wrapped without a copy: a NumPy array, or a simulator device array over the same bytes, so a simulated
+kernel's writes are seen by the other processes at once. ``host=True`` asks for a shared host page on every
+backend (step counters, flags).
 
 The lifetime of a name in ``/dev/shm``, and how nothing leaks:
 
