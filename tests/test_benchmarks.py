@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,17 +47,27 @@ def test_kernel_benchmarks_run_at_tiny_sizes(backend, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
-    done = _run(["bash", str(BENCHMARKS / "gpu_check.sh"), "--dry-run", str(tmp_path)], env={"PYTHON": sys.executable})
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("setsid") is None, reason="needs bash and setsid")
+def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
+    done = _run(["bash", str(BENCHMARKS / "gpu_check.sh"), "--dry-run", str(tmp_path)], env={"PYTHON": sys.executable},
+                timeout=300)  # fmt: skip
     summary = (tmp_path / "summary.txt").read_text()
     assert done.returncode == 0, summary + done.stdout + done.stderr
     assert "all steps passed" in summary
+    planned = re.search(r"plan total: (\d+) s of a (\d+) s budget", summary)
+    assert planned and int(planned[1]) <= int(planned[2]) == 7 * 60, summary
+    report = json.loads((tmp_path / "summary.json").read_text())
+    steps = {step["step"]: step for step in report["steps"]}
+    order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "all_reduce_2ranks", "all_reduce_4ranks"]
+    assert list(steps)[: len(order)] == order
+    assert all(steps[name]["verdict"] == "PASS" for name in order), report
+    assert steps["smoke"]["kernel"]["ok"] and steps["smoke"]["all_reduce"]["ok"]
     for nranks in (2, 4):
-        for collective in ("all_reduce", "all_gather"):
-            report = json.loads((tmp_path / f"perf_{collective}_{nranks}ranks.json").read_text())
-            assert report["backend"] == "sim" and report["wrong"] == 0 and report["nranks"] == nranks
-    assert (tmp_path / "kernels_sim_tiny.json").exists()
+        perf = json.loads((tmp_path / f"all_reduce_{nranks}ranks.json").read_text())
+        assert perf["complete"] and perf["wrong"] == 0 and perf["nranks"] == nranks
+        assert (tmp_path / f"all_reduce_{nranks}ranks.log").exists()
+    assert json.loads((tmp_path / "kernels_numpy_tiny.json").read_text())["complete"]
+    assert steps["kill_drill"]["verdict"] == "TIMEOUT" and "kill_drill: ok" in summary  # killed, nothing left
 
 
 def test_gpu_check_names_what_is_missing(tmp_path):
