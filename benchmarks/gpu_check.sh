@@ -49,8 +49,8 @@ say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 # ---- the plan: name, limit in seconds, what it runs on the GPU -------------------------------------------------
 PLAN=(
     "smoke|60|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
-    "gpu_tests|100|pytest -m gpu tests/ (every gpu-marked test), 60 s per test"
-    "suite|100|pytest -m 'not gpu' tests/ on cuda, device tests first, no -x, 45 s per test, cut at the limit"
+    "gpu_tests|120|pytest -m gpu tests/ (every gpu-marked test), 100 s per test"
+    "suite|80|pytest -m 'not gpu' tests/ on cuda, device tests first, no -x, 45 s per test, cut at the limit"
     "kernels|50|benchmarks/kernels.py: kernel GB/s and % of the device-to-device copy of the same run"
     "all_reduce_2ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
@@ -172,7 +172,7 @@ if [ $DRY_RUN = 1 ]; then
 else
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
     if [ $HAVE_PYTEST = 1 ]; then
-        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 60) -m gpu tests || FAILED=1
+        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 100) -m gpu tests || FAILED=1
         run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) -m "not gpu" "${SUITE[@]}" || FAILED=1
     fi
     run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1

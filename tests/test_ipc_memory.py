@@ -239,5 +239,5 @@ def test_share_across_ranks_with_kernel_writes(nprocs):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_cuda_ipc_across_ranks(nprocs):
-    result = run_ranks(nprocs, MPI_SCRIPTS / "ipc_share.py", "257", env={"NBCOLL_BACKEND": "cuda"}, timeout=300)
+    result = run_ranks(nprocs, MPI_SCRIPTS / "ipc_share.py", "257", env={"NBCOLL_BACKEND": "cuda"}, timeout=50)
     assert all(f"rank {rank} ok" in output for rank, output in enumerate(result.outputs))
