@@ -154,6 +154,40 @@ def test_bad_arguments_are_named():
         IpcBuffer.open(IpcHandleInfo("cuda", "nbcoll_1_0", (2,), "float32"))
 
 
+class OneRankComm:
+    """What share() needs of an MPI communicator, for a single rank: records what would be broadcast."""
+
+    rank = 0
+
+    def __init__(self):
+        self.sent = []
+
+    def bcast(self, message, root):
+        self.sent.append(pickle.loads(pickle.dumps(message)))  # what MPI would do to it
+        return self.sent[-1]
+
+    def allgather(self, value):
+        return [value]
+
+    def barrier(self):
+        pass
+
+
+def test_share_reports_a_handle_that_cannot_be_sent_instead_of_failing_inside_bcast(monkeypatch):
+    create = IpcBuffer.create
+
+    def create_with_an_unpicklable_handle(*args, **kwargs):
+        buffer = create(*args, **kwargs)
+        buffer._handle = IpcHandleInfo("cuda", buffer.name, (2,), "int8", cuda_handle=lambda: None)
+        return buffer
+
+    monkeypatch.setattr(IpcBuffer, "create", create_with_an_unpicklable_handle)
+    comm = OneRankComm()
+    with nbcoll.use_backend("numpy"), pytest.raises(RuntimeError, match="share: rank 0 could not create the buffer"):
+        ipc_memory.share(comm, 2, np.int8, host=True)
+    assert isinstance(comm.sent[0], str) and "could not create" in comm.sent[0]  # the other ranks learn it too
+
+
 # -------------------------------------------------------------------------------------------------------------
 # Across processes, and how processes end.
 
