@@ -158,15 +158,15 @@ def select_device(local_rank: int | None = None) -> int | None:
 
     from nbcoll import device
 
-    if not _gpu_checked:
-        if not numba_cuda.is_available():
-            raise BackendError(
-                "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
-                "use NBCOLL_BACKEND=sim (the same kernels on Numba's simulator) or NBCOLL_BACKEND=numpy "
-                "(the NumPy references)"
-            )
-        _gpu_checked = True
-    return device.select(numba_cuda, local_rank)
+    if not _gpu_checked and not numba_cuda.is_available():
+        raise BackendError(
+            "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
+            "use NBCOLL_BACKEND=sim (the same kernels on Numba's simulator) or NBCOLL_BACKEND=numpy "
+            "(the NumPy references)"
+        )
+    chosen = device.select(numba_cuda, local_rank)
+    _gpu_checked = True
+    return chosen
 
 
 def is_simulator() -> bool:
