@@ -74,7 +74,7 @@ class CudaIpcHandle:
 
     Example::
 
-        exported = export_array(x)      # CudaIpcHandle(raw=b'...', size=1024, offset=0, source_info={...})
+        exported = export_array(x)      # CudaIpcHandle(raw=b'...', size=1024, offset=0, source_info=(...))
     """
 
     raw: bytes
@@ -83,8 +83,9 @@ class CudaIpcHandle:
     """Bytes of the exported memory, from ``offset``."""
     offset: int = 0
     """Where the exported memory starts inside the allocation the handle names."""
-    source_info: dict | None = None
-    """The owner's GPU (``pci_domain_id``, ``pci_bus_id``, ``pci_device_id``), as Numba reports it."""
+    source_info: tuple[tuple[str, int], ...] | None = None
+    """The owner's GPU as Numba identifies it (``pci_domain_id``, ``pci_bus_id``, ``pci_device_id``), as pairs so
+    that the handle stays hashable."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.raw, bytes) or len(self.raw) != HANDLE_BYTES:
@@ -97,7 +98,8 @@ class CudaIpcHandle:
         from numba.cuda.cudadrv import driver
 
         handle = handle_from_bytes(self.raw)
-        return driver.IpcHandle(None, handle, self.size, source_info=self.source_info, offset=self.offset)
+        source_info = dict(self.source_info) if self.source_info is not None else None
+        return driver.IpcHandle(None, handle, self.size, source_info=source_info, offset=self.offset)
 
 
 def export_array(array: Any) -> CudaIpcHandle:
@@ -108,7 +110,7 @@ def export_array(array: Any) -> CudaIpcHandle:
         raw=handle_to_bytes(exported.handle),
         size=int(exported.size),
         offset=int(exported.offset),
-        source_info=dict(exported.source_info) if exported.source_info is not None else None,
+        source_info=tuple(sorted(exported.source_info.items())) if exported.source_info is not None else None,
     )
 
 
@@ -133,7 +135,8 @@ def open_array(exported: CudaIpcHandle, count: int, dtype: Any) -> tuple[Any, An
         pointer = mapping.open_direct(cuda.current_context())
     except Exception as exc:
         raise RuntimeError(
-            f"open_array: could not map the peer's GPU memory (owner's GPU {exported.source_info}, this process's "
+            f"open_array: could not map the peer's GPU memory (owner's GPU {dict(exported.source_info or ())}, "
+            f"this process's "
             f"GPU {cuda.get_current_device().id}): {exc}. CUDA IPC needs both processes on one GPU or GPUs with "
             "peer access; otherwise use NBCOLL_TRANSPORT=mpi"
         ) from exc

@@ -65,6 +65,7 @@ message = pickle.dumps(owner.handle)
 assert b"numba" not in message, "the handle must be plain data, with no Numba object in it"
 handle = pickle.loads(message)
 assert handle == owner.handle and handle.cuda_handle.raw == OWNER_BYTES and handle.cuda_handle.size == 60
+assert dict(handle.cuda_handle.source_info) == SOURCE
 print("ok export", flush=True)
 
 peer = ipc_memory.IpcBuffer.open(handle)
