@@ -136,9 +136,8 @@ def open_array(exported: CudaIpcHandle, count: int, dtype: Any) -> tuple[Any, An
     except Exception as exc:
         raise RuntimeError(
             f"open_array: could not map the peer's GPU memory (owner's GPU {dict(exported.source_info or ())}, "
-            f"this process's "
-            f"GPU {cuda.get_current_device().id}): {exc}. CUDA IPC needs both processes on one GPU or GPUs with "
-            "peer access; otherwise use NBCOLL_TRANSPORT=mpi"
+            f"this process's GPU {cuda.get_current_device().id}): {exc}. CUDA IPC needs both processes on one GPU "
+            "or GPUs with peer access; otherwise use NBCOLL_TRANSPORT=mpi"
         ) from exc
     array = DeviceNDArray(shape=(count,), strides=(dtype.itemsize,), dtype=dtype, gpu_data=pointer)
     return array, mapping
