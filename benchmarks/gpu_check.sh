@@ -41,7 +41,7 @@ PYTHON="${PYTHON:-python3}"
 STEPS_PY="$REPO/benchmarks/gpu_check_steps.py"
 BUDGET=420      # seconds: the whole check, the kill grace of every step included
 GRACE=3         # seconds between SIGTERM and SIGKILL
-PREFLIGHT=15
+PREFLIGHT=20
 FAILED=0
 
 say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
@@ -50,14 +50,14 @@ say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 PLAN=(
     "smoke|60|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
     "gpu_tests|120|pytest -m gpu tests/ (every gpu-marked test), 100 s per test"
-    "suite|80|pytest -m 'not gpu' tests/ on cuda, device tests first, no -x, 45 s per test, cut at the limit"
+    "suite|75|pytest -m 'not gpu' tests/ on cuda, device tests first, no -x, 45 s per test, cut at the limit"
     "kernels|50|benchmarks/kernels.py: kernel GB/s and % of the device-to-device copy of the same run"
     "all_reduce_2ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
 )
 TOTAL=$((PREFLIGHT + GRACE))
 say "plan (limits in seconds; each step may take $GRACE s more to be killed):"
-say "$(printf '  %-18s %4s  %s' preflight "$PREFLIGHT" 'packages, mpiexec, a GPU (numba_cuda, not numba.cuda)')"
+say "$(printf '  %-18s %4s  %s' preflight "$PREFLIGHT" 'packages, mpiexec, a GPU; info.txt (python -m nbcoll info)')"
 for entry in "${PLAN[@]}"; do
     IFS='|' read -r name limit what <<< "$entry"
     TOTAL=$((TOTAL + limit + GRACE))
@@ -130,7 +130,7 @@ MODE=gpu
 KILL_GRACE=$GRACE
 [ $DRY_RUN = 1 ] && MODE=dry && KILL_GRACE=1  # nothing on the CPU needs long to clean up
 if [ $DRY_RUN = 1 ]; then export NBCOLL_BACKEND=sim; else export NBCOLL_BACKEND=cuda; fi
-run_step preflight "$PREFLIGHT" "$PYTHON" "$STEPS_PY" preflight "$MODE"
+run_step preflight "$PREFLIGHT" "$PYTHON" "$STEPS_PY" preflight "$MODE" "$OUTDIR/info.txt"
 PREFLIGHT_STATUS=$?
 while IFS= read -r line; do say "  $line"; done < "$OUTDIR/preflight.log"
 if [ $PREFLIGHT_STATUS != 0 ]; then
@@ -141,7 +141,6 @@ HAVE_PYTEST=1
 grep -q "no pytest:" "$OUTDIR/preflight.log" && HAVE_PYTEST=0
 HAVE_TIMEOUT=1
 grep -q "no pytest-timeout" "$OUTDIR/preflight.log" && HAVE_TIMEOUT=0
-"$PYTHON" -m nbcoll info > "$OUTDIR/info.txt" 2>&1 && say "wrote info.txt (backend, device, versions)"
 
 # ---- the steps -------------------------------------------------------------------------------------------------
 cd "$REPO" || exit 3

@@ -1,12 +1,12 @@
 """The Python side of gpu_check.sh: what the machine lacks, and each step's figures.
 
-    python benchmarks/gpu_check_steps.py preflight gpu|dry
+    python benchmarks/gpu_check_steps.py preflight gpu|dry INFO_FILE
     python benchmarks/gpu_check_steps.py report OUTDIR STEP VERDICT SECONDS LIMIT
 
 ``preflight`` prints one ``MISSING: ...`` line per missing piece (exit 3 if any) and ``note: ...`` lines for
-optional ones. ``report`` prints one line of figures for the summary (``-`` when the step left none) and rewrites
-``OUTDIR/summary.json`` with every step reported so far. It reads only files: a step that was killed still gets
-the figures it wrote as it went.
+optional ones, and writes ``python -m nbcoll info`` into INFO_FILE. ``report`` prints one line of figures for the
+summary (``-`` when the step left none) and rewrites ``OUTDIR/summary.json`` with every step reported so far. It
+reads only files: a step that was killed still gets the figures it wrote as it went.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 
-def preflight(mode: str) -> int:
-    """Check what the GPU check needs, without starting anything that could hang."""
+def preflight(mode: str, info_file: str) -> int:
+    """Check what the GPU check needs; gpu_check.sh bounds it like every step."""
     missing, notes = [], []
     for module, install in (("numpy", "numpy"), ("numba", "numba"), ("mpi4py", "mpi4py")):
         try:
@@ -68,6 +69,14 @@ def preflight(mode: str) -> int:
             missing.append("no CUDA GPU or driver found (run with --dry-run to rehearse on the CPU)")
         else:
             notes.append(f"{count} GPU(s)")
+    if not missing:
+        with open(info_file, "w") as info:
+            done = subprocess.run([sys.executable, "-m", "nbcoll", "info"], stdout=info, stderr=subprocess.STDOUT)
+        notes.append(
+            f"wrote {Path(info_file).name} (backend, device, versions)"
+            if done.returncode == 0
+            else f"python -m nbcoll info failed (exit {done.returncode}): see {Path(info_file).name}"
+        )
     for note in notes:
         print(f"note: {note}")
     for line in missing:
@@ -159,8 +168,8 @@ def report(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["preflight"] and len(argv) == 2:
-        return preflight(argv[1])
+    if argv[:1] == ["preflight"] and len(argv) == 3:
+        return preflight(argv[1], argv[2])
     if argv[:1] == ["report"] and len(argv) == 6:
         return report(argv[1:])
     print(__doc__, file=sys.stderr)
