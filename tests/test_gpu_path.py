@@ -135,17 +135,19 @@ def test_bootstrap_chooses_the_gpu_of_the_measured_local_rank(no_gpu_chosen, mon
     for name in device.LOCAL_RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     log = Logger(0, None, set())
-    bootstrap._choose_gpu(3, log)
+    bootstrap._choose_gpu(3, log, world_order=True)
+    assert cuda.selected == [1]
+    bootstrap._choose_gpu(0, log, world_order=False)  # a split-off communicator: its own numbering, no change
     assert cuda.selected == [1]
     monkeypatch.setattr(device, "_selected", {})
     device.select(cuda)  # memory was allocated before the communicator, with no local rank known: GPU 0
     with pytest.warns(RuntimeWarning, match="local rank on this machine is 1, which means GPU 1"):
-        bootstrap._choose_gpu(1, log)
+        bootstrap._choose_gpu(1, log, world_order=True)
 
 
 def test_no_gpu_is_chosen_off_cuda(no_gpu_chosen):
     with nbcoll.use_backend("numpy"):
-        bootstrap._choose_gpu(1, Logger(0, None, set()))
+        bootstrap._choose_gpu(1, Logger(0, None, set()), world_order=True)
     assert device.selected() is None
     if backend.device_backend() == "sim":
         assert backend.select_device(1) is None

@@ -73,12 +73,17 @@ def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
     return ControlPage(page, machine.Get_size(), config.steps)
 
 
-def _choose_gpu(local_rank: int, log: Logger) -> None:
-    """On ``cuda``: use GPU ``local_rank % device count``, unless this process already chose one (then check it)."""
+def _choose_gpu(local_rank: int, log: Logger, world_order: bool) -> None:
+    """On ``cuda``: use GPU ``local_rank % device count``, unless this process already chose one.
+
+    ``world_order``: the ranks are those of ``MPI.COMM_WORLD`` in its order, so ``local_rank`` is the process's
+    rank on its machine, and a GPU chosen before that does not match it gets a warning. (In a split-off
+    communicator the local rank is another number, and the GPU chosen first stays.)
+    """
     if backend.get_backend() != "cuda":
         return
     chosen = backend.select_device(local_rank)
-    problem = device.mismatch(local_rank, len(backend.cuda().gpus))
+    problem = device.mismatch(local_rank, len(backend.cuda().gpus)) if world_order else ""
     if problem:
         warnings.warn(f"nbcoll: {problem}", RuntimeWarning, stacklevel=3)
     log.info("INIT", f"local rank {local_rank} uses GPU {chosen}")
@@ -96,7 +101,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
-        _choose_gpu(machine.Get_rank(), log)  # before the FIFOs: the first allocation binds the process to a GPU
+        world_order = parent.Compare(MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+        _choose_gpu(machine.Get_rank(), log, world_order)  # before the FIFOs: an allocation binds the GPU
         machine_key = machine.bcast(MPI.COMM_WORLD.Get_rank(), root=0)
         if node_key is None:
             k = config.ranks_per_node
