@@ -31,6 +31,8 @@ def test_ipc_handle_bytes_round_trip_with_the_installed_cuda_bindings():
     handle = cuda_ipc.handle_from_bytes(raw)
     assert isinstance(handle, driver.CUipcMemHandle)
     assert cuda_ipc.handle_to_bytes(handle) == raw
+    if hasattr(handle, "reserved"):  # releases before 13.4 expose the field: it must hold the same bytes
+        assert bytes(handle.reserved) == raw
     other = cuda_ipc.handle_from_bytes(RAW)  # each handle owns its own 64 bytes
     assert cuda_ipc.handle_to_bytes(handle) == raw and cuda_ipc.handle_to_bytes(other) == RAW
     assert cuda_ipc.handle_to_bytes(driver.CUipcMemHandle()) == bytes(64)
