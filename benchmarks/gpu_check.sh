@@ -144,17 +144,24 @@ grep -q "no pytest-timeout" "$OUTDIR/preflight.log" && HAVE_TIMEOUT=0
 
 # ---- the steps -------------------------------------------------------------------------------------------------
 cd "$REPO" || exit 3
-limit_of() { local entry; for entry in "${PLAN[@]}"; do [ "${entry%%|*}" = "$1" ] && { echo "$entry" | cut -d'|' -f2; return; }; done; }
+limit_of() {  # a step's limit, from the plan
+    local entry
+    for entry in "${PLAN[@]}"; do
+        [ "${entry%%|*}" = "$1" ] && { echo "$entry" | cut -d'|' -f2; return; }
+    done
+}
 per_test() { [ $HAVE_TIMEOUT = 0 ] || echo "--timeout=$1"; }  # pytest-timeout's limit for each test
 PYTEST=("$PYTHON" -m pytest -v -p no:cacheprovider -rfE)
 # The device tests come first, so that a suite cut at its limit has run the ones that matter most on a GPU.
 FIRST=(tests/test_gpu_path.py tests/test_backend_and_memory.py tests/test_ipc_memory.py tests/test_copy.py
        tests/test_elementwise.py tests/test_combine.py tests/test_reduction.py tests/test_comm_mpi.py
        tests/test_collectives.py)
+LAST=(tests/test_docs.py tests/test_benchmarks.py)  # CPU work only: the Sphinx build, the benchmarks' smoke runs
 SUITE=("${FIRST[@]}")
 for file in tests/test_*.py; do
-    case " ${FIRST[*]} " in *" $file "*) ;; *) SUITE+=("$file") ;; esac
+    case " ${FIRST[*]} ${LAST[*]} " in *" $file "*) ;; *) SUITE+=("$file") ;; esac
 done
+SUITE+=("${LAST[@]}")
 
 if [ $DRY_RUN = 1 ]; then
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" --count 1000 || FAILED=1
@@ -172,7 +179,9 @@ else
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
     if [ $HAVE_PYTEST = 1 ]; then
         run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 100) -m gpu tests || FAILED=1
-        run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) -m "not gpu" "${SUITE[@]}" || FAILED=1
+        # Not the tests of this script itself: they would run its dry run inside this run.
+        run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) -m "not gpu" -k "not gpu_check" \
+            "${SUITE[@]}" || FAILED=1
     fi
     run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1
     PERF_SIZES=(-b 8 -e 16M -f 8 -n 5 -w 2)
@@ -195,13 +204,15 @@ orphan = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']
 json.dump({'orphan_pid': orphan.pid}, open(sys.argv[1], 'w'))
 time.sleep(120)" "$OUTDIR/kill_drill.json"
     DRILL_STATUS=$?
-    ORPHAN="$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['orphan_pid'])" "$OUTDIR/kill_drill.json" 2>/dev/null)"
+    ORPHAN="$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['orphan_pid'])" \
+        "$OUTDIR/kill_drill.json" 2> /dev/null)"
     running() { ps -o stat= -p "$1" 2> /dev/null | grep -qv Z; }  # a zombie is dead, only not yet reaped
     for _ in 1 2 3 4 5 6 7 8 9 10; do [ -n "$ORPHAN" ] && running "$ORPHAN" && sleep 0.3; done
     if [ $DRILL_STATUS = 124 ] && [ -n "$ORPHAN" ] && ! running "$ORPHAN"; then
         say "kill_drill: ok (the step timed out; its process in another session, pid $ORPHAN, is gone)"
     else
-        say "kill_drill: FAILED (status $DRILL_STATUS, orphan pid '${ORPHAN:-?}' $(running "${ORPHAN:-0}" && echo 'still running'))"
+        left="$(running "${ORPHAN:-0}" && echo ', still running')"
+        say "kill_drill: FAILED (status $DRILL_STATUS, orphan pid '${ORPHAN:-?}'$left)"
         [ -n "$ORPHAN" ] && kill -KILL "$ORPHAN" 2> /dev/null
         FAILED=1
     fi

@@ -91,6 +91,11 @@ def _json(path: Path) -> dict | None:
         return None
 
 
+def _figure(value: float) -> float:
+    """Four significant digits: enough for a summary line, whatever the scale."""
+    return float(f"{value:.4g}")
+
+
 def _pytest_figures(log: Path) -> dict:
     """The counts of pytest's last line, or, for a run stopped before it, the verdicts printed so far (-v)."""
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -119,7 +124,7 @@ def figures_of(outdir: Path, step: str) -> dict:
         if not report:
             return {}
         rates = {r["kernel"]: f"{r['rate']:.4g} {r['what']} ({r['percent']:.0f}%)" for r in report["results"]}
-        copy_ceiling = round(report["ceilings"]["copy GB/s"], 3)
+        copy_ceiling = _figure(report["ceilings"]["copy GB/s"])
         return {"copy_ceiling_GBps": copy_ceiling, "complete": report.get("complete"), "rates": rates}
     if step.startswith("all_reduce"):
         report = _json(outdir / f"{step}.json")
@@ -127,8 +132,8 @@ def figures_of(outdir: Path, step: str) -> dict:
             return {}
         busbw = [m["busbw"] for r in report["rows"] for m in (r["out_of_place"], r["in_place"]) if m]
         return {
-            "avg_busbw_GBps": round(report["avg_busbw"], 3),
-            "max_busbw_GBps": round(max(busbw), 3) if busbw else None,
+            "avg_busbw_GBps": _figure(report["avg_busbw"]),
+            "max_busbw_GBps": _figure(max(busbw)) if busbw else None,
             "largest_bytes": max((r["nbytes"] for r in report["rows"]), default=0),
             "wrong": report["wrong"],
             "complete": report.get("complete"),
