@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end at tiny sizes (their numbers are reported, never asserted)."""
 
+import importlib.util
 import json
 import os
 import re
@@ -109,3 +110,23 @@ def test_profile_splits_the_time_into_categories(tmp_path):
     text = (tmp_path / "profile_all_reduce_ring_2ranks.txt").read_text()
     assert "## 8 bytes" in text and "## 4096 bytes" in text
     assert "waiting for a peer" in text and "Python bookkeeping" in text
+
+
+def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    (tmp_path / "suite.log").write_text(
+        "tests/test_a.py::test_one PASSED [ 10%]\ntests/test_a.py::test_two FAILED [ 20%]\n"
+        "tests/test_b.py::test_three[cuda] SKIPPED (simulator semantics only) [ 30%]\n"
+    )  # cut by the step's limit before pytest's last line
+    assert steps.figures_of(tmp_path, "suite") == {
+        "passed": 1, "failed": 1, "skipped": 1, "error": 0, "stopped_early": True, "failures": [],
+    }  # fmt: skip
+    (tmp_path / "gpu_tests.log").write_text("FAILED tests/test_x.py::test_y - boom\n=== 1 failed, 5 passed in 9s ===\n")
+    expected = {"failed": 1, "passed": 5, "failures": ["tests/test_x.py::test_y"]}
+    assert steps.figures_of(tmp_path, "gpu_tests") == expected
+    assert steps.figures_of(tmp_path, "all_reduce_2ranks") == {}  # killed before its first row
+    assert steps.main(["report", str(tmp_path), "suite", "TIMEOUT", "75", "75"]) == 0
+    report = json.loads((tmp_path / "summary.json").read_text())
+    assert report["steps"][0]["verdict"] == "TIMEOUT" and report["steps"][0]["stopped_early"]
