@@ -153,9 +153,9 @@ limit_of() {  # a step's limit, from the plan
 per_test() { [ $HAVE_TIMEOUT = 0 ] || echo "--timeout=$1"; }  # pytest-timeout's limit for each test
 PYTEST=("$PYTHON" -m pytest -v -p no:cacheprovider -rfE)
 # The device tests come first, so that a suite cut at its limit has run the ones that matter most on a GPU.
-FIRST=(tests/test_gpu_path.py tests/test_backend_and_memory.py tests/test_ipc_memory.py tests/test_copy.py
-       tests/test_elementwise.py tests/test_combine.py tests/test_reduction.py tests/test_comm_mpi.py
-       tests/test_collectives.py)
+FIRST=(tests/test_gpu_path.py tests/test_backend_and_memory.py tests/test_copy.py tests/test_elementwise.py
+       tests/test_combine.py tests/test_reduction.py tests/test_matmul.py tests/test_softmax.py
+       tests/test_transpose.py tests/test_ipc_memory.py tests/test_comm_mpi.py tests/test_collectives.py)
 LAST=(tests/test_docs.py tests/test_benchmarks.py)  # CPU work only: the Sphinx build, the benchmarks' smoke runs
 SUITE=("${FIRST[@]}")
 for file in tests/test_*.py; do
