@@ -4,7 +4,8 @@ On a machine with several GPUs each rank takes GPU ``local_rank % device_count``
 (NCCL's usual setup) wants. The choice has to come first: Numba binds a process to one GPU's context at the
 first allocation or launch, and cannot switch it afterwards. So the ``cuda`` backend makes it the first time
 it is used (:func:`nbcoll.backend.cuda`), from the local rank the launcher announces, and the communicator's
-bootstrap confirms it with the local rank it measures (``MPI.COMM_TYPE_SHARED``).
+bootstrap confirms it with the local rank it measures (``MPI.COMM_TYPE_SHARED``). A program that uses
+``numba.cuda`` directly before nbcoll allocates anything calls :func:`nbcoll.backend.select_device` first.
 
 Example::
 
