@@ -14,6 +14,8 @@ from nbcoll.memory import DTYPES, empty, to_device, to_host, zeros
 
 from nbcoll import autograd, functional  # isort: skip
 from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
+from nbcoll.serialization import load, save  # isort: skip
+from nbcoll import data, meters, optim  # isort: skip
 
 __version__ = "0.1.0"
 
@@ -53,6 +55,11 @@ __all__ = [
     "Communicator",
     "NOCOLOR",
     "init",
+    "data",
+    "load",
+    "meters",
+    "optim",
+    "save",
     "premul_sum",
     "Tensor",
     "autograd",
