@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll.tensors.ops import elementwise as ew
-from nbcoll.tensors.ops import indexing, nn
+from nbcoll.tensors.ops import indexing, join, nn, select
 from nbcoll.tensors.ops import matmul as matmul_ops
 from nbcoll.tensors.tensor import Tensor, tensor
 
@@ -79,7 +79,8 @@ def relu(x: Tensor) -> Tensor:
 
 
 def gelu(x: Tensor) -> Tensor:
-    """GELU in its tanh form: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))``."""
+    """GELU in its tanh form (PyTorch's ``approximate="tanh"``): ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715
+    * x**3)))``, within about 1e-3 of the erf form."""
     return ew.gelu(x)
 
 
@@ -112,7 +113,7 @@ def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """NumPy's ``a @ b``: batch dimensions broadcast, 1-D operands are promoted then squeezed."""
-    return matmul_ops.matmul(a, a._operand(b))
+    return matmul_ops.matmul(*_tensor(a)._operands(b))
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -132,6 +133,45 @@ def reshape(x: Tensor, shape: Any) -> Tensor:
 
 def transpose(x: Tensor, axes: Any = None) -> Tensor:
     return x.transpose() if axes is None else x.transpose(axes)
+
+
+def permute(x: Tensor, axes: Any) -> Tensor:
+    """NumPy's ``transpose(x, axes)`` under PyTorch's name: ``y.shape[k] == x.shape[axes[k]]``."""
+    return x.permute(axes)
+
+
+def concat(tensors: Any, axis: int = 0) -> Tensor:
+    """``np.concatenate``: join tensors of one dtype along ``axis``; the backward splits the gradient back."""
+    return join.concat(tensors, axis)
+
+
+def stack(tensors: Any, axis: int = 0) -> Tensor:
+    """``np.stack``: join tensors of one shape along a new axis ``axis``."""
+    return join.stack(tensors, axis)
+
+
+def split(x: Tensor, sizes_or_sections: Any, axis: int = 0) -> tuple[Tensor, ...]:
+    """Cut ``x`` along ``axis`` into a tuple of Tensors: a list gives their lengths, an int ``n`` makes ``n`` equal
+    pieces (``np.split``'s rule). Each piece has its own gradient, which lands in its slice of ``x.grad``."""
+    return join.split(x, sizes_or_sections, axis)
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    """``for i: y[i] = a[i] if cond[i] else b[i]``: ``cond`` a bool Tensor, ``a`` and ``b`` Tensors or numbers,
+    all broadcasting together; the gradient goes to ``a`` where cond holds and to ``b`` elsewhere."""
+    return select.where(cond, a, b)
+
+
+def clip(x: Tensor, lo: Any = None, hi: Any = None) -> Tensor:
+    """``for i: y[i] = min(max(x[i], lo), hi)`` with number bounds (None: no bound); gradient 1 inside
+    ``[lo, hi]`` (bounds included, as PyTorch's clamp), 0 outside."""
+    return select.clip(x, lo, hi)
+
+
+def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
+    """``for i: y[i] = value if mask[i] else x[i]``: ``mask`` a bool Tensor that broadcasts to ``x``'s shape;
+    no gradient flows to the filled positions."""
+    return select.masked_fill(x, mask, value)
 
 
 def gather(x: Tensor, index: Any, axis: int) -> Tensor:
@@ -198,6 +238,8 @@ __all__ = [
     "abs",
     "add",
     "argmax",
+    "clip",
+    "concat",
     "cross_entropy",
     "div",
     "dropout",
@@ -209,6 +251,7 @@ __all__ = [
     "layer_norm",
     "log",
     "log_softmax",
+    "masked_fill",
     "matmul",
     "max",
     "mean",
@@ -216,15 +259,19 @@ __all__ = [
     "mse_loss",
     "mul",
     "neg",
+    "permute",
     "pow",
     "relu",
     "reshape",
     "scatter_add",
     "sigmoid",
     "softmax",
+    "split",
     "sqrt",
+    "stack",
     "sub",
     "sum",
     "tanh",
     "transpose",
+    "where",
 ]

@@ -98,3 +98,47 @@ def test_argument_errors(backend):
         cc.split(a, [4, -1], axis=1)
     with pytest.raises(ValueError, match="x: must be C-contiguous"):
         cc.split(nbcoll.to_device(np.ones((4, 4), np.float32))[:, ::2], [1, 1], axis=1)
+
+
+# narrow and pad: one block cut out of, or placed into, a larger array. Piece sizes 0, 1, and 3 * 67 = 201 and
+# 7 * 43 = 301 elements (not multiples of any block size) are checked against the references.
+@pytest.mark.parametrize(
+    "shape, axis, start, length",
+    [((4,), 0, 1, 0), ((1,), 0, 0, 1), ((3, 70), 1, 2, 67), ((2, 9, 43), 1, 1, 7), ((2, 9, 43), -3, 1, 1)],
+)
+def test_narrow_and_pad_against_the_references(backend, rng, shape, axis, start, length):
+    x = rng.standard_normal(shape).astype(np.float32)
+    piece = nbcoll.to_host(cc.narrow(nbcoll.to_device(x), axis, start, length))
+    expected = cc.narrow_reference(x, axis % x.ndim, start, length)
+    np.testing.assert_array_equal(piece, expected)
+    np.testing.assert_array_equal(piece, np.take(x, range(start, start + length), axis=axis))
+    padded = nbcoll.to_host(cc.pad(nbcoll.to_device(piece), shape, axis, start))
+    np.testing.assert_array_equal(padded, cc.pad_reference(piece, shape, axis % x.ndim, start))
+    outside = np.ones(shape, bool)
+    np.put_along_axis(
+        outside,
+        np.arange(start, start + length).reshape([-1 if d == axis % x.ndim else 1 for d in range(x.ndim)]),
+        False,
+        axis,
+    )
+    assert not padded[outside].any()
+
+
+def test_pad_places_a_leading_block_on_every_axis(backend):
+    piece = nbcoll.to_device(np.arange(1, 5, dtype=np.int32).reshape(2, 2))
+    got = nbcoll.to_host(cc.pad(piece, (3, 3)))
+    np.testing.assert_array_equal(got, [[1, 2, 0], [3, 4, 0], [0, 0, 0]])
+
+
+def test_narrow_and_pad_argument_errors(backend):
+    a = nbcoll.to_device(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="start, length"):
+        cc.narrow(a, 1, 2, 2)
+    with pytest.raises(ValueError, match="start, length"):
+        cc.narrow(a, 1, -1, 1)
+    with pytest.raises(ValueError, match="axis"):
+        cc.narrow(a, 2, 0, 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        cc.pad(a, (2, 3), axis=1, start=1)
+    with pytest.raises(ValueError, match="shape: expected 2 dimensions"):
+        cc.pad(a, (2, 3, 1))

@@ -1,4 +1,4 @@
-"""Concatenate arrays along an axis, and split one array into pieces: one copy kernel serves both.
+"""Concatenate arrays along an axis, split one array into pieces, cut or pad one block: one copy kernel for all.
 
 ::
 
@@ -6,6 +6,8 @@
                             for a in arrays:  out[..., start : start + a.shape[axis], ...] = a;  start += ...
     split(x, sizes, axis):  start = 0
                             for size in sizes:  piece = x[..., start : start + size, ...];  start += size
+    narrow(x, axis, start, length):   piece = x[..., start : start + length, ...]
+    pad(piece, shape, axis, start):   out = zeros(shape);  out[:p0, ..., start : start + p_axis, ..., :pk] = piece
 
 Both copy a *block* of a larger array, at an offset along one axis, to or from a contiguous array. The block is
 the piece's shape seen with the larger array's strides, so the kernel needs nothing but the
@@ -39,6 +41,19 @@ from nbcoll.kernels.registry import register
 
 def concat_reference(arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
     return np.concatenate(arrays, axis=axis)
+
+
+def narrow_reference(x: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
+    return np.ascontiguousarray(np.take(x, np.arange(start, start + length), axis=axis))
+
+
+def pad_reference(piece: np.ndarray, shape: Sequence[int], axis: int = 0, start: int = 0) -> np.ndarray:
+    """Zeros of ``shape`` with ``piece`` at ``start`` along ``axis`` and at the origin of every other axis."""
+    out = np.zeros(tuple(shape), piece.dtype)
+    block = [slice(0, n) for n in piece.shape]
+    block[axis] = slice(start, start + piece.shape[axis])
+    out[tuple(block)] = piece
+    return out
 
 
 def split_reference(x: np.ndarray, sizes: Sequence[int], axis: int) -> list[np.ndarray]:
@@ -155,3 +170,52 @@ def split(x: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
         pieces.append(piece)
         start += size
     return pieces
+
+
+def narrow(x: Any, axis: int, start: int, length: int) -> Any:
+    """``x[..., start : start + length, ...]`` along ``axis``, as a new contiguous array."""
+    x = memory.as_device_array(x, "x")
+    memory.check_dtype(x.dtype, "x.dtype")
+    memory.require_contiguous(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x: a 0-d array cannot be narrowed")
+    axis = _axis(axis, x.ndim)
+    start, length = int(start), int(length)
+    if start < 0 or length < 0 or start + length > x.shape[axis]:
+        raise ValueError(
+            f"start, length: expected 0 <= start and start + length <= x.shape[{axis}]={x.shape[axis]}, "
+            f"got start={start} and length={length}"
+        )
+    if backend.get_backend() == "numpy":
+        return narrow_reference(x, axis, start, length)
+    x_strides = contiguous_strides(x.shape)
+    piece_shape = tuple(length if d == axis else n for d, n in enumerate(x.shape))
+    piece = memory.empty(piece_shape, x.dtype)
+    _copy_block(x, start * x_strides[axis], x_strides, piece, 0, contiguous_strides(piece_shape), piece_shape)
+    return piece
+
+
+def pad(piece: Any, shape: Sequence[int], axis: int = 0, start: int = 0) -> Any:
+    """A zero array of ``shape`` holding ``piece`` at ``start`` along ``axis``, and at 0 along the other axes.
+
+    The gradient of :func:`narrow` (and of reading the leading block of a larger array).
+    """
+    piece = memory.as_device_array(piece, "piece")
+    memory.check_dtype(piece.dtype, "piece.dtype")
+    memory.require_contiguous(piece, "piece")
+    shape = tuple(int(n) for n in shape)
+    if piece.ndim == 0 or len(shape) != piece.ndim:
+        raise ValueError(f"shape: expected {piece.ndim} dimensions (piece.shape={tuple(piece.shape)}), got {shape}")
+    axis, start = _axis(axis, piece.ndim), int(start)
+    ends = [start + n if d == axis else n for d, n in enumerate(piece.shape)]
+    if start < 0 or any(end > limit for end, limit in zip(ends, shape, strict=True)):
+        raise ValueError(
+            f"piece: shape {tuple(piece.shape)} placed at {start} along axis {axis} does not fit in shape {shape}"
+        )
+    if backend.get_backend() == "numpy":
+        return pad_reference(piece, shape, axis, start)
+    out = memory.zeros(shape, piece.dtype)
+    out_strides = contiguous_strides(shape)
+    piece_shape = tuple(piece.shape)
+    _copy_block(piece, 0, contiguous_strides(piece_shape), out, start * out_strides[axis], out_strides, piece_shape)
+    return out

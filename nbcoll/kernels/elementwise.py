@@ -47,16 +47,29 @@ def _relu(v):
     return v if v > 0 else v - v  # v - v is a zero of v's own type
 
 
+# The simulator runs these rules as Python's math functions, which raise where a GPU (and NumPy) return inf or
+# NaN; the explicit branches give the GPU's answers on every backend.
+EXP_OVERFLOW = math.log(1.7976931348623157e308)  # above this, exp overflows even float64
+
+
 def _exp(v):
+    if v > EXP_OVERFLOW:
+        return math.inf
     return math.exp(v)
 
 
 def _log(v):
-    return math.log(v)
+    if v > 0:
+        return math.log(v)
+    if v == 0:
+        return -math.inf
+    return math.nan  # v < 0, or v is NaN
 
 
 def _sqrt(v):
-    return math.sqrt(v)
+    if v >= 0:
+        return math.sqrt(v)
+    return math.nan  # v < 0, or v is NaN
 
 
 def _tanh(v):
@@ -92,11 +105,12 @@ def _pow(a, b):
 
 
 def _maximum(a, b):
-    return a if a >= b else b
+    # NaN wins, as in NumPy: a != a only for NaN, and a >= NaN is false.
+    return a if a >= b or a != a else b
 
 
 def _minimum(a, b):
-    return a if a <= b else b
+    return a if a <= b or a != a else b
 
 
 def _eq(a, b):

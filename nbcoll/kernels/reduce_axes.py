@@ -288,7 +288,8 @@ def _flat(x: Any) -> Any:
 
 
 def _filled(shape: tuple[int, ...], dtype: np.dtype, value: float) -> Any:
-    return memory.to_device(np.full(shape, value, dtype))
+    # The simulator stores a 0-d array as shape (1,): give the result its shape () back.
+    return memory.to_device(np.full(shape, value, dtype)).reshape(shape)
 
 
 def reduce(op: str, x: Any, axis: Any = None, keepdims: bool = False) -> Any:

@@ -50,3 +50,22 @@ __all__ = [
     "functional_call",
     "init",
 ]
+
+# Sequence, convolution and attention layers.
+from nbcoll.nn.attention import FeedForward, MultiheadAttention, TransformerBlock  # noqa: E402
+from nbcoll.nn.conv import Conv2d, MaxPool2d  # noqa: E402
+from nbcoll.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+
+__all__ += [
+    "Conv2d",
+    "FeedForward",
+    "GRU",
+    "GRUCell",
+    "LSTM",
+    "LSTMCell",
+    "MaxPool2d",
+    "MultiheadAttention",
+    "RNN",
+    "RNNCell",
+    "TransformerBlock",
+]

@@ -74,7 +74,8 @@ class Context:
         self._saved = ()
 
     def run_backward(self, grad_output: Any) -> tuple[Any, ...]:
-        """Call the function's backward and check that it returned one gradient per input."""
+        """Call the function's backward; check that it returned one gradient per input, each of its input's shape
+        and dtype (a wrong one would otherwise surface far away, or not at all)."""
         grads = self.function.backward(self, grad_output)
         grads = grads if isinstance(grads, tuple) else (grads,)
         if len(grads) != len(self.inputs):
@@ -82,6 +83,14 @@ class Context:
                 f"{self.function.__name__}.backward returned {len(grads)} gradients, expected {len(self.inputs)} "
                 "(one per positional argument of forward, None where there is none)"
             )
+        for k, (t, grad) in enumerate(zip(self.inputs, grads, strict=True)):
+            if t is None or grad is None or not t.requires_grad:
+                continue
+            if tuple(grad.shape) != t.shape or np.dtype(grad.dtype) != t.dtype:
+                raise RuntimeError(
+                    f"{self.function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} and dtype "
+                    f"{np.dtype(grad.dtype)} for input {k}, which has shape {t.shape} and dtype {t.dtype}"
+                )
         return grads
 
     def __repr__(self) -> str:

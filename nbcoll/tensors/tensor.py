@@ -22,10 +22,11 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.kernels.elementwise import binary
 from nbcoll.kernels.reduce_axes import reduce
+from nbcoll.tensors import dtypes
 from nbcoll.tensors.arrays import from_host
 from nbcoll.tensors.function import Context
 from nbcoll.tensors.ops import elementwise as ew
-from nbcoll.tensors.ops import indexing, matmul
+from nbcoll.tensors.ops import indexing, join, matmul, select
 from nbcoll.tensors.ops import reduce as reductions
 from nbcoll.tensors.ops import shape as shape_ops
 from nbcoll.tensors.ops import softmax as softmax_ops
@@ -49,12 +50,12 @@ class RemovableHandle:
 
 
 def _host_data(data: Any, dtype: Any) -> np.ndarray:
-    """Python data as a host array: Python floats become float32 and Python ints int64, as in PyTorch."""
+    """Python data as a host array: Python floats take the default dtype (float32) and Python ints int64."""
     if isinstance(data, np.ndarray) or isinstance(data, np.generic):
         return np.asarray(data, dtype=dtype)
     host = np.asarray(data)
     if dtype is None and host.dtype == np.float64:
-        host = host.astype(np.float32)
+        host = host.astype(dtypes.get_default_dtype())
     return np.asarray(host, dtype=dtype)
 
 
@@ -231,50 +232,66 @@ class Tensor:
     # -- operators ---------------------------------------------------------------------------------------------
 
     def _operand(self, other: Any) -> Tensor:
-        """``other`` as a Tensor; Python and NumPy scalars take this tensor's dtype."""
+        """``other`` as a Tensor: a Tensor must have this tensor's dtype; Python and NumPy scalars (and lists)
+        take the dtype that :func:`~nbcoll.tensors.dtypes.scalar_result_dtype` gives them with this tensor."""
         if isinstance(other, Tensor):
             if other.dtype != self.dtype:
                 raise TypeError(
                     f"operands must have the same dtype, got {self.dtype} and {other.dtype}; convert one first"
                 )
             return other
-        return Tensor(np.asarray(other, dtype=self.dtype))
+        return Tensor(np.asarray(other, dtype=dtypes.scalar_result_dtype(self.dtype, other)))
+
+    def _operands(self, other: Any, true_division: bool = False) -> tuple[Tensor, Tensor]:
+        """``(self, other)`` converted to one dtype by PyTorch's rule (``int tensor * 0.5`` is a float tensor)."""
+        b = self._operand(other)
+        a = self if b.dtype == self.dtype else self.astype(b.dtype)
+        if true_division and a.dtype.kind != "f":
+            dtype = dtypes.true_division_dtype(a.dtype)
+            a, b = a.astype(dtype), b.astype(dtype)
+        return a, b
 
     def __add__(self, other: Any) -> Tensor:
-        return ew.Add.apply(self, self._operand(other))
+        return ew.Add.apply(*self._operands(other))
 
     def __radd__(self, other: Any) -> Tensor:
-        return ew.Add.apply(self._operand(other), self)
+        a, b = self._operands(other)
+        return ew.Add.apply(b, a)
 
     def __sub__(self, other: Any) -> Tensor:
-        return ew.Sub.apply(self, self._operand(other))
+        return ew.Sub.apply(*self._operands(other))
 
     def __rsub__(self, other: Any) -> Tensor:
-        return ew.Sub.apply(self._operand(other), self)
+        a, b = self._operands(other)
+        return ew.Sub.apply(b, a)
 
     def __mul__(self, other: Any) -> Tensor:
-        return ew.Mul.apply(self, self._operand(other))
+        return ew.Mul.apply(*self._operands(other))
 
     def __rmul__(self, other: Any) -> Tensor:
-        return ew.Mul.apply(self._operand(other), self)
+        a, b = self._operands(other)
+        return ew.Mul.apply(b, a)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return ew.Div.apply(self, self._operand(other))
+        return ew.Div.apply(*self._operands(other, true_division=True))
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return ew.Div.apply(self._operand(other), self)
+        a, b = self._operands(other, true_division=True)
+        return ew.Div.apply(b, a)
 
     def __pow__(self, other: Any) -> Tensor:
-        return ew.Pow.apply(self, self._operand(other))
+        return ew.Pow.apply(*self._operands(other))
 
     def __rpow__(self, other: Any) -> Tensor:
-        return ew.Pow.apply(self._operand(other), self)
+        a, b = self._operands(other)
+        return ew.Pow.apply(b, a)
 
     def __matmul__(self, other: Any) -> Tensor:
-        return matmul.matmul(self, self._operand(other))
+        return matmul.matmul(*self._operands(other))
 
     def __rmatmul__(self, other: Any) -> Tensor:
-        return matmul.matmul(self._operand(other), self)
+        a, b = self._operands(other)
+        return matmul.matmul(b, a)
 
     def __neg__(self) -> Tensor:
         return ew.Neg.apply(self)
@@ -283,7 +300,8 @@ class Tensor:
         return self
 
     def _compare(self, op: str, other: Any) -> Tensor:
-        return Tensor._from_array(binary(op, self._data, self._operand(other).data))
+        a, b = self._operands(other)
+        return Tensor._from_array(binary(op, a.data, b.data))
 
     def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
         return self._compare("eq", other)
@@ -343,6 +361,14 @@ class Tensor:
     def abs(self) -> Tensor:
         return ew.Abs.apply(self)
 
+    def clip(self, lo: Any = None, hi: Any = None) -> Tensor:
+        """``for i: y[i] = min(max(x[i], lo), hi)``; a bound left None is not applied; the bounds are numbers."""
+        return select.clip(self, lo, hi)
+
+    def masked_fill(self, mask: Any, value: Any) -> Tensor:
+        """``for i: y[i] = value if mask[i] else x[i]``; ``mask`` is a bool Tensor that broadcasts to x's shape."""
+        return select.masked_fill(self, mask, value)
+
     def astype(self, dtype: Any) -> Tensor:
         """A copy converted to ``dtype`` (NumPy's ``astype``); gradients flow back between floating dtypes."""
         return ew.Cast.apply(self, memory.check_dtype(dtype, "dtype", allow_bool=True))
@@ -388,9 +414,17 @@ class Tensor:
             axes = tuple(axes[0])
         if not axes:
             axes = tuple(range(self.ndim - 1, -1, -1))
-        if sorted(int(a) % max(self.ndim, 1) for a in axes) != list(range(self.ndim)):
-            raise ValueError(f"transpose: axes {axes} are not a permutation of the {self.ndim} axes")
-        return shape_ops.Permute.apply(self, tuple(int(a) for a in axes))
+        return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
+
+    def permute(self, *axes: Any) -> Tensor:
+        """``permute(1, 0, 2)`` or ``permute((1, 0, 2))``: the same as ``transpose`` with axes (PyTorch's name)."""
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
+
+    def split(self, sizes_or_sections: Any, axis: int = 0) -> tuple[Tensor, ...]:
+        """Pieces along ``axis``: a list gives their lengths, an int the number of equal pieces (``np.split``)."""
+        return join.split(self, sizes_or_sections, axis)
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - NumPy's name

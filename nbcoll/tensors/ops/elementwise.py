@@ -91,7 +91,11 @@ class Div(Function):
 
 
 class Pow(Function):
-    """``for i: y[i] = a[i] ** b[i]``; da = dy * b * a**(b-1), db = dy * y * log(a)"""
+    """``for i: y[i] = a[i] ** b[i]``; da = dy * b * a**(b-1), db = dy * y * log(a)
+
+    As PyTorch: da is 0 wherever b == 0 (the derivative of the constant a**0, though 0 * 0**-1 is NaN), and db is
+    0 wherever a == 0 and b >= 0 (y is 0 or 1 there and does not move with b, though log(0) is -inf).
+    """
 
     @staticmethod
     def forward(ctx: Context, a: Any, b: Any) -> Any:
@@ -104,13 +108,16 @@ class Pow(Function):
     def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
         a, b, y = ctx.saved_tensors
         da = db = None
+        zero = scalar(0, dy.dtype)
         if ctx.needs_input_grad[0]:
             b_minus_one = binary("sub", b, scalar(1, b.dtype))
-            local = binary("mul", b, binary("pow", a, b_minus_one))
+            local = where(binary("eq", b, zero), zero, binary("mul", b, binary("pow", a, b_minus_one)))
             da = unbroadcast(binary("mul", dy, local), ctx.a_shape)
         if ctx.needs_input_grad[1]:
             # Only the exponent's gradient needs log(a), so a constant exponent works for negative bases too.
-            db = unbroadcast(binary("mul", dy, binary("mul", y, unary("log", a))), ctx.b_shape)
+            local = binary("mul", y, unary("log", a))
+            constant = where(binary("eq", a, zero), binary("ge", b, zero), scalar(False, "bool"))
+            db = unbroadcast(binary("mul", dy, where(constant, zero, local)), ctx.b_shape)
         return da, db
 
 

@@ -3,7 +3,7 @@
 ::
 
     y = gather(x, index, axis)             dx = scatter_add(zeros(x.shape), index, dy, axis)
-    y = scatter_add(x, index, src, axis)   dx = dy             dsrc = gather(dy, index, axis)
+    y = scatter_add(x, index, src, axis)   dx = dy             dsrc = pad(gather(dy, index, axis), src.shape)
     y = embedding(ids, weight)             dweight[ids[i]] += dy[i]   (repeated ids add up)
 
 Example::
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from nbcoll import memory
+from nbcoll.kernels import concat as concat_kernels
 from nbcoll.kernels import index as index_kernels
 from nbcoll.tensors.function import Context, Function
 
@@ -40,14 +41,19 @@ class ScatterAdd(Function):
 
     @staticmethod
     def forward(ctx: Context, x: Any, index: Any, src: Any, axis: int) -> Any:
-        ctx.axis = axis
+        ctx.axis, ctx.src_shape = axis, tuple(src.shape)
         ctx.save_for_backward(index)
         return index_kernels.scatter_add(x, index, src, axis)
 
     @staticmethod
     def backward(ctx: Context, dy: Any) -> tuple[Any, None, Any, None]:
         (index,) = ctx.saved_tensors
-        dsrc = index_kernels.gather(dy, index, ctx.axis) if ctx.needs_input_grad[2] else None
+        dsrc = None
+        if ctx.needs_input_grad[2]:
+            # Only src's leading block of index's shape was added; the rest of src gets a zero gradient.
+            dsrc = index_kernels.gather(dy, index, ctx.axis)
+            if tuple(dsrc.shape) != ctx.src_shape:
+                dsrc = concat_kernels.pad(dsrc, ctx.src_shape)
         return dy, None, dsrc, None
 
 

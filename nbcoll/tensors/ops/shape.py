@@ -20,8 +20,9 @@ import numpy as np
 
 from nbcoll import memory
 from nbcoll.kernels import index as index_kernels
+from nbcoll.kernels.elementwise import binary, where
 from nbcoll.kernels.transpose import permute
-from nbcoll.tensors.arrays import broadcast_to, from_host
+from nbcoll.tensors.arrays import broadcast_to, from_host, scalar
 from nbcoll.tensors.function import Context, Function
 
 
@@ -55,12 +56,25 @@ class Reshape(Function):
         return dy.reshape(ctx.x_shape), None
 
 
+def check_permutation(axes: Any, ndim: int) -> tuple[int, ...]:
+    """``axes`` (negatives allowed) as non-negative ints, if they are a permutation of ``range(ndim)``; as NumPy,
+    an axis out of ``[-ndim, ndim)`` or a repeated or missing axis raises ``ValueError``."""
+    axes = tuple(axes)
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -ndim <= a < ndim:
+            raise ValueError(f"transpose: axis {a!r} is out of range for a tensor of {ndim} dimensions")
+    normalized = tuple(int(a) % ndim for a in axes)
+    if sorted(normalized) != list(range(ndim)):
+        raise ValueError(f"transpose: axes {axes} are not a permutation of the {ndim} axes")
+    return normalized
+
+
 class Permute(Function):
     """``y[i_axes[0], i_axes[1], ...] = x[i0, i1, ...]``: NumPy ``transpose(axes)``, as a contiguous copy."""
 
     @staticmethod
     def forward(ctx: Context, x: Any, axes: tuple[int, ...]) -> Any:
-        ctx.axes = tuple(int(a) % x.ndim for a in axes)
+        ctx.axes = check_permutation(axes, x.ndim)
         return permute(x, ctx.axes)
 
     @staticmethod
@@ -72,7 +86,8 @@ class Permute(Function):
 class IndexSelect(Function):
     """``y = np.take(x, index, axis)`` for a 1-D integer ``index``.
 
-    ``unique=True`` promises that no index repeats (true of slices), so backward can scatter without atomics.
+    ``unique=True`` promises that no index repeats and none is negative (true of slices), so backward can
+    scatter without atomics.
     """
 
     @staticmethod
@@ -84,6 +99,11 @@ class IndexSelect(Function):
     @staticmethod
     def backward(ctx: Context, dy: Any) -> tuple[Any, None, None]:
         (index,) = ctx.saved_tensors
+        if not ctx.unique:
+            # NumPy's take counts negative indices from the end; scatter_add wants them in [0, size).
+            size = ctx.x_shape[ctx.axis]
+            negative = binary("lt", index, scalar(0, index.dtype))
+            index = where(negative, binary("add", index, scalar(size, index.dtype)), index)
         # gather/scatter want an index of dy's shape: repeat the 1-D index along every other axis.
         along_axis = tuple(index.size if d == ctx.axis else 1 for d in range(len(ctx.x_shape)))
         full_index = broadcast_to(index.reshape(along_axis), tuple(dy.shape))

@@ -1,0 +1,67 @@
+"""The default floating dtype, and the rule that picks the dtype of an operation between a Tensor and a scalar.
+
+PyTorch's rule, by *category* (bool < integer < floating): a Python or NumPy scalar (or a list) whose category is
+higher than the tensor's lifts the result to that category's default dtype; otherwise the tensor's dtype wins::
+
+    int64 tensor  * 0.5            -> float32 (the default floating dtype)
+    float16 tensor * 0.5           -> float16
+    int32 tensor  + 2              -> int32
+    bool tensor   + 1              -> int64
+    int tensor    / int            -> float32 (true division never truncates)
+
+Two tensors of different dtypes are refused (convert one first with ``astype``): nothing is promoted silently.
+
+Example::
+
+    from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype
+    set_default_dtype(np.float64)              # Python floats now become float64 tensors
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
+_default_float = np.dtype(np.float32)
+
+
+def get_default_dtype() -> np.dtype:
+    """The dtype of tensors made from Python floats, and of integer results promoted to floating (float32)."""
+    return _default_float
+
+
+def set_default_dtype(dtype: Any) -> None:
+    """Make ``dtype`` (float16, float32 or float64) the default floating dtype."""
+    global _default_float
+    dt = np.dtype(dtype)
+    if dt.kind != "f":
+        raise TypeError(f"dtype: the default dtype must be a floating dtype (float16/32/64), got {dt}")
+    _default_float = dt
+
+
+def category(dtype: Any) -> int:
+    """0 for bool, 1 for integers, 2 for floating dtypes."""
+    kind = np.dtype(dtype).kind
+    if kind not in _CATEGORY:
+        raise TypeError(f"dtype: {np.dtype(dtype)} is not supported (bool, integer or floating only)")
+    return _CATEGORY[kind]
+
+
+def scalar_result_dtype(tensor_dtype: Any, scalar: Any) -> np.dtype:
+    """The dtype of ``tensor op scalar``: the tensor's, unless the scalar's category is higher (see above)."""
+    tensor_dtype = np.dtype(tensor_dtype)
+    scalar_category = category(np.asarray(scalar).dtype)
+    if scalar_category <= category(tensor_dtype):
+        return tensor_dtype
+    return get_default_dtype() if scalar_category == 2 else np.dtype(np.int64)
+
+
+def true_division_dtype(dtype: Any) -> np.dtype:
+    """The dtype ``/`` computes in: floating dtypes stay, bool and integers become the default floating dtype."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind == "f" else get_default_dtype()
+
+
+__all__ = ["category", "get_default_dtype", "scalar_result_dtype", "set_default_dtype", "true_division_dtype"]
