@@ -261,7 +261,7 @@ def sample(model, prompt, length):
 print(f"   {len(text)} characters, an alphabet of {len(alphabet)}, windows of {window}")
 print(f"   cross-entropy {lstm_losses[0]:.3f} -> {lstm_losses[-1]:.3f} nats per character")
 print(f"   held-out next-character error: {errors.value():.1f}%")
-print(f"   sample: {sample(lstm_model, 'Alice ', 5 if TINY else 120)!r}")
+print(f"   sample: {sample(lstm_model, 'Alice ', 2 if TINY else 120)!r}")
 print(f"   loss curve: {plot_curves({'train': lstm_losses}, os.path.join(OUT, 'char_lstm.png'), 'char LSTM', 'epoch')}")
 print()
 print(f"Done: four models trained; digits test accuracy {mlp_accuracy:.1f}%.")
