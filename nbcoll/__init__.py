@@ -17,6 +17,8 @@ from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
 from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype  # isort: skip
 from nbcoll.seed import initial_seed, manual_seed  # isort: skip
 from nbcoll import nn  # isort: skip
+from nbcoll.serialization import load, save  # isort: skip
+from nbcoll import data, datasets, meters, optim  # isort: skip
 
 __version__ = "0.1.0"
 
@@ -56,6 +58,12 @@ __all__ = [
     "Communicator",
     "NOCOLOR",
     "init",
+    "data",
+    "datasets",
+    "load",
+    "meters",
+    "optim",
+    "save",
     "premul_sum",
     "Tensor",
     "autograd",
