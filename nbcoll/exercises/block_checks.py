@@ -66,7 +66,8 @@ def check_fused_softmax(report: Report, kernel: Any) -> None:
         case = f"{rows} x {cols}{large} ({blocks} block{'s' if blocks != 1 else ''} of {ROW_THREADS}, one per row)"
         y = np.full((rows, cols), UNWRITTEN, np.float32)
         with np.errstate(all="ignore"):
-            if not run_kernel(report, case, lambda: kernel[blocks, ROW_THREADS](x, y)):
+            overflow = "exp(1000) overflows float32; subtract the row's maximum before exp (softmax does not change)"
+            if not run_kernel(report, case, lambda: kernel[blocks, ROW_THREADS](x, y), overflow_hint=overflow):
                 return
 
         def diagnose(actual: np.ndarray, x=x, cols=cols) -> str:

@@ -66,10 +66,11 @@ def check_stencil(report: Report, kernel: Any) -> None:
             if expected.shape[0] != expected.shape[1] and np.isnan(actual).any():
                 return ("some elements were never written: with cuda.grid(2), the first index is x (along columns), "
                         "the second y (along rows); are row and column swapped?")
-            inner = conv2d_reference(x, w[:-1, :-1]) if min(w.shape) > 1 else None
-            if inner is not None and np.allclose(actual, inner, rtol=1e-4, atol=1e-5):
-                return "the last row and column of the filter are left out: loop a over range(KH), b over range(KW)"
-            return "out[r, c] sums x[r + a, c + b] * w[a, b] over every a < KH and b < KW"
+            inner = conv2d_reference(x, w[:-1, :-1]) if min(w.shape) > 1 else np.zeros_like(expected)
+            if np.allclose(actual, inner, rtol=1e-4, atol=1e-5):
+                return ("the last row and column of the filter are left out: loop a over range(KH), b over range(KW) "
+                        "with KH, KW = w.shape")
+            return "out[r, c] sums x[r + a, c + b] * w[a, b] over a in range(KH), b in range(KW) (KH, KW = w.shape)"
 
         picture = lambda wrong: thread_picture_2d(wrong, (by, bx))  # noqa: E731
         if not compare(report, case, expected, out, f"x {show(x)}\nw {show(w)}", picture, diagnose):
@@ -114,7 +115,9 @@ def check_scatter_add(report: Report, kernel: Any) -> None:
         src = rng.integers(-4, 5, m).astype(np.float32)
         base = np.arange(5, dtype=np.float32)
         out = base.copy()
-        if not run_kernel(report, case, lambda: kernel[blocks_for(m, THREADS), THREADS](index, src, out)):
+        launch = lambda: kernel[blocks_for(m, THREADS), THREADS](index, src, out)  # noqa: E731
+        hint = "thread i reads src[i] and adds it into out[index[i]]: the index says where to write, not where to read"
+        if not run_kernel(report, case, launch, index_hint=hint):
             return
         expected = scatter_add_reference(base, index, src, axis=0)
 
@@ -155,13 +158,18 @@ def check_batched_copy(report: Report, kernel: Any) -> None:
         expected = batched_copy_reference(np.full(64, -1.0, np.float32), src, table)
         owner = _batched_owner(table)
 
-        def diagnose(actual: np.ndarray, expected=expected, owner=owner) -> str:
+        def diagnose(actual: np.ndarray, expected=expected, owner=owner, starts=table.starts) -> str:
             if expected.size and (actual == -1.0).all() and (expected != -1.0).any():
                 return "dst is unchanged: the kernel body is still empty (the starter's comments give the plan)"
+            wrong_threads = {owner[int(e)] for e in np.flatnonzero(actual != expected) if int(e) in owner}
+            if wrong_threads and wrong_threads <= {int(s) for s in starts}:
+                return (f"exactly the first thread of a segment is wrong (threads {sorted(wrong_threads)}, segments "
+                        f"start at {starts.tolist()}): thread i belongs to the last k with starts[k] <= i, "
+                        "not starts[k] < i")
             stray = [int(e) for e in np.flatnonzero(actual != expected) if e not in owner]
             if stray:
-                return (f"dst elements outside every segment were written ({stray[:6]}): threads with i >= total "
-                        "must do nothing (missing bounds check?)")
+                return (f"dst elements outside every segment were written ({stray[:6]}): a thread copied past the "
+                        "end of its segment, or a thread with i >= total did not return at once")
             return ("thread i belongs to the last segment k with starts[k] <= i; it copies element j = i - starts[k] "
                     "of that segment (check the comparison at segment boundaries)")
 

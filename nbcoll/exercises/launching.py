@@ -30,8 +30,13 @@ def blocks_text(blocks: int, threads: int) -> str:
     return f"{blocks} block{'s' if blocks != 1 else ''} of {threads}"
 
 
-def run_kernel(report: Report, case: str, launch: Callable[[], None]) -> bool:
-    """Run ``launch``; on an error, record a failed ``case`` whose message says what the error usually means."""
+def run_kernel(
+    report: Report, case: str, launch: Callable[[], None], index_hint: str = "", overflow_hint: str = ""
+) -> bool:
+    """Run ``launch``; on an error, record a failed ``case`` whose message says what the error usually means.
+
+    ``index_hint`` and ``overflow_hint`` add what an out-of-bounds index or an overflow means in this exercise.
+    """
     try:
         launch()
     except IndexError as exc:
@@ -40,8 +45,11 @@ def run_kernel(report: Report, case: str, launch: Callable[[], None]) -> bool:
             f"a thread indexed outside an array: {exc}\n"
             "(tid is the thread's threadIdx, ctaid its blockIdx). A grid has more threads than elements whenever n "
             "is not a multiple of the block size:\ncheck the index against the array's size before every read and "
-            "write (missing bounds check?)",
+            "write (missing bounds check?)" + (f"\nhint: {index_hint}" if index_hint else ""),
         )
+        return False
+    except OverflowError as exc:
+        report.fail(case, f"a value overflowed in a thread: {exc}" + (f"\nhint: {overflow_hint}" if overflow_hint else ""))
         return False
     except Exception as exc:  # whatever the learner's kernel raises is shown, not propagated
         report.fail(case, f"the kernel raised {type(exc).__name__}: {exc}")
