@@ -91,7 +91,7 @@ def _run_cases(sub: Any, exercise: str, nranks: int, function: Any, trace: str, 
                 if wrong is not None:
                     raise AssertionError(f"the reference solution fails {name}: {wrong}")
                 continue
-            results["cases"].append([name, wrong is None, seq])
+            results["cases"].append([name, wrong is None, nranks, seq])
             if wrong is not None:
                 results["wrong"] = {"case": name, "seq": seq, "nranks": nranks, **wrong}
                 return 1
@@ -99,7 +99,7 @@ def _run_cases(sub: Any, exercise: str, nranks: int, function: Any, trace: str, 
         if results is None:
             raise
         results["error"] = {"case": name, "seq": seq, "nranks": nranks, "text": f"{type(exc).__name__}: {exc}"}
-        results["cases"].append([name, False, seq])
+        results["cases"].append([name, False, nranks, seq])
         return 1
     finally:
         algorithms.ALGORITHMS[collective][algo] = original
@@ -173,13 +173,18 @@ def check_files(exercise: str, files: list[tuple[Report, str | Path]], trace_dir
 
 
 def _record_cases(report: Report, returns: list[dict]) -> None:
-    seen: dict[str, bool] = {}
+    """One line per case, in the order they ran, up to the first case that failed on any rank (after it, the
+    ranks no longer agree on what runs)."""
+    failed_at = _failing_run(returns) if any(r["wrong"] or r["error"] for r in returns) else None
+    outcome: dict[tuple[int, int], tuple[str, bool]] = {}
     for ret in returns:
-        for name, ok, _ in ret["cases"]:
-            seen[name] = seen.get(name, True) and ok
-    for name, ok in seen.items():
+        for name, ok, nranks, seq in ret["cases"]:
+            if failed_at is None or (nranks, seq) <= failed_at:
+                previous = outcome.get((nranks, seq), (name, True))[1]
+                outcome[(nranks, seq)] = (name, previous and ok and (nranks, seq) != failed_at)
+    for _, (name, ok) in sorted(outcome.items()):
         report.add(name, ok)
-    if not seen:
+    if not outcome:
         report.fail("run", "no case ran")
 
 
@@ -191,10 +196,11 @@ def _failing_run(returns: list[dict]) -> tuple[int, int]:
 
 def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, nranks: int, seq: int) -> str:
     lines = []
-    errors = [ret["error"] for ret in returns if ret["error"] and ret["error"]["nranks"] == nranks]
+    errors = [ret["error"] for ret in returns if ret["error"] and (ret["error"]["nranks"], ret["error"]["seq"]) == (nranks, seq)]
     for error in errors[:2]:
         lines.append(f"a rank failed in {error['case']}: {error['text'].splitlines()[0][:400]}")
-    wrong = next((ret["wrong"] for ret in returns if ret["wrong"]), None)
+    wrongs = [ret["wrong"] for ret in returns if ret["wrong"] and (ret["wrong"]["nranks"], ret["wrong"]["seq"]) == (nranks, seq)]
+    wrong = wrongs[0] if wrongs else None
     if wrong and not errors:
         lines.append(
             f"rank {wrong['rank']}, element {wrong['element']} of {wrong['case']}: expected {wrong['expected']}, "
@@ -207,12 +213,25 @@ def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, n
     lines.append(_first_divergence(reference / "reference", yours, nranks, seq))
     if any("NotImplementedError" in e["text"] for e in errors):
         lines = [f"{COLLECTIVES[exercise][0]} is not written yet: it raises NotImplementedError"]
-    elif any("Timeout" in e["text"] for e in errors):
+    if exercise == "tree_broadcast" and " root 0," not in _case_name(returns, nranks, seq) and seq > 2:
+        lines.append(
+            "hint: the cases with root 0 pass and this one does not: count positions from the root, "
+            "p = (rank - root) mod n, and add root back (mod n) when turning a parent's or child's position into a rank"
+        )
+    if any("Timeout" in e["text"] for e in errors):
         lines.append(
             "hint: a rank waited for a chunk that never came, or for a slot that was never freed: a chunk went "
             "to the wrong neighbour, or one rank yields a step its peer does not expect"
         )
     return "\n".join(lines)
+
+
+def _case_name(returns: list[dict], nranks: int, seq: int) -> str:
+    for ret in returns:
+        for name, _, n, s in ret["cases"]:
+            if (n, s) == (nranks, seq):
+                return name
+    return ""
 
 
 def _parts_held(value: int, nranks: int) -> str:
@@ -262,8 +281,8 @@ def _first_divergence(reference_trace: Path, your_trace: Path, nranks: int, seq:
             if mine is None and ref is None:
                 continue
             if mine is None:
-                return (f"first wrong step: rank {rank}, step {step}: your run stopped before it; the reference "
-                        f"does {_describe(ref)}")
+                return (f"first wrong step: rank {rank}, step {step}: your run has no such step on rank {rank}; "
+                        f"the reference does {_describe(ref)}")
             if ref is None:
                 return f"first wrong step: rank {rank}, step {step}: yours does {_describe(mine)}; the reference has no step {step}"
             return (f"first wrong step: rank {rank}, step {step}:\n  yours:     {_describe(mine)}\n"
@@ -280,10 +299,17 @@ def _draw(
     notes = []
     for variant, trace in (("yours", yours), ("reference", root / "reference")):
         output = trace_dir / f"{exercise}_{variant}{suffix}.png"
+        whose = "your" if variant == "yours" else "the reference"
+        directory = trace / f"{nranks}ranks"
+        if not any(directory.glob("rank*.jsonl")):
+            notes.append(f"no trace diagram of {whose} run: it ran no step")
+            continue
         try:
-            trace_view.draw(trace / f"{nranks}ranks", output, seq=seq or 1)
-            notes.append(f"trace diagram of {'your' if variant == 'yours' else 'the reference'} run on {nranks} "
-                         f"ranks: {output}")
-        except Exception as exc:  # no trace (the run stopped at once) or no matplotlib: say so, go on
-            notes.append(f"no trace diagram of the {variant} run: {type(exc).__name__}: {exc}")
+            try:
+                trace_view.draw(directory, output, seq=seq or 1)
+            except LookupError:  # the case never started on any rank: draw every case that did
+                trace_view.draw(directory, output)
+            notes.append(f"trace diagram of {whose} run on {nranks} ranks: {output}")
+        except Exception as exc:  # no matplotlib, say: the check itself stands
+            notes.append(f"no trace diagram of {whose} run: {type(exc).__name__}: {exc}")
     return notes

@@ -114,7 +114,7 @@ def thread_picture_1d(wrong: np.ndarray, threads: int, owner: Callable[[int], in
         marks[i] = " "  # threads with no element: idle by design
     lines = [f"threads that own a wrong element (X) or a right one (.), {threads} per block:"]
     for block in range(0, len(marks), threads):
-        lines.append(f"  block {block // threads:3d} | {''.join(marks[block : block + threads])}")
+        lines.append(f"  block {block // threads:3d} | {''.join(marks[block : block + threads])}".rstrip())
     return "\n".join(lines)
 
 
