@@ -57,7 +57,10 @@ def test_check_in_a_fresh_process_exit_status_and_report(tmp_path):
     def check(path: Path) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "nbcoll", "exercise", "ddp_buckets", "--check", str(path)],
-            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
         )
 
     passed = check(exercises.get("ddp_buckets").solution)

@@ -34,8 +34,11 @@ def _cases(exercise: str, nranks: int) -> list[tuple[str, dict]]:
     if exercise == "ring_all_reduce":
         return [(f"{nranks} ranks, {count} elements", {"count": count}) for count in COUNTS]
     roots = sorted({0, 1, nranks - 1})
-    return [(f"{nranks} ranks, root {root}, {count} elements", {"count": count, "root": root})
-            for root in roots for count in (1, 10)]
+    return [
+        (f"{nranks} ranks, root {root}, {count} elements", {"count": count, "root": root})
+        for root in roots
+        for count in (1, 10)
+    ]
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -196,10 +199,18 @@ def _failing_run(returns: list[dict]) -> tuple[int, int]:
 
 def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, nranks: int, seq: int) -> str:
     lines = []
-    errors = [ret["error"] for ret in returns if ret["error"] and (ret["error"]["nranks"], ret["error"]["seq"]) == (nranks, seq)]
+    errors = [
+        ret["error"]
+        for ret in returns
+        if ret["error"] and (ret["error"]["nranks"], ret["error"]["seq"]) == (nranks, seq)
+    ]
     for error in errors[:2]:
         lines.append(f"a rank failed in {error['case']}: {error['text'].splitlines()[0][:400]}")
-    wrongs = [ret["wrong"] for ret in returns if ret["wrong"] and (ret["wrong"]["nranks"], ret["wrong"]["seq"]) == (nranks, seq)]
+    wrongs = [
+        ret["wrong"]
+        for ret in returns
+        if ret["wrong"] and (ret["wrong"]["nranks"], ret["wrong"]["seq"]) == (nranks, seq)
+    ]
     wrong = wrongs[0] if wrongs else None
     if wrong and not errors:
         lines.append(
@@ -281,12 +292,19 @@ def _first_divergence(reference_trace: Path, your_trace: Path, nranks: int, seq:
             if mine is None and ref is None:
                 continue
             if mine is None:
-                return (f"first wrong step: rank {rank}, step {step}: your run has no such step on rank {rank}; "
-                        f"the reference does {_describe(ref)}")
+                return (
+                    f"first wrong step: rank {rank}, step {step}: your run has no such step on rank {rank}; "
+                    f"the reference does {_describe(ref)}"
+                )
             if ref is None:
-                return f"first wrong step: rank {rank}, step {step}: yours does {_describe(mine)}; the reference has no step {step}"
-            return (f"first wrong step: rank {rank}, step {step}:\n  yours:     {_describe(mine)}\n"
-                    f"  reference: {_describe(ref)}")
+                return (
+                    f"first wrong step: rank {rank}, step {step}: yours does {_describe(mine)}; "
+                    f"the reference has no step {step} on rank {rank}"
+                )
+            return (
+                f"first wrong step: rank {rank}, step {step}:\n  yours:     {_describe(mine)}\n"
+                f"  reference: {_describe(ref)}"
+            )
     return "every step matches the reference's (primitive, peers and chunk); the data is what differs"
 
 

@@ -33,22 +33,28 @@ def check_tiled_matmul(report: Report, kernel: Any) -> None:
         runs = []
         for _ in range(2):  # twice: a race shows as a result that changes from run to run
             out = np.full((m, n), UNWRITTEN, np.float32)
-            if not run_kernel(report, case, lambda o=out: kernel[grid, (TILE, TILE)](a, b, o)):
+            if not run_kernel(report, case, kernel[grid, (TILE, TILE)], (a, b, out)):
                 return
             runs.append(out)
 
         def diagnose(actual: np.ndarray, a=a, b=b, k=k, runs=runs) -> str:
             if not np.array_equal(runs[0], runs[1], equal_nan=True):
-                return ("the result changes from run to run: a thread reads a tile before the others loaded it, or "
-                        "loads the next before they finished the last; cuda.syncthreads() after the loads and "
-                        "after the multiply-add loop")
+                return (
+                    "the result changes from run to run: a thread reads a tile before the others loaded it, or "
+                    "loads the next before they finished the last; cuda.syncthreads() after the loads and "
+                    "after the multiply-add loop"
+                )
             full = (k // TILE) * TILE
             if full < k and np.allclose(actual, a[:, :full] @ b[:full], atol=1e-4):
-                return (f"the result is the product over the first {full} of k={k} terms: the last, partial tile "
-                        f"is skipped; loop over (k + TILE - 1) // TILE tiles and load 0 past the edge")
+                return (
+                    f"the result is the product over the first {full} of k={k} terms: the last, partial tile "
+                    f"is skipped; loop over (k + TILE - 1) // TILE tiles and load 0 past the edge"
+                )
             missing = unwritten_hint(actual, "each thread writes out[row, col] when row < m and col < n")
-            return missing or ("elements of a tile past the edge of a or b must be loaded as 0; out[row, col] "
-                               "with row from y, col from x")
+            return missing or (
+                "elements of a tile past the edge of a or b must be loaded as 0; out[row, col] "
+                "with row from y, col from x"
+            )
 
         picture = lambda wrong: thread_picture_2d(wrong, (TILE, TILE))  # noqa: E731
         if not compare(report, case, expected, runs[-1], f"a {show(a)}\nb {show(b)}", picture, diagnose):
@@ -67,22 +73,27 @@ def check_fused_softmax(report: Report, kernel: Any) -> None:
         y = np.full((rows, cols), UNWRITTEN, np.float32)
         with np.errstate(all="ignore"):
             overflow = "exp(1000) overflows float32; subtract the row's maximum before exp (softmax does not change)"
-            if not run_kernel(report, case, lambda: kernel[blocks, ROW_THREADS](x, y), overflow_hint=overflow):
+            if not run_kernel(report, case, kernel[blocks, ROW_THREADS], (x, y), overflow_hint=overflow):
                 return
 
         def diagnose(actual: np.ndarray, x=x, cols=cols) -> str:
             if cols > ROW_THREADS and np.isnan(actual[:, ROW_THREADS:]).all() and not np.isnan(actual[:, 0]).any():
-                return (f"columns from {ROW_THREADS} (the block size) on were never written: each thread must loop "
-                        f"over columns t, t + blockDim.x, t + 2 blockDim.x, ... for the max, the sum and the output")
+                return (
+                    f"columns from {ROW_THREADS} (the block size) on were never written: each thread must loop "
+                    f"over columns t, t + blockDim.x, t + 2 blockDim.x, ... for the max, the sum and the output"
+                )
             if x.size and np.abs(x).max() > 80 and not np.isfinite(actual).all():
-                return ("exp overflowed: exp(1000) is inf in float32; subtract the row's maximum before exp "
-                        "(softmax does not change, the numbers stay small)")
+                return (
+                    "exp overflowed: exp(1000) is inf in float32; subtract the row's maximum before exp "
+                    "(softmax does not change, the numbers stay small)"
+                )
             missing = unwritten_hint(actual, "every thread writes its columns of its row")
-            return missing or ("y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r); the block's max and "
-                               "sum need every thread's partial and a cuda.syncthreads() before they are read")
+            return missing or (
+                "y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r); the block's max and "
+                "sum need every thread's partial and a cuda.syncthreads() before they are read"
+            )
 
-        picture = lambda wrong: _row_picture(wrong)  # noqa: E731
-        if not compare(report, case, expected, y, f"x {show(x)}", picture, diagnose):
+        if not compare(report, case, expected, y, f"x {show(x)}", _row_picture, diagnose):
             return
 
 

@@ -43,7 +43,7 @@ def check_matmul_backward(report: Report, function: Callable) -> None:
             return
         expected = (matmul_reference(grad_out, b.T), matmul_reference(a.T, grad_out))
         inputs = f"a {show(a)}\nb {show(b)}\ngrad_out {show(grad_out)}"
-        for name, want, got in zip(("grad_a", "grad_b"), expected, _pair(result)):
+        for name, want, got in zip(("grad_a", "grad_b"), expected, _pair(result), strict=True):
             difference = first_difference(want, np.asarray(got)) if got is not None else "returned no value"
             if difference:
                 hint = _matmul_hint(name, np.asarray(got), a, b, grad_out)
@@ -86,8 +86,10 @@ def check_softmax_backward(report: Report, function: Callable) -> None:
 
 def _softmax_hint(dx: np.ndarray, y: np.ndarray, dy: np.ndarray) -> str:
     if dx.shape == y.shape and np.allclose(dx, y * dy):
-        return ("y * dy leaves out what each x[j] does to every other output through the sum: "
-                "dx = y * (dy - sum(dy * y)) along the last axis")
+        return (
+            "y * dy leaves out what each x[j] does to every other output through the sum: "
+            "dx = y * (dy - sum(dy * y)) along the last axis"
+        )
     if y.ndim > 1 and dx.shape == y.shape and np.allclose(dx, y * (dy - (dy * y).sum(axis=0, keepdims=True))):
         return "the sum runs over the wrong axis: sum(dy * y) over the last axis, with keepdims=True"
     if dx.shape != y.shape:
@@ -131,7 +133,9 @@ def check_ddp_buckets(report: Report, function: Callable) -> None:
         expected = ddp_buckets_reference(sizes, cap)
         got = [list(map(int, bucket)) for bucket in got] if isinstance(got, (list, tuple)) else got
         if got != expected:
-            report.fail(case, f"expected buckets {expected}\ngot              {got}\nhint: {_bucket_hint(got, sizes, cap)}")
+            report.fail(
+                case, f"expected buckets {expected}\ngot              {got}\nhint: {_bucket_hint(got, sizes, cap)}"
+            )
             return
         report.add(case, True)
 
@@ -141,10 +145,16 @@ def _bucket_hint(got: Any, sizes: Sequence[int], cap: int) -> str:
         return "return a list of buckets, each a list of parameter indices"
     flat = [i for bucket in got for i in bucket]
     if flat == list(range(len(sizes))) or (flat and flat[0] == 0 and len(sizes) > 1):
-        return ("buckets start from the last registered parameter: backward makes its gradient first, so walk "
-                "the parameters in reverse order")
+        return (
+            "buckets start from the last registered parameter: backward makes its gradient first, so walk "
+            "the parameters in reverse order"
+        )
     if all(sum(sizes[i] for i in bucket) <= cap for bucket in got) and any(s > cap for s in sizes) is False:
-        return ("a bucket closes once it holds at least cap bytes, counting the parameter just added; "
-                "closing before adding a parameter that would pass the cap makes different buckets")
-    return ("add the parameter to the open bucket first, then close the bucket when its bytes reach the cap "
-            "(>= cap); the last bucket may stay under the cap")
+        return (
+            "a bucket closes once it holds at least cap bytes, counting the parameter just added; "
+            "closing before adding a parameter that would pass the cap makes different buckets"
+        )
+    return (
+        "add the parameter to the open bucket first, then close the bucket when its bytes reach the cap "
+        "(>= cap); the last bucket may stay under the cap"
+    )

@@ -35,12 +35,16 @@ def check_map(report: Report, kernel: Any) -> None:
         case = f"n={n} ({blocks_text(blocks_for(n, THREADS), THREADS)})"
         x = rng.standard_normal(n).astype(np.float32)
         out = np.full(n, UNWRITTEN, np.float32)
-        if not run_kernel(report, case, lambda: kernel[blocks_for(n, THREADS), THREADS](x, out, a, b)):
+        if not run_kernel(report, case, kernel[blocks_for(n, THREADS), THREADS], (x, out, a, b)):
             return
 
         def diagnose(actual: np.ndarray) -> str:
-            return unwritten_hint(actual, "is i = blockIdx.x * blockDim.x + threadIdx.x, so each block starts after "
-                                  "the one before?") or "is it out[i] = a * x[i] + b, with a and b in that order?"
+            return (
+                unwritten_hint(
+                    actual, "is i = blockIdx.x * blockDim.x + threadIdx.x, so each block starts after the one before?"
+                )
+                or "is it out[i] = a * x[i] + b, with a and b in that order?"
+            )
 
         expected = (a * x + b).astype(np.float32)
         picture = lambda wrong: thread_picture_1d(wrong, THREADS)  # noqa: E731
@@ -59,17 +63,21 @@ def check_stencil(report: Report, kernel: Any) -> None:
         grid = (blocks_for(cols, bx), blocks_for(rows, by))
         case = f"x {x_shape}, w {w_shape} -> out {expected.shape} (grid {grid[0]} x {grid[1]} blocks of {bx} x {by})"
         out = np.full(expected.shape, UNWRITTEN, np.float32)
-        if not run_kernel(report, case, lambda: kernel[grid, (bx, by)](x, w, out)):
+        if not run_kernel(report, case, kernel[grid, (bx, by)], (x, w, out)):
             return
 
         def diagnose(actual: np.ndarray, x=x, w=w, expected=expected) -> str:
             if expected.shape[0] != expected.shape[1] and np.isnan(actual).any():
-                return ("some elements were never written: with cuda.grid(2), the first index is x (along columns), "
-                        "the second y (along rows); are row and column swapped?")
+                return (
+                    "some elements were never written: with cuda.grid(2), the first index is x (along columns), "
+                    "the second y (along rows); are row and column swapped?"
+                )
             inner = conv2d_reference(x, w[:-1, :-1]) if min(w.shape) > 1 else np.zeros_like(expected)
             if np.allclose(actual, inner, rtol=1e-4, atol=1e-5):
-                return ("the last row and column of the filter are left out: loop a over range(KH), b over range(KW) "
-                        "with KH, KW = w.shape")
+                return (
+                    "the last row and column of the filter are left out: loop a over range(KH), b over range(KW) "
+                    "with KH, KW = w.shape"
+                )
             return "out[r, c] sums x[r + a, c + b] * w[a, b] over a in range(KH), b in range(KW) (KH, KW = w.shape)"
 
         picture = lambda wrong: thread_picture_2d(wrong, (by, bx))  # noqa: E731
@@ -89,19 +97,23 @@ def check_block_reduce(report: Report, kernel: Any) -> None:
         runs = []
         for _ in range(2):  # twice: a race shows as a result that changes from run to run
             partials = np.full(blocks, UNWRITTEN, np.float32)
-            if not run_kernel(report, case, lambda p=partials: kernel[blocks, THREADS](x, p)):
+            if not run_kernel(report, case, kernel[blocks, THREADS], (x, partials)):
                 return
             runs.append(partials)
 
         def diagnose(actual: np.ndarray, runs=runs) -> str:
             if not np.array_equal(runs[0], runs[1], equal_nan=True):
-                return ("the result changes from run to run: threads read shared memory before the others wrote it; "
-                        "call cuda.syncthreads() after the load and after every halving step")
+                return (
+                    "the result changes from run to run: threads read shared memory before the others wrote it; "
+                    "call cuda.syncthreads() after the load and after every halving step"
+                )
             missing = unwritten_hint(actual, "thread 0 of each block writes partials[blockIdx.x]")
-            return missing or ("threads past the end must load 0 (the identity of sum), and every step must be "
-                               "followed by cuda.syncthreads()")
+            return missing or (
+                "threads past the end must load 0 (the identity of sum), and every step must be "
+                "followed by cuda.syncthreads()"
+            )
 
-        picture = lambda wrong: thread_picture_1d(wrong, THREADS, owner=lambda b: b * THREADS)  # noqa: E731
+        picture = lambda wrong: thread_picture_1d(wrong, THREADS, owner=lambda block: block * THREADS)  # noqa: E731
         if not compare(report, case, expected, runs[-1], f"x {show(x)}", picture, diagnose):
             return
 
@@ -115,13 +127,12 @@ def check_scatter_add(report: Report, kernel: Any) -> None:
         src = rng.integers(-4, 5, m).astype(np.float32)
         base = np.arange(5, dtype=np.float32)
         out = base.copy()
-        launch = lambda: kernel[blocks_for(m, THREADS), THREADS](index, src, out)  # noqa: E731
         hint = "thread i reads src[i] and adds it into out[index[i]]: the index says where to write, not where to read"
-        if not run_kernel(report, case, launch, index_hint=hint):
+        if not run_kernel(report, case, kernel[blocks_for(m, THREADS), THREADS], (index, src, out), index_hint=hint):
             return
         expected = scatter_add_reference(base, index, src, axis=0)
 
-        def diagnose(actual: np.ndarray) -> str:
+        def diagnose(actual: np.ndarray, m=m, base=base) -> str:
             if m and np.array_equal(actual, base):
                 return "out is unchanged: the kernel body is still empty (the starter's comments give the plan)"
             return "thread i adds src[i] into out[index[i]] (not out[i]); the source is indexed by i"
@@ -153,7 +164,7 @@ def check_batched_copy(report: Report, kernel: Any) -> None:
         case = f"{name} ({table.total} elements, {blocks_text(blocks, THREADS)})"
         dst = np.full(64, -1.0, np.float32)
         args = (table.src_offsets, table.dst_offsets, table.starts, np.int64(table.total))
-        if not run_kernel(report, case, lambda d=dst: kernel[blocks, THREADS](d, src, *args)):
+        if not run_kernel(report, case, kernel[blocks, THREADS], (dst, src, *args)):
             return
         expected = batched_copy_reference(np.full(64, -1.0, np.float32), src, table)
         owner = _batched_owner(table)
@@ -163,15 +174,21 @@ def check_batched_copy(report: Report, kernel: Any) -> None:
                 return "dst is unchanged: the kernel body is still empty (the starter's comments give the plan)"
             wrong_threads = {owner[int(e)] for e in np.flatnonzero(actual != expected) if int(e) in owner}
             if wrong_threads and wrong_threads <= {int(s) for s in starts}:
-                return (f"exactly the first thread of a segment is wrong (threads {sorted(wrong_threads)}, segments "
-                        f"start at {starts.tolist()}): thread i belongs to the last k with starts[k] <= i, "
-                        "not starts[k] < i")
+                return (
+                    f"exactly the first thread of a segment is wrong (threads {sorted(wrong_threads)}, segments "
+                    f"start at {starts.tolist()}): thread i belongs to the last k with starts[k] <= i, "
+                    "not starts[k] < i"
+                )
             stray = [int(e) for e in np.flatnonzero(actual != expected) if e not in owner]
             if stray:
-                return (f"dst elements outside every segment were written ({stray[:6]}): a thread copied past the "
-                        "end of its segment, or a thread with i >= total did not return at once")
-            return ("thread i belongs to the last segment k with starts[k] <= i; it copies element j = i - starts[k] "
-                    "of that segment (check the comparison at segment boundaries)")
+                return (
+                    f"dst elements outside every segment were written ({stray[:6]}): a thread copied past the "
+                    "end of its segment, or a thread with i >= total did not return at once"
+                )
+            return (
+                "thread i belongs to the last segment k with starts[k] <= i; it copies element j = i - starts[k] "
+                "of that segment (check the comparison at segment boundaries)"
+            )
 
         def picture(wrong: np.ndarray, owner=owner, total=table.total) -> str:
             per_thread = np.zeros(total, bool)

@@ -3,7 +3,7 @@
 Example::
 
     out = np.full(n, np.nan, np.float32)
-    if run_kernel(report, "n=33", lambda: kernel[2, 32](x, out)):
+    if run_kernel(report, "n=33", kernel[2, 32], (x, out)):
         compare(report, "n=33", expected, out, picture=lambda wrong: thread_picture_1d(wrong, 32))
 """
 
@@ -31,14 +31,20 @@ def blocks_text(blocks: int, threads: int) -> str:
 
 
 def run_kernel(
-    report: Report, case: str, launch: Callable[[], None], index_hint: str = "", overflow_hint: str = ""
+    report: Report,
+    case: str,
+    launch: Callable[..., None],
+    args: tuple,
+    index_hint: str = "",
+    overflow_hint: str = "",
 ) -> bool:
-    """Run ``launch``; on an error, record a failed ``case`` whose message says what the error usually means.
+    """``launch(*args)`` (a configured kernel, ``kernel[grid, block]``); on an error, record a failed ``case`` whose
+    message says what the error usually means.
 
     ``index_hint`` and ``overflow_hint`` add what an out-of-bounds index or an overflow means in this exercise.
     """
     try:
-        launch()
+        launch(*args)
     except IndexError as exc:
         report.fail(
             case,
@@ -49,7 +55,9 @@ def run_kernel(
         )
         return False
     except OverflowError as exc:
-        report.fail(case, f"a value overflowed in a thread: {exc}" + (f"\nhint: {overflow_hint}" if overflow_hint else ""))
+        report.fail(
+            case, f"a value overflowed in a thread: {exc}" + (f"\nhint: {overflow_hint}" if overflow_hint else "")
+        )
         return False
     except Exception as exc:  # whatever the learner's kernel raises is shown, not propagated
         report.fail(case, f"the kernel raised {type(exc).__name__}: {exc}")

@@ -1,7 +1,9 @@
-"""Exercise batched_copy, mistake: the segment search misses the first element of each segment: many copies in one launch, driven by a descriptor table::
+"""Exercise batched_copy, mistake: the segment search misses the first element of each segment.
 
-    for i < total: k = the segment holding i; j = i - starts[k]
-                   dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
+The task: many copies in one launch, driven by a descriptor table::
+
+for i < total: k = the segment holding i; j = i - starts[k]
+               dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
 """
 
 from numba import cuda

@@ -1,6 +1,6 @@
 """Exercise block_reduce, mistake: no syncthreads: each block sums its 32 elements by a tree in shared memory::
 
-    for each block b: partials[b] = sum of x[32 b : 32 b + 32]
+for each block b: partials[b] = sum of x[32 b : 32 b + 32]
 """
 
 import numpy as np

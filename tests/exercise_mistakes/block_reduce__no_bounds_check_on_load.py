@@ -1,6 +1,8 @@
-"""Exercise block_reduce, mistake: threads past the end read x: each block sums its 32 elements by a tree in shared memory::
+"""Exercise block_reduce, mistake: threads past the end read x.
 
-    for each block b: partials[b] = sum of x[32 b : 32 b + 32]
+The task: each block sums its 32 elements by a tree in shared memory::
+
+for each block b: partials[b] = sum of x[32 b : 32 b + 32]
 """
 
 import numpy as np

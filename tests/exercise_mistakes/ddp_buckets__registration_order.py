@@ -1,4 +1,6 @@
-"""Exercise ddp_buckets, mistake: buckets in registration order: group parameters into buckets as data-parallel training does."""
+"""Exercise ddp_buckets, mistake: buckets in registration order.
+
+The task: group parameters into buckets as data-parallel training does."""
 
 
 def ddp_buckets(sizes: list[int], cap: int) -> list[list[int]]:

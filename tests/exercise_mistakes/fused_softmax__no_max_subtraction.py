@@ -1,6 +1,8 @@
-"""Exercise fused_softmax, mistake: no subtraction of the maximum: one block per row, max, sum and output in one kernel::
+"""Exercise fused_softmax, mistake: no subtraction of the maximum.
 
-    for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
+The task: one block per row, max, sum and output in one kernel::
+
+for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
 """
 
 import math
@@ -32,7 +34,7 @@ def softmax_rows_kernel(x, y):
             scratch[t] = max(scratch[t], scratch[t + stride])
         cuda.syncthreads()
         stride //= 2
-    row_max = scratch[0]
+    row_max = scratch[0]  # noqa: F841 - computed, then (the mistake) never used
     cuda.syncthreads()
 
     total = 0.0

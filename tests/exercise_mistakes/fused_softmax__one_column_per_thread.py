@@ -1,6 +1,8 @@
-"""Exercise fused_softmax, mistake: each thread covers one column: one block per row, max, sum and output in one kernel::
+"""Exercise fused_softmax, mistake: each thread covers one column.
 
-    for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
+The task: one block per row, max, sum and output in one kernel::
+
+for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
 """
 
 import math

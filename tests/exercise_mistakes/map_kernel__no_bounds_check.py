@@ -9,4 +9,3 @@ def axpb_kernel(x, out, a, b):
     # must do nothing.
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     out[i] = a * x[i] + b
-

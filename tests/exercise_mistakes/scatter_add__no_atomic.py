@@ -1,4 +1,6 @@
-"""Exercise scatter_add, mistake: a plain += instead of an atomic add: ``for i: out[index[i]] += src[i]``, one thread per source element."""
+"""Exercise scatter_add, mistake: a plain += instead of an atomic add.
+
+The task: ``for i: out[index[i]] += src[i]``, one thread per source element."""
 
 from numba import cuda
 

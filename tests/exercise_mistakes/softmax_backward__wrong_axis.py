@@ -1,4 +1,6 @@
-"""Exercise softmax_backward, mistake: the sum over the wrong axis: ``dx`` from ``y = softmax(x)`` and ``dy``, along the last axis.
+"""Exercise softmax_backward, mistake: the sum over the wrong axis.
+
+The task: ``dx`` from ``y = softmax(x)`` and ``dy``, along the last axis.
 
 ``dy_j / dx_i = y_j (delta_ij - y_i)``, so ``dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j)``.
 """

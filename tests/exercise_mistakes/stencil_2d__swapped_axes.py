@@ -1,6 +1,8 @@
-"""Exercise stencil_2d, mistake: row and column swapped: a 2-D "valid" stencil (correlation), one thread per output element::
+"""Exercise stencil_2d, mistake: row and column swapped.
 
-    for r, c: out[r, c] = sum over a < KH, b < KW of x[r + a, c + b] * w[a, b]
+The task: a 2-D "valid" stencil (correlation), one thread per output element::
+
+for r, c: out[r, c] = sum over a < KH, b < KW of x[r + a, c + b] * w[a, b]
 """
 
 from numba import cuda

@@ -1,4 +1,6 @@
-"""Exercise tiled_matmul, mistake: the last partial tile is skipped: ``for i, j: out[i, j] = sum over p of a[i, p] * b[p, j]``.
+"""Exercise tiled_matmul, mistake: the last partial tile is skipped.
+
+The task: ``for i, j: out[i, j] = sum over p of a[i, p] * b[p, j]``.
 
 Each block computes a TILE x TILE tile of ``out``, walking along k one tile at a time: the block loads a tile of
 ``a`` and one of ``b`` into shared memory, every thread reads TILE values of each from there, and each value

@@ -1,4 +1,6 @@
-"""Exercise tree_broadcast, mistake: positions counted from rank 0, not from the root: a broadcast down a binary tree rooted at ``root``.
+"""Exercise tree_broadcast, mistake: positions counted from rank 0, not from the root.
+
+The task: a broadcast down a binary tree rooted at ``root``.
 
 Positions are counted from the root: rank ``r`` sits at ``p = (r - root) mod n``; the node at ``p`` has the
 parent ``(p - 1) // 2`` and the children ``2p + 1`` and ``2p + 2`` (those below n), as in a heap.

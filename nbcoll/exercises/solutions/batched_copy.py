@@ -1,7 +1,7 @@
 """Exercise batched_copy, reference solution: many copies in one launch, driven by a descriptor table::
 
-    for i < total: k = the segment holding i; j = i - starts[k]
-                   dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
+for i < total: k = the segment holding i; j = i - starts[k]
+               dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
 """
 
 from numba import cuda

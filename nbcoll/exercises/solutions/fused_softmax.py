@@ -1,6 +1,6 @@
 """Exercise fused_softmax, reference solution: one block per row, max, sum and output in one kernel::
 
-    for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
+for r, c: y[r, c] = exp(x[r, c] - max_r) / sum over c' of exp(x[r, c'] - max_r)
 """
 
 import math

@@ -1,6 +1,6 @@
 """Exercise stencil_2d, reference solution: a 2-D "valid" stencil (correlation), one thread per output element::
 
-    for r, c: out[r, c] = sum over a < KH, b < KW of x[r + a, c + b] * w[a, b]
+for r, c: out[r, c] = sum over a < KH, b < KW of x[r + a, c + b] * w[a, b]
 """
 
 from numba import cuda

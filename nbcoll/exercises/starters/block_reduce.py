@@ -8,7 +8,7 @@ and compares each partial with NumPy, for n = 1, 45, 100 and 0 (an empty block's
     python -m nbcoll exercise block_reduce --check block_reduce.py
 """
 
-import numpy as np
+import numpy as np  # noqa: F401 - np.float32, for the shared arrays
 from numba import cuda
 
 THREADS = 32
