@@ -101,3 +101,12 @@ def test_ddp_buckets_reference_examples():
     assert ddp_buckets_reference([], 40) == []
     assert ddp_buckets_reference([50, 50, 50, 50], 100) == [[3, 2], [1, 0]]
     assert ddp_buckets_reference([30, 400, 30], 100) == [[2, 1], [0]]
+
+
+def test_kernel_check_in_a_simulator_subprocess_as_on_a_gpu_machine():
+    from nbcoll.exercises import in_simulator
+
+    report = in_simulator.run("map_kernel", exercises.get("map_kernel").solution, ptx=False)
+    assert report.passed and [case.name for case in report.cases][0] == "n=1 (1 block of 32)", report.format()
+    failed = in_simulator.run("map_kernel", MISTAKES / "map_kernel__no_bounds_check.py", ptx=False)
+    assert not failed.passed and "missing bounds check" in failed.format()
