@@ -27,7 +27,9 @@ SETTINGS = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS":
 """The ranks' environment: 32-byte chunks (4 x int64), and 4 s before a wait that makes no progress fails."""
 
 COLLECTIVES = {"ring_all_reduce": ("all_reduce", "ring"), "tree_broadcast": ("broadcast", "tree")}
-COUNTS = (1, 10, 21)
+COUNTS = (10, 21, 1)
+ELEMENT_STEP = 10_000
+"""All-reduce inputs: element i of rank r is ``10**r + ELEMENT_STEP * i`` (at most 4 ranks, so 4 low digits)."""
 
 
 def _cases(exercise: str, nranks: int) -> list[tuple[str, dict]]:
@@ -37,7 +39,7 @@ def _cases(exercise: str, nranks: int) -> list[tuple[str, dict]]:
     return [
         (f"{nranks} ranks, root {root}, {count} elements", {"count": count, "root": root})
         for root in roots
-        for count in (1, 10)
+        for count in (10, 1)
     ]
 
 
@@ -117,9 +119,12 @@ def _run_cases(sub: Any, exercise: str, nranks: int, function: Any, trace: str, 
 def _run_case(comm: Any, exercise: str, case: dict) -> dict | None:
     count, rank = case["count"], comm.rank
     if exercise == "ring_all_reduce":
-        buf = np.full(count, 10**rank, np.int64)  # rank r's part is 10**r: a sum says which parts it holds
+        # Element i of rank r is 10**r + 10000 i: the low digits of a sum say which ranks' parts it holds, the
+        # high ones catch a block added at the wrong place.
+        index = np.arange(count, dtype=np.int64) * ELEMENT_STEP
+        buf = index + 10**rank
         comm.all_reduce(buf, algo="ring")
-        expected = np.full(count, sum(10**r for r in range(comm.size)), np.int64)
+        expected = index * comm.size + sum(10**r for r in range(comm.size))
     else:
         root = case["root"]
         truth = np.arange(1, count + 1, dtype=np.int64) * 10 + root
@@ -205,7 +210,8 @@ def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, n
         if ret["error"] and (ret["error"]["nranks"], ret["error"]["seq"]) == (nranks, seq)
     ]
     for error in errors[:2]:
-        lines.append(f"a rank failed in {error['case']}: {error['text'].splitlines()[0][:400]}")
+        text = " ".join(line.strip() for line in error["text"].splitlines()[:2])
+        lines.append(f"a rank failed in {error['case']}: {text[:500]}")
     wrongs = [
         ret["wrong"]
         for ret in returns
@@ -218,7 +224,7 @@ def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, n
             f"got {wrong['got']} ({wrong['count']} elements wrong on that rank)"
         )
         if exercise == "ring_all_reduce":
-            lines.append(_parts_held(wrong["got"], nranks))
+            lines.append(_parts_held(wrong["got"], wrong["expected"], nranks))
         elif wrong["got"] == -1:
             lines.append("that element never arrived: the rank was never sent it")
     lines.append(_first_divergence(reference / "reference", yours, nranks, seq))
@@ -245,12 +251,15 @@ def _case_name(returns: list[dict], nranks: int, seq: int) -> str:
     return ""
 
 
-def _parts_held(value: int, nranks: int) -> str:
-    """Rank r contributes 10**r, so the digits of a sum say how many times each rank's part was added."""
-    digits = [(value // 10**r) % 10 for r in range(nranks)]
+def _parts_held(value: int, expected: int, nranks: int) -> str:
+    """Rank r contributes 10**r (plus 10000 i), so the low digits of a sum say how often each rank's part was added."""
+    if value // ELEMENT_STEP != expected // ELEMENT_STEP and value % ELEMENT_STEP == expected % ELEMENT_STEP:
+        return "every rank's part is there, but from other elements: a block was added or copied at the wrong place"
+    digits = [(value % ELEMENT_STEP // 10**r) % 10 for r in range(nranks)]
     missing = [r for r, d in enumerate(digits) if d == 0]
     twice = [r for r, d in enumerate(digits) if d > 1]
-    text = f"each rank r adds 10**r, so {value} holds the parts of ranks {[r for r, d in enumerate(digits) if d]}"
+    held = [r for r, d in enumerate(digits) if d]
+    text = f"rank r adds 10**r (+ 10000 i) to element i, so {value} holds the parts of ranks {held}"
     if missing:
         text += f"; missing: {missing}"
     if twice:
