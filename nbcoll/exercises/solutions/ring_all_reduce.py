@@ -1,8 +1,8 @@
 """Exercise ring_all_reduce, reference solution: the ring all-reduce in nbcoll's primitives.
 
 Rank r receives from its left neighbour r - 1 and sends to its right one r + 1. The buffer goes round in rounds
-of n blocks; in each round, a reduce-scatter (block r - 1 starts on rank r, gathers every rank's part on its way
-round, and ends complete on rank r... one step later) then an all-gather (each complete block goes round again).
+of n blocks. In each round, a reduce-scatter: every block travels once round the ring, each rank adding its part,
+so block r ends complete on rank r after n - 1 steps; then an all-gather: each complete block goes round again.
 """
 
 from nbcoll.comm.algorithms.common import rounds
