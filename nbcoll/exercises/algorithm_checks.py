@@ -26,6 +26,9 @@ RANK_COUNTS = (2, 3, 4)
 SETTINGS = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "4"}
 """The ranks' environment: 32-byte chunks (4 x int64), and 4 s before a wait that makes no progress fails."""
 
+LAUNCH_TIMEOUT_SECONDS = 120.0
+"""A learner's generator that loops forever is stopped here; the report then shows every rank's output."""
+
 COLLECTIVES = {"ring_all_reduce": ("all_reduce", "ring"), "tree_broadcast": ("broadcast", "tree")}
 COUNTS = (10, 21, 1)
 ELEMENT_STEP = 10_000
@@ -161,7 +164,7 @@ def check_files(exercise: str, files: list[tuple[Report, str | Path]], trace_dir
             function="nbcoll.exercises.algorithm_checks:run_rank",
             args=(exercise, [str(Path(path).resolve()) for _, path in files], trace_root),
             env=env,
-            timeout=240,
+            timeout=LAUNCH_TIMEOUT_SECONDS,
         )
         returns = [r for r in result.returns if isinstance(r, list)]
         for k, (report, _) in enumerate(files):
