@@ -148,9 +148,9 @@ def case_root_only(comm) -> None:
     for name in ("gather", "scatter"):
         mine = comm.dup()
         if name == "gather":
-            call = lambda: mine.gather(full(2, r + 1), None, root=0)  # noqa: E731
+            call = lambda c=mine: c.gather(full(2, r + 1), None, root=0)  # noqa: E731
         else:
-            call = lambda: mine.scatter(full(2 * n, 5) if r else None, full(2, 0), root=0)  # noqa: E731
+            call = lambda c=mine: c.scatter(full(2 * n, 5) if r else None, full(2, 0), root=0)  # noqa: E731
         if r == 0:
             raises(ValueError, call, "root")
         else:
@@ -158,9 +158,9 @@ def case_root_only(comm) -> None:
                 call()
             except CommAbortedError:  # the root's refusal arrived first: this rank does not run it either
                 pass
-        elapsed = raises(CommError, lambda: mine.all_reduce(full(6, r + 1), algo="ring"))
+        elapsed = raises(CommError, lambda c=mine: c.all_reduce(full(6, r + 1), algo="ring"))
         assert elapsed < PROMPT, f"{name}: the all-reduce after the refusal took {elapsed:.1f} s to raise"
-        raises(CommError, lambda: mine.barrier())
+        raises(CommError, mine.barrier)
         mine.destroy()
     print(f"rank {r}: root_only: every rank raised after the root's refusal")
 
@@ -211,7 +211,7 @@ def case_read_only(comm) -> None:
             assert r == refuser and "read-only" in str(exc), exc
         except CommAbortedError:
             assert r != refuser
-        elapsed = raises(CommError, lambda: mine.all_reduce(full(6, r), algo="ring"))
+        elapsed = raises(CommError, lambda c=mine: c.all_reduce(full(6, r), algo="ring"))
         assert elapsed < PROMPT, f"{name}: the all-reduce after the refusal took {elapsed:.1f} s to raise"
         mine.destroy()
 
