@@ -461,7 +461,7 @@ class Collectives:
 
         Making them is collective, like the one-shot collective that asks for them: every rank gets here.
         """
-        state = self.__dict__.setdefault("_collective_state", {})
+        state = self.__dict__.setdefault("_collective_state", {"seq": 0})
         if "windows" not in state:
             local = self.size > 1 and all(self.transport_to(p) == "ipc" for p in range(self.size) if p != self.rank)
             state["windows"] = DirectWindows(self._wiring.ctrl, self.config.buffsize) if local else None

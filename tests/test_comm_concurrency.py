@@ -1,6 +1,6 @@
 """Reliability around the collectives: issue order, one-sided errors, shutdown, and a seeded stress run.
 
-The multi-rank cases live in ``mpi_scripts/comm_reliability.py`` (one launch runs them all) and
+The multi-rank cases live in ``mpi_scripts/comm_concurrency.py`` (one launch runs them all) and
 ``benchmarks/stress.py`` (a short seeded run here, a longer one as a benchmark). The queue that orders a
 communicator's operations is also tested here in one process, where a race can be forced.
 """
@@ -71,6 +71,18 @@ def test_a_failed_batch_fails_every_handle_and_cancel_fails_the_queued_ones():
     assert progress.quiesce(timeout=10)
 
 
+def test_a_read_only_output_is_refused_by_name():
+    import numpy as np
+
+    from nbcoll import memory
+
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="^recvbuf: is read-only"):
+        memory.require_writable(frozen, "recvbuf")
+    memory.require_writable(np.zeros(4), "recvbuf")
+
+
 def _assert_no_shared_memory_left(outputs):
     pids = [int(p) for out in outputs for p in re.findall(r"^pid=(\d+)$", out, re.M)]
     assert pids, "the script printed no pid= line"
@@ -84,7 +96,7 @@ def test_reliability_cases(nprocs, per_node):
     # A small FIFO, so that an all-reduce of 256 KiB is still running when the next call comes.
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "30", "NBCOLL_BUFFSIZE": "65536"}
     env["NBCOLL_RANKS_PER_NODE"] = per_node  # 3 ranks on two pretend nodes: ipc and mpi connections
-    result = run_ranks(nprocs, SCRIPTS / "comm_reliability.py", env=env, timeout=240)
+    result = run_ranks(nprocs, SCRIPTS / "comm_concurrency.py", env=env, timeout=240)
     for case in ("order", "burst", "group_failure", "destroy", "root_only", "everyone_refuses", "read_only", "check"):
         for rank, out in enumerate(result.outputs):
             assert f"rank {rank}: {case} ok" in out, f"rank {rank} did not finish {case}\n{result.report()}"

@@ -1,6 +1,6 @@
 """What goes wrong around a collective, rather than in it: concurrency, errors on one rank only, shutdown.
 
-Run under mpiexec with no argument (every case) or case names: ``mpiexec -n 3 python comm_reliability.py order``.
+Run under mpiexec with no argument (every case) or case names: ``mpiexec -n 3 python comm_concurrency.py order``.
 Each case works on its own duplicate of the world communicator, so a case that poisons its communicator on
 purpose leaves the next case a healthy one. Every rank prints ``pid=...`` and ``<case> ok`` lines.
 
