@@ -258,8 +258,7 @@ class Communicator(Collectives):
         except CommAbortedError as exc:
             self._cancel_batch(ops, works, exc)
             raise
-        what = ops[0].headline() if len(ops) == 1 else f"group of {len(ops)} operations"
-        self._progress.submit(ops, [*works, Work(f"{what} on rank {self.rank}", None)], wait=True)
+        self._progress.submit(ops, works, wait=True)
 
     def _cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
         """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""
