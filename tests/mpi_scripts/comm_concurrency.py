@@ -154,10 +154,13 @@ def case_root_only(comm) -> None:
         if r == 0:
             raises(ValueError, call, "root")
         else:
+            start = time.monotonic()
             try:  # gather: the chunks fit the root's FIFO; scatter: waits for the root, which refused
                 call()
             except CommAbortedError:  # the root's refusal arrived first: this rank does not run it either
                 pass
+            elapsed = time.monotonic() - start
+            assert elapsed < PROMPT, f"{name}: rank {r} waited {elapsed:.1f} s for the root that refused"
         elapsed = raises(CommError, lambda c=mine: c.all_reduce(full(6, r + 1), algo="ring"))
         assert elapsed < PROMPT, f"{name}: the all-reduce after the refusal took {elapsed:.1f} s to raise"
         raises(CommError, mine.barrier)
