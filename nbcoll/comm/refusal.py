@@ -31,10 +31,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -44,6 +46,31 @@ from nbcoll.comm.progress import TAG_ABORT
 
 TAG_REFUSED = TAG_ABORT + 2
 """Tag of a refusal note on the control communicator (``TAG_ABORT + 1`` is shrink's)."""
+
+
+def numbered(method: Callable) -> Callable:
+    """Decorate a collective of the communicator: number each call, and announce it when this rank refuses it.
+
+    A call whose arguments fail the checks raises before anything moves, but its peers may still run it: the
+    refusal is told to them (``comm._refuse``). An error raised before the call is run or queued in a group is
+    such a refusal; one raised later (a timeout, a mismatch found by ``NBCOLL_CHECK``) is not.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(comm: Any, *args: Any, **kwargs: Any) -> Any:
+        comm._check_usable()
+        comm._settle_refusals()
+        seq = comm._refusals.number()
+        comm._call_seq = seq
+        try:
+            return method(comm, *args, **kwargs)
+        except Exception:
+            if comm._refusals.is_open(seq):  # it failed before it was run or queued: a refusal
+                comm._refuse(seq, name)
+            raise
+
+    return call
 
 
 class Refusals:
