@@ -103,6 +103,27 @@ def test_reliability_cases(nprocs, per_node):
     _assert_no_shared_memory_left(result.outputs)
 
 
+ONE_RANK_REFUSES = """
+import numpy as np, nbcoll
+comm = nbcoll.init()
+frozen = np.ones(4)
+frozen.flags.writeable = False
+for _ in range(2):
+    try:
+        comm.all_reduce(frozen)
+    except ValueError as err:
+        assert "sendbuf: is read-only" in str(err), err
+print("after refusals:", comm.all_reduce(np.ones(3)).tolist())
+comm.destroy()
+"""
+
+
+@pytest.mark.mpi
+def test_refusals_on_a_communicator_of_one_rank():
+    result = run_ranks(1, code=ONE_RANK_REFUSES, env={"NBCOLL_BACKEND": "numpy"})
+    assert "after refusals: [1.0, 1.0, 1.0]" in result.outputs[0]
+
+
 @pytest.mark.mpi
 def test_stress_mixed_operations_on_split_and_duplicated_communicators():
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60", "NBCOLL_BUFFSIZE": "65536", "NBCOLL_RANKS_PER_NODE": "2"}

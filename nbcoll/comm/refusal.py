@@ -171,7 +171,7 @@ class Refusals:
                 peers = self._size - 1
                 for seq in [s for s in self._mine if len(self._heard.get(s, ())) == peers]:
                     del self._mine[seq]
-                    del self._heard[seq]
+                    self._heard.pop(seq, None)  # a communicator of one rank hears from nobody
                 waiting = dict(self._mine)
             if not waiting:
                 return
