@@ -6,7 +6,10 @@ communicator's operations is also tested here in one process, where a race can b
 """
 
 import glob
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -92,7 +95,7 @@ def _assert_no_shared_memory_left(outputs):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(("nprocs", "per_node"), [(2, None), (3, "2")])
-def test_reliability_cases(nprocs, per_node):
+def test_issue_order_one_sided_errors_and_shutdown(nprocs, per_node):
     # A small FIFO, so that an all-reduce of 256 KiB is still running when the next call comes.
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "30", "NBCOLL_BUFFSIZE": "65536"}
     env["NBCOLL_RANKS_PER_NODE"] = per_node  # 3 ranks on two pretend nodes: ipc and mpi connections
@@ -131,3 +134,16 @@ def test_stress_mixed_operations_on_split_and_duplicated_communicators():
     for rank, out in enumerate(result.outputs):
         assert f"rank {rank}: stress ok: 150 operations" in out, result.report()
     _assert_no_shared_memory_left(result.outputs)
+
+
+@pytest.mark.mpi
+def test_the_stress_benchmark_relaunches_itself_under_mpiexec():
+    done = subprocess.run(
+        [sys.executable, str(STRESS), "--ops", "30", "--seeds", "1", "--ranks", "2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "NBCOLL_BACKEND": "numpy", "PYTHONPATH": str(STRESS.parent.parent)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rank 0: stress ok: 30 operations x 1 seeds" in done.stdout, done.stdout
