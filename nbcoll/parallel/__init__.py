@@ -11,5 +11,6 @@ Example::
 """
 
 from nbcoll.parallel import functional
+from nbcoll.parallel.data_parallel import DistributedDataParallel
 
-__all__ = ["functional"]
+__all__ = ["DistributedDataParallel", "functional"]
