@@ -1,7 +1,8 @@
-"""DistributedDataParallel: the same parameters as one process after K steps, overlap shown by event order, errors.
+"""Data parallelism: the same parameters as one process after K steps, overlap shown by event order, errors.
 
 One launch per rank count (``mpi_scripts/parallel_ddp.py``) runs SGD with momentum and Adam, several bucket
-sizes, gradient accumulation with ``no_sync``, the overlap check and the bad uses.
+sizes, gradient accumulation with ``no_sync``, the overlap check and the bad uses; ``mpi_scripts/parallel_zero.py``
+runs ZeroRedundancyOptimizer stages 1 and 2 on 3 ranks.
 """
 
 from pathlib import Path
@@ -14,6 +15,7 @@ from nbcoll import nn
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_ddp.py"
+ZERO_SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_zero.py"
 
 
 @pytest.mark.mpi
@@ -22,6 +24,14 @@ def test_ddp_trains_the_same_model_as_one_process(nprocs):
     result = run_ranks(nprocs, SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
     for rank in range(nprocs):
         assert "data parallel ok" in result.outputs[rank], result.report()
+
+
+@pytest.mark.mpi
+def test_zero_stages_1_and_2_train_the_same_model_as_one_process_with_uneven_shards():
+    result = run_ranks(3, ZERO_SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
+    for rank in range(3):
+        assert "zero ok" in result.outputs[rank], result.report()
+    assert "stage 2 [30, 45) of 43" in result.outputs[2]  # the last shard holds 13 elements and 2 of padding
 
 
 def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():

@@ -12,5 +12,6 @@ Example::
 
 from nbcoll.parallel import functional
 from nbcoll.parallel.data_parallel import DistributedDataParallel
+from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
-__all__ = ["DistributedDataParallel", "functional"]
+__all__ = ["DistributedDataParallel", "ZeroRedundancyOptimizer", "functional"]
