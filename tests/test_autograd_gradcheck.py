@@ -53,6 +53,14 @@ CASES = {
     "log-softmax": (lambda a: a.log_softmax(), [(2, 3)]),
     "matmul": (lambda a, b: a @ b, [(2, 3), (3, 2)]),
     "matmul-batch-broadcast": (lambda a, b: a @ b, [(2, 1, 2, 3), (2, 3, 2)]),
+    "matmul-batched-3d": (lambda a, b: a @ b, [(2, 3, 4), (2, 4, 2)]),
+    "matmul-3d-by-2d": (lambda a, b: a @ b, [(2, 3, 4), (4, 2)]),
+    "max-keepdims": (lambda a: a.max(axis=-1, keepdims=True) * a, [(2, 3)]),
+    "mean-keepdims": (lambda a: a - a.mean(axis=(0, 2), keepdims=True), [(2, 3, 2)]),
+    "permute": (lambda a: a.permute(2, 0, 1), [(2, 3, 2)]),
+    "index-select-negative": (lambda a: a.index_select(1, [-1, 0, -1]), [(2, 3)]),
+    "pow-exponent-at-zero-base": (lambda b: tensor(np.array([0.0, 0.0, 1.5])) ** b, ["positive:(3,)"]),
+    "scatter-add-small-index": (lambda a, s: a.scatter_add(np.array([[0, 1], [2, 0]]), s, axis=0), [(3, 3), (3, 3)]),
     "matmul-vector-left": (lambda a, b: a @ b, [(3,), (3, 2)]),
     "matmul-vector-right": (lambda a, b: a @ b, [(2, 3), (3,)]),
     "matmul-dot": (lambda a, b: a @ b, [(3,), (3,)]),
@@ -135,8 +143,9 @@ def test_gradcheck_accepts_float32_inputs_and_checks_in_float64(numpy_backend, r
         (lambda a, b: (a * b + a.exp()).sum(axis=0), [(2, 2), (2,)]),
         (lambda a: (a.tanh() - a.sigmoid()).mean(), [(3,)]),
         (lambda a: a[1:, 0] / (a[0, 1] + 3.0), [(2, 2)]),
+        (lambda a, b: (a @ b).log_softmax(axis=-1), [(2, 2, 3), (2, 3, 2)]),
     ],
-    ids=["broadcast-and-reuse", "unary-mean", "indexing"],
+    ids=["broadcast-and-reuse", "unary-mean", "indexing", "batched-matmul-log-softmax"],
 )
 def test_gradcheck_on_the_device_backend(rng, fn, shapes):
     with nbcoll.use_backend(nbcoll.backend.device_backend()):

@@ -53,7 +53,7 @@ EXP_OVERFLOW = math.log(1.7976931348623157e308)  # above this, exp overflows eve
 
 
 def _exp(v):
-    if v > EXP_OVERFLOW:
+    if float(v) > EXP_OVERFLOW:  # float(): a float16 v would round the bound itself to 710
         return math.inf
     return math.exp(v)
 
@@ -82,6 +82,15 @@ def _sigmoid(v):
         return 1 / (1 + math.exp(-v))
     e = math.exp(v)
     return e / (1 + e)
+
+
+def _erf(v):
+    return math.erf(v)
+
+
+def _erf_reference(x: np.ndarray) -> np.ndarray:
+    # NumPy has no erf; Python's, element by element, is the reference (exact to the last bit or so).
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
 def _add(a, b):
@@ -147,6 +156,7 @@ UNARY_OPS = {
     "sqrt": (_sqrt, np.sqrt, True),
     "tanh": (_tanh, np.tanh, True),
     "sigmoid": (_sigmoid, lambda x: np.exp(-np.logaddexp(np.zeros((), x.dtype), -x)).astype(x.dtype), True),
+    "erf": (_erf, _erf_reference, True),
 }
 BINARY_OPS = {
     "add": (_add, np.add, False),

@@ -9,6 +9,7 @@ Example::
     w.grad
 """
 
+from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
 from nbcoll.tensors.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -21,8 +22,10 @@ __all__ = [
     "Tensor",
     "backward",
     "enable_grad",
+    "get_default_dtype",
     "is_grad_enabled",
     "no_grad",
+    "set_default_dtype",
     "set_grad_enabled",
     "tensor",
 ]
