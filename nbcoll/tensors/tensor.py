@@ -461,7 +461,7 @@ def _index_array(index: Any) -> Any:
 def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
     """A new Tensor holding ``data`` (nested lists, a NumPy array, a device array or a Tensor) on the current backend.
 
-    Python floats become float32 and Python ints int64 unless ``dtype`` says otherwise.
+    Python floats take the default dtype (float32) and Python ints int64 unless ``dtype`` says otherwise.
 
     Example::
 
