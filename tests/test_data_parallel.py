@@ -27,6 +27,14 @@ def test_ddp_trains_the_same_model_as_one_process(nprocs):
 
 
 @pytest.mark.mpi
+def test_ddp_on_the_simulator_in_float32_at_toy_size():
+    env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
+    result = run_ranks(2, SCRIPT, "--float32", env=env, timeout=400)
+    for rank in range(2):
+        assert "data parallel float32 ok (2 buckets)" in result.outputs[rank], result.report()
+
+
+@pytest.mark.mpi
 def test_zero_stages_1_and_2_train_the_same_model_as_one_process_with_uneven_shards():
     result = run_ranks(3, ZERO_SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
     for rank in range(3):
