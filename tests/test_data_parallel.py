@@ -40,6 +40,9 @@ def test_zero_stages_1_and_2_train_the_same_model_as_one_process_with_uneven_sha
     for rank in range(3):
         assert "zero ok" in result.outputs[rank], result.report()
     assert "stage 2 [30, 45) of 43" in result.outputs[2]  # the last shard holds 13 elements and 2 of padding
+    # 43 float32 parameters with Adam, shards of 15: 16 B each replicated; 4 + 4 + 8/3; 4 + (4 + 8)/3, padded.
+    for rank in range(3):
+        assert "stage 0: 688 B, stage 1: 472 B, stage 2: 360 B" in result.outputs[rank], result.report()
 
 
 def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():

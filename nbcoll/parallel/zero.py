@@ -79,7 +79,8 @@ class ZeroRedundancyOptimizer:
         start = comm.rank * self.shard_size
         self.shard_range = (start, start + self.shard_size)
         self.shard = Parameter(Tensor._from_array(self.flat[start : start + self.shard_size]))
-        self.grad_shard = memory.zeros(self.shard_size, dtype)
+        # Stage 2 keeps its averaged gradient shard between steps; stage 1 needs one only during step().
+        self.grad_shard = memory.zeros(self.shard_size, dtype) if stage == 2 else None
         self.optimizer = optimizer_class([self.shard], **opt_kwargs)
 
     @property
@@ -96,26 +97,29 @@ class ZeroRedundancyOptimizer:
     def step(self) -> None:
         """Gather this rank's gradient shard, update the shard, and all-gather the parameters."""
         if self.stage == 1:
-            self._copy_own_gradients()
+            grad_shard = self._copy_own_gradients()
         else:
-            self._reduce_scatter_gradients()
-        self.shard.grad = Tensor._from_array(self.grad_shard)
+            grad_shard = self._reduce_scatter_gradients()
+        self.shard.grad = Tensor._from_array(grad_shard)
         self.optimizer.step()
+        if self.stage == 1:
+            self.shard.grad = None  # the full gradients stay with DDP's buckets; the shard's copy is not kept
         start, stop = self.shard_range
         self.comm.all_gather(self.flat[start:stop], self.flat)  # in place: this rank's block of the flat buffer
 
-    def _copy_own_gradients(self) -> None:
-        """Stage 1: the gradients are already averaged (by DDP); keep the part of them that falls in the shard."""
+    def _copy_own_gradients(self) -> Any:
+        """Stage 1: the gradients are already averaged (by DDP); copy the part of them that falls in the shard."""
         start, stop = self.shard_range
-        copy_kernels.copy(self.grad_shard, memory.zeros(self.shard_size, self.grad_shard.dtype))
+        grad_shard = memory.zeros(self.shard_size, self.flat.dtype)
         for p, offset in zip(self.params, self.offsets, strict=True):
             lo, hi = max(start, offset), min(stop, offset + p.size)
             if lo >= hi or p.grad is None:
                 continue
             grad = _contiguous(p.grad.data).reshape(p.size)
-            copy_kernels.copy(self.grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
+            copy_kernels.copy(grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
+        return grad_shard
 
-    def _reduce_scatter_gradients(self) -> None:
+    def _reduce_scatter_gradients(self) -> Any:
         """Stage 2: average the raw local gradients over the ranks, each rank receiving only its shard."""
         flat_grad = memory.zeros(self.flat.size, self.flat.dtype)
         for p, offset in zip(self.params, self.offsets, strict=True):
@@ -123,6 +127,7 @@ class ZeroRedundancyOptimizer:
                 copy_kernels.copy(flat_grad[offset : offset + p.size], _contiguous(p.grad.data).reshape(p.size))
             p.grad = None  # from here on this rank holds only its gradient shard
         self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
+        return self.grad_shard
 
     def __repr__(self) -> str:
         start, stop = self.shard_range

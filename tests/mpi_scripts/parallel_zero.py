@@ -6,11 +6,13 @@ padded) on 2, 3 and 4 ranks.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 from parallel_ddp import STEPS, TOLERANCE, make_model, train
 
 import nbcoll
-from nbcoll import optim
+from nbcoll import memory, nn, optim
 from nbcoll.parallel import DistributedDataParallel
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
@@ -39,6 +41,51 @@ def check_stage(comm, stage: int, optimizer_class, micro_batches: int, **kwargs)
     return f"stage {stage} [{start}, {stop}) of {zero.total}"
 
 
+def settled_bytes(comm) -> int:
+    """Allocated bytes once the communicator's flight recorder has let go of earlier operations' buffers."""
+    for _ in range(40):  # it remembers the last 32 operations, buffers included: make them all barriers
+        comm.barrier()
+    gc.collect()
+    return memory.stats().allocated_bytes
+
+
+def bytes_kept(comm, stage: int) -> int:
+    """Bytes a rank holds after one float32 Adam step: parameters, gradients and optimizer state."""
+    before = settled_bytes(comm)
+    nbcoll.manual_seed(0)
+    first = nn.Linear(5, HIDDEN, bias=False, dtype=np.float32)
+    model = nn.Sequential(first, nn.Tanh(), nn.Linear(HIDDEN, 3, dtype=np.float32))
+    if stage < 2:
+        model = DistributedDataParallel(model, comm)  # stages 0 and 1 average gradients in DDP's buckets
+    if stage == 0:
+        optimizer = optim.Adam(model.parameters(), lr=0.01)
+    else:
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optim.Adam, comm, stage=stage, lr=0.01)
+    x = nbcoll.tensor(np.ones((2, 5), np.float32))
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    del x
+    kept = settled_bytes(comm) - before
+    assert model is not None and optimizer is not None  # alive until measured
+    return kept
+
+
+def check_memory_formulas(comm) -> str:
+    """The ZeRO paper's bytes per parameter for float32 with Adam (4 parameter + 4 gradient + 8 state), with the
+    sharded parts divided by the rank count, where a shard is S = ceil(P / ranks) elements (padding included)."""
+    n, params = comm.size, 43
+    shard = -(-params // n)
+    expected = {
+        0: 4 * params + 4 * params + 8 * params,  # DDP: everything replicated
+        1: 4 * shard * n + 4 * params + 8 * shard,  # optimizer state sharded
+        2: 4 * shard * n + 4 * shard + 8 * shard,  # and gradients
+    }
+    measured = {stage: bytes_kept(comm, stage) for stage in expected}
+    assert measured == expected, f"rank {comm.rank}: measured {measured}, expected {expected}"
+    return ", ".join(f"stage {k}: {v} B" for k, v in measured.items())
+
+
 def main() -> None:
     comm = nbcoll.init()
     assert 43 % comm.size or comm.size == 1
@@ -48,6 +95,7 @@ def main() -> None:
         check_stage(comm, 2, optim.SGD, 2, lr=0.1, momentum=0.9),
         check_stage(comm, 2, optim.AdamW, 1, lr=0.01, weight_decay=0.1),
     ]
+    memory_line = check_memory_formulas(comm)
     for bad, fragment in [
         (lambda: ZeroRedundancyOptimizer(make_model(0).parameters(), optim.SGD, comm, stage=3, lr=0.1), "stage"),
         (lambda: ZeroRedundancyOptimizer([], optim.SGD, comm, lr=0.1), "empty"),
@@ -60,6 +108,7 @@ def main() -> None:
             raise AssertionError(f"no error for {fragment}")
     comm.destroy()
     print(f"rank {comm.rank}: zero ok after {STEPS} steps: {'; '.join(results)}")
+    print(f"rank {comm.rank}: memory per rank of 43 float32 parameters with Adam: {memory_line}")
 
 
 if __name__ == "__main__":
