@@ -1,8 +1,9 @@
 """Data parallelism: the same parameters as one process after K steps, overlap shown by event order, errors.
 
-One launch per rank count (``mpi_scripts/parallel_ddp.py``) runs SGD with momentum and Adam, several bucket
-sizes, gradient accumulation with ``no_sync``, the overlap check and the bad uses; ``mpi_scripts/parallel_zero.py``
-runs ZeroRedundancyOptimizer stages 1 and 2 on 3 ranks.
+One launch per rank count (``mpi_scripts/parallel_ddp.py --sharding``) runs DDP with SGD with momentum and Adam,
+several bucket sizes, gradient accumulation with ``no_sync``, the overlap check and the bad uses, then
+ZeroRedundancyOptimizer stages 1 and 2 (``parallel_zero.py``, with memory per rank for stages 0 to 3) and
+fully_shard (``parallel_fsdp.py``).
 """
 
 from pathlib import Path
@@ -15,15 +16,22 @@ from nbcoll import nn
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_ddp.py"
-ZERO_SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_zero.py"
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
-def test_ddp_trains_the_same_model_as_one_process(nprocs):
-    result = run_ranks(nprocs, SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
+def test_ddp_zero_and_fully_shard_train_the_same_model_as_one_process(nprocs):
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}
+    result = run_ranks(nprocs, SCRIPT, "--sharding", env=env, timeout=300)
     for rank in range(nprocs):
-        assert "data parallel ok" in result.outputs[rank], result.report()
+        for check in ("data parallel ok", "zero ok", "fully_shard ok"):
+            assert f"rank {rank}: {check}" in result.outputs[rank], result.report()
+    if nprocs == 3:  # 43 parameters: uneven shards of 15, 15 and 13 + 2 of padding
+        assert "stage 2 [30, 45) of 43" in result.outputs[2]
+        # float32 with Adam: 16 B per parameter replicated; 4 + 4 + 8/3; 4 + (4 + 8)/3; 16/3, padded.
+        for rank in range(3):
+            memory_line = "stage 0: 688 B, stage 1: 472 B, stage 2: 360 B, stage 3: 256 B"
+            assert memory_line in result.outputs[rank], result.report()
 
 
 @pytest.mark.mpi
@@ -32,17 +40,6 @@ def test_ddp_on_the_simulator_in_float32_at_toy_size():
     result = run_ranks(2, SCRIPT, "--float32", env=env, timeout=400)
     for rank in range(2):
         assert "data parallel float32 ok (2 buckets)" in result.outputs[rank], result.report()
-
-
-@pytest.mark.mpi
-def test_zero_stages_1_and_2_train_the_same_model_as_one_process_with_uneven_shards():
-    result = run_ranks(3, ZERO_SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
-    for rank in range(3):
-        assert "zero ok" in result.outputs[rank], result.report()
-    assert "stage 2 [30, 45) of 43" in result.outputs[2]  # the last shard holds 13 elements and 2 of padding
-    # 43 float32 parameters with Adam, shards of 15: 16 B each replicated; 4 + 4 + 8/3; 4 + (4 + 8)/3, padded.
-    for rank in range(3):
-        assert "stage 0: 688 B, stage 1: 472 B, stage 2: 360 B" in result.outputs[rank], result.report()
 
 
 def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():

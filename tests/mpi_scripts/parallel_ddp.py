@@ -138,6 +138,7 @@ def main() -> None:
     global DTYPE, STEPS
     parser = argparse.ArgumentParser()
     parser.add_argument("--float32", action="store_true", help="one toy case in float32 (for the simulator)")
+    parser.add_argument("--sharding", action="store_true", help="also run parallel_zero.py and parallel_fsdp.py")
     args = parser.parse_args()
     comm = nbcoll.init()
     sgd = lambda params: optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731
@@ -156,10 +157,17 @@ def main() -> None:
     ]
     events = check_overlap(comm)
     check_errors(comm)
+    more = []
+    if args.sharding:  # in this launch, to start the ranks once for everything
+        import parallel_fsdp
+        import parallel_zero
+
+        more = parallel_zero.run_checks(comm) + parallel_fsdp.run_checks(comm)
     comm.destroy()
     if comm.rank == 0:
         print("events:", events)
     print(f"rank {comm.rank}: data parallel ok ({', '.join(results)})")
+    print("\n".join(more))
 
 
 if __name__ == "__main__":

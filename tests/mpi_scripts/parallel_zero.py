@@ -14,6 +14,7 @@ from parallel_ddp import STEPS, TOLERANCE, make_model, train
 import nbcoll
 from nbcoll import memory, nn, optim
 from nbcoll.parallel import DistributedDataParallel
+from nbcoll.parallel.fully_shard import fully_shard
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
 HIDDEN = 5
@@ -57,7 +58,9 @@ def bytes_kept(comm, stage: int) -> int:
     model = nn.Sequential(first, nn.Tanh(), nn.Linear(HIDDEN, 3, dtype=np.float32))
     if stage < 2:
         model = DistributedDataParallel(model, comm)  # stages 0 and 1 average gradients in DDP's buckets
-    if stage == 0:
+    if stage == 3:
+        model = fully_shard(model, comm)
+    if stage in (0, 3):
         optimizer = optim.Adam(model.parameters(), lr=0.01)
     else:
         optimizer = ZeroRedundancyOptimizer(model.parameters(), optim.Adam, comm, stage=stage, lr=0.01)
@@ -73,22 +76,24 @@ def bytes_kept(comm, stage: int) -> int:
 
 def check_memory_formulas(comm) -> str:
     """The ZeRO paper's bytes per parameter for float32 with Adam (4 parameter + 4 gradient + 8 state), with the
-    sharded parts divided by the rank count, where a shard is S = ceil(P / ranks) elements (padding included)."""
+    sharded parts divided by the rank count, where a shard is S = ceil(P / ranks) elements (padding included);
+    stage 3 pads each parameter's rows instead."""
     n, params = comm.size, 43
     shard = -(-params // n)
+    rows = [-(-5 // n) * 5, -(-3 // n) * 5, -(-3 // n)]  # stage 3 shards each parameter's rows: (5, 5), (3, 5), (3,)
     expected = {
         0: 4 * params + 4 * params + 8 * params,  # DDP: everything replicated
         1: 4 * shard * n + 4 * params + 8 * shard,  # optimizer state sharded
         2: 4 * shard * n + 4 * shard + 8 * shard,  # and gradients
+        3: (4 + 4 + 8) * sum(rows),  # and parameters
     }
     measured = {stage: bytes_kept(comm, stage) for stage in expected}
     assert measured == expected, f"rank {comm.rank}: measured {measured}, expected {expected}"
     return ", ".join(f"stage {k}: {v} B" for k, v in measured.items())
 
 
-def main() -> None:
-    comm = nbcoll.init()
-    assert 43 % comm.size or comm.size == 1
+def run_checks(comm) -> list[str]:
+    """Every check of this file; returns the lines to print."""
     results = [
         check_stage(comm, 1, optim.SGD, 1, lr=0.1, momentum=0.9),
         check_stage(comm, 1, optim.Adam, 2, lr=0.01),
@@ -106,9 +111,17 @@ def main() -> None:
             assert fragment in str(exc), exc
         else:
             raise AssertionError(f"no error for {fragment}")
+    return [
+        f"rank {comm.rank}: zero ok after {STEPS} steps: {'; '.join(results)}",
+        f"rank {comm.rank}: memory per rank of 43 float32 parameters with Adam: {memory_line}",
+    ]
+
+
+def main() -> None:
+    comm = nbcoll.init()
+    lines = run_checks(comm)
     comm.destroy()
-    print(f"rank {comm.rank}: zero ok after {STEPS} steps: {'; '.join(results)}")
-    print(f"rank {comm.rank}: memory per rank of 43 float32 parameters with Adam: {memory_line}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

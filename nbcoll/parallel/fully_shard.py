@@ -1,0 +1,174 @@
+"""``fully_shard``: each rank keeps one dim-0 shard of every parameter (ZeRO stage 3), gathered only while used.
+
+Every layer that owns parameters becomes a *unit*. Its parameters are replaced by their shards: rows
+``[rank * R, (rank + 1) * R)`` of the parameter padded to ``R * ranks`` rows, ``R = ceil(rows / ranks)`` (uneven
+shards are padded, never dropped). The optimizer is built on ``model.parameters()``, which are the shards. A
+unit's forward is one autograd Function::
+
+    forward:   full = all_gather(shards)[:rows]            the whole parameters, only for this layer
+               y = layer.forward(x) with full, recording nothing;  keep x;  free full
+    backward:  full = all_gather(shards)[:rows]            gathered again
+               y = layer.forward(x) with full, recorded;  backward(y, dy) gives dx and d full
+               shard.grad = reduce_scatter(pad(d full), op="avg");  free full
+
+So between a layer's forward and its backward a rank holds only shards (the layer's forward is recomputed in
+backward, as activation checkpointing does), and the gradients are averaged over the ranks by the reduce-scatter,
+the dual of the all-gather. A layer's forward must be deterministic (no dropout) and take one Tensor.
+
+Example::
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    fully_shard(model, comm)                                   # both Linear layers become units
+    optimizer = nbcoll.optim.Adam(model.parameters(), lr=1e-3)  # on the shards
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    full = gathered_parameters(model)                          # name -> the whole parameter, on every rank
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nbcoll import memory
+from nbcoll.kernels import copy as copy_kernels
+from nbcoll.nn import Module, Parameter
+from nbcoll.tensors import Tensor, enable_grad, no_grad
+from nbcoll.tensors.engine import backward
+from nbcoll.tensors.function import Context, Function
+
+if TYPE_CHECKING:
+    from nbcoll.comm import Communicator
+
+
+class Unit:
+    """One layer's sharded parameters and how to gather them whole and scatter their gradients."""
+
+    def __init__(self, module: Module, comm: Communicator) -> None:
+        self.module, self.comm = module, comm
+        self.names: list[str] = []
+        self.shapes: list[tuple[int, ...]] = []  # the whole parameters' shapes
+        self.shards: list[Parameter] = []
+        for name, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            if p.ndim == 0:
+                raise ValueError(f"module: parameter {name!r} is 0-d; fully_shard splits parameters along dim 0")
+            data = p.data if memory.is_contiguous(p.data) else copy_kernels.strided_copy(p.data)
+            comm.broadcast(data, root=0)  # the ranks start from rank 0's parameters
+            padded = memory.zeros((self.rows(p.shape) * comm.size,) + p.shape[1:], p.dtype)
+            copy_kernels.copy(padded[: p.shape[0]], data)
+            start = comm.rank * self.rows(p.shape)
+            shard = Parameter(Tensor._from_array(_copy(padded[start : start + self.rows(p.shape)])))
+            shard.requires_grad = p.requires_grad
+            module._parameters[name] = shard
+            self.names.append(name)
+            self.shapes.append(tuple(p.shape))
+            self.shards.append(shard)
+
+    def rows(self, shape: tuple[int, ...]) -> int:
+        return -(-shape[0] // self.comm.size)
+
+    def gather(self) -> list[Any]:
+        """The whole parameters: all-gather each shard, then drop the padding rows (a view, no copy)."""
+        full = []
+        for shard, shape in zip(self.shards, self.shapes, strict=True):
+            padded = memory.empty((shard.shape[0] * self.comm.size,) + shape[1:], shard.dtype)
+            self.comm.all_gather(shard.data, padded)
+            full.append(padded[: shape[0]])
+        return full
+
+    def reduce_scatter(self, grads: list[Any]) -> list[Any]:
+        """Each whole gradient padded with zero rows, averaged over the ranks; this rank receives its shard."""
+        shard_grads = []
+        for grad, shard, shape in zip(grads, self.shards, self.shapes, strict=True):
+            padded = memory.zeros((shard.shape[0] * self.comm.size,) + shape[1:], shard.dtype)
+            if grad is not None:
+                copy_kernels.copy(padded[: shape[0]], grad)
+            mine = memory.empty(tuple(shard.shape), shard.dtype)
+            self.comm.reduce_scatter(padded, mine, op="avg")
+            shard_grads.append(mine)
+        return shard_grads
+
+    @contextlib.contextmanager
+    def holding(self, full: list[Tensor]) -> Iterator[None]:
+        """The layer's parameters are ``full`` inside, its shards again after."""
+        for name, tensor in zip(self.names, full, strict=True):
+            self.module._parameters[name] = tensor
+        try:
+            yield
+        finally:
+            for name, shard in zip(self.names, self.shards, strict=True):
+                self.module._parameters[name] = shard
+
+
+class ShardedForward(Function):
+    @staticmethod
+    def forward(ctx: Context, x: Any, unit: Unit, layer_forward: Any, *shards: Any) -> Any:
+        full = [Tensor._from_array(a) for a in unit.gather()]
+        with no_grad(), unit.holding(full):
+            y = layer_forward(Tensor._from_array(x))
+        ctx.save_for_backward(x)  # the whole parameters are not kept: they are gathered again in backward
+        ctx.unit, ctx.layer_forward = unit, layer_forward
+        return y.data
+
+    @staticmethod
+    def backward(ctx: Context, dy: Any) -> tuple:
+        (x,) = ctx.saved_tensors
+        unit = ctx.unit
+        full = [Tensor._from_array(a, requires_grad=True) for a in unit.gather()]
+        x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
+        with enable_grad(), unit.holding(full):
+            y = ctx.layer_forward(x_in)  # recomputed, this time recorded
+        backward([y], [Tensor._from_array(dy)])
+        shard_grads = unit.reduce_scatter([None if t.grad is None else t.grad.data for t in full])
+        dx = x_in.grad.data if x_in.grad is not None else None
+        return (dx, None, None, *shard_grads)
+
+
+def _copy(x: Any) -> Any:
+    return copy_kernels.copy(memory.empty(tuple(x.shape), x.dtype), x)
+
+
+def fully_shard(module: Module, comm: Communicator) -> Module:
+    """Shard every parameter of ``module`` along dim 0 over ``comm``, one unit per layer that owns parameters.
+
+    Returns ``module``, whose ``parameters()`` are now this rank's shards.
+    """
+    if not isinstance(module, Module):
+        raise TypeError(f"module: expected an nbcoll.nn.Module, got {type(module).__name__}")
+    for name, layer in module.named_modules():
+        if getattr(layer, "_fully_sharded", None) is not None:
+            raise RuntimeError(f"module: {name or type(layer).__name__!r} is already sharded by fully_shard")
+    for _, layer in list(module.named_modules()):
+        if not any(p is not None for p in layer._parameters.values()):
+            continue
+        unit = Unit(layer, comm)
+        layer_forward = layer.forward
+
+        def sharded_forward(x: Tensor, unit: Unit = unit, layer_forward: Any = layer_forward) -> Tensor:
+            if not isinstance(x, Tensor):
+                raise TypeError(f"x: a fully sharded layer takes one Tensor, got {type(x).__name__}")
+            return ShardedForward.apply(x, unit, layer_forward, *unit.shards)
+
+        object.__setattr__(layer, "forward", sharded_forward)
+        object.__setattr__(layer, "_fully_sharded", unit)
+    return module
+
+
+def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
+    """Collective: name -> the whole parameter (a NumPy array) of a fully sharded module, on every rank."""
+    result = {}
+    for prefix, layer in module.named_modules():
+        unit = getattr(layer, "_fully_sharded", None)
+        if unit is None:
+            continue
+        for name, full in zip(unit.names, unit.gather(), strict=True):
+            result[f"{prefix}.{name}" if prefix else name] = memory.to_host(full)
+    return result
+
+
+__all__ = ["ShardedForward", "Unit", "fully_shard", "gathered_parameters"]

@@ -1,0 +1,56 @@
+"""fully_shard (ZeRO stage 3) against one process trained on the same global batches.
+
+``mpiexec -n 3 python parallel_fsdp.py``: the first layer's 5 rows split unevenly on 2, 3 and 4 ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from parallel_ddp import STEPS, TOLERANCE, make_model, train
+
+import nbcoll
+from nbcoll import optim
+from nbcoll.parallel.fully_shard import fully_shard, gathered_parameters
+
+HIDDEN = 5
+
+
+def check(comm, optimizer_class, micro_batches: int, **kwargs) -> str:
+    n, r = comm.size, comm.rank
+    reference = make_model(0, HIDDEN)
+    train(reference, optimizer_class(reference.parameters(), **kwargs), n, None, micro_batches)
+    model = fully_shard(make_model(100 * r, HIDDEN), comm)  # rank 0's parameters win
+    rows = -(-HIDDEN // n)
+    assert model[0].weight.shape == (rows, 5), model[0].weight.shape  # this rank's shard only
+    train(model, optimizer_class(model.parameters(), **kwargs), n, r, micro_batches)
+    got = gathered_parameters(model)
+    for name, p in reference.named_parameters():
+        error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
+        assert error <= TOLERANCE[np.float64], f"rank {r}: {name} differs from one process by {error:.2e}"
+    return f"{optimizer_class.__name__}: shards of {rows} rows"
+
+
+def run_checks(comm) -> list[str]:
+    """Every check of this file; returns the lines to print."""
+    results = [
+        check(comm, optim.SGD, 1, lr=0.1, momentum=0.9),
+        check(comm, optim.Adam, 2, lr=0.01),
+    ]
+    try:
+        fully_shard(fully_shard(make_model(0), comm), comm)
+    except RuntimeError as exc:
+        assert "already sharded" in str(exc), exc
+    else:
+        raise AssertionError("sharding twice was not refused")
+    return [f"rank {comm.rank}: fully_shard ok after {STEPS} steps ({'; '.join(results)})"]
+
+
+def main() -> None:
+    comm = nbcoll.init()
+    lines = run_checks(comm)
+    comm.destroy()
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
