@@ -13,7 +13,8 @@ unit's forward is one autograd Function::
 
 So between a layer's forward and its backward a rank holds only shards (the layer's forward is recomputed in
 backward, as activation checkpointing does), and the gradients are averaged over the ranks by the reduce-scatter,
-the dual of the all-gather. A layer's forward must be deterministic (no dropout) and take one Tensor.
+the dual of the all-gather. While a unit computes, the next unit's all-gather (the previous one's in backward) is
+already in flight. A layer's forward must be deterministic (no dropout) and take one Tensor.
 
 Example::
 
@@ -44,11 +45,27 @@ if TYPE_CHECKING:
     from nbcoll.comm import Communicator
 
 
+class Schedule:
+    """What the units of one sharded model share: the unit that ran last, and the order of events.
+
+    ``events`` records, for the last step, ``("gather", i)`` (an all-gather issued and waited for where it was
+    needed), ``("prefetch", i)`` (an all-gather issued early, for the unit expected next), ``("forward", i)`` and
+    ``("backward", i)``.
+    """
+
+    def __init__(self) -> None:
+        self.last_ran: Unit | None = None
+        self.events: list[tuple[str, int]] = []
+
+
 class Unit:
     """One layer's sharded parameters and how to gather them whole and scatter their gradients."""
 
-    def __init__(self, module: Module, comm: Communicator) -> None:
-        self.module, self.comm = module, comm
+    def __init__(self, module: Module, comm: Communicator, index: int, schedule: Schedule) -> None:
+        self.module, self.comm, self.index, self.schedule = module, comm, index, schedule
+        self.next: Unit | None = None  # the units around this one in registration order (forward order)
+        self.previous: Unit | None = None
+        self._prefetched: tuple[Unit, list[tuple[Any, Any]]] | None = None  # (issued by, [(work, buffer)])
         self.names: list[str] = []
         self.shapes: list[tuple[int, ...]] = []  # the whole parameters' shapes
         self.shards: list[Parameter] = []
@@ -72,14 +89,36 @@ class Unit:
     def rows(self, shape: tuple[int, ...]) -> int:
         return -(-shape[0] // self.comm.size)
 
-    def gather(self) -> list[Any]:
-        """The whole parameters: all-gather each shard, then drop the padding rows (a view, no copy)."""
-        full = []
+    def _all_gather(self, async_op: bool) -> list[tuple[Any, Any]]:
+        gathers = []
         for shard, shape in zip(self.shards, self.shapes, strict=True):
             padded = memory.empty((shard.shape[0] * self.comm.size,) + shape[1:], shard.dtype)
-            self.comm.all_gather(shard.data, padded)
-            full.append(padded[: shape[0]])
-        return full
+            gathers.append((self.comm.all_gather(shard.data, padded, async_op=async_op), padded))
+        return gathers
+
+    def prefetch(self) -> None:
+        """Issue this unit's all-gathers now, so they run while the unit before it computes."""
+        if self._prefetched is None:
+            self._prefetched = (self.schedule.last_ran, self._all_gather(async_op=True))
+            self.schedule.events.append(("prefetch", self.index))
+
+    def gather(self) -> list[Any]:
+        """The whole parameters: all-gather each shard, then drop the padding rows (a view, no copy).
+
+        A prefetched gather is used only when the unit that issued it is the one that ran just before; any other
+        (the model called its layers in another order) is waited for and discarded, as the shards may have
+        changed since.
+        """
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None:
+            for work, _ in prefetched[1]:
+                work.wait()
+        if prefetched is not None and prefetched[0] is self.schedule.last_ran:
+            gathers = prefetched[1]
+        else:
+            gathers = self._all_gather(async_op=False)
+            self.schedule.events.append(("gather", self.index))
+        return [padded[: shape[0]] for (_, padded), shape in zip(gathers, self.shapes, strict=True)]
 
     def reduce_scatter(self, grads: list[Any]) -> list[Any]:
         """Each whole gradient padded with zero rows, averaged over the ranks; this rank receives its shard."""
@@ -108,7 +147,13 @@ class Unit:
 class ShardedForward(Function):
     @staticmethod
     def forward(ctx: Context, x: Any, unit: Unit, layer_forward: Any, *shards: Any) -> Any:
+        if unit.index == 0:
+            unit.schedule.events.clear()  # a new step: keep the events of one step only
         full = [Tensor._from_array(a) for a in unit.gather()]
+        unit.schedule.last_ran = unit
+        unit.schedule.events.append(("forward", unit.index))
+        if unit.next is not None:
+            unit.next.prefetch()  # the next layer's parameters travel while this one computes
         with no_grad(), unit.holding(full):
             y = layer_forward(Tensor._from_array(x))
         ctx.save_for_backward(x)  # the whole parameters are not kept: they are gathered again in backward
@@ -120,6 +165,10 @@ class ShardedForward(Function):
         (x,) = ctx.saved_tensors
         unit = ctx.unit
         full = [Tensor._from_array(a, requires_grad=True) for a in unit.gather()]
+        unit.schedule.last_ran = unit
+        unit.schedule.events.append(("backward", unit.index))
+        if unit.previous is not None:
+            unit.previous.prefetch()  # backward visits the layers in reverse
         x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
         with enable_grad(), unit.holding(full):
             y = ctx.layer_forward(x_in)  # recomputed, this time recorded
@@ -143,10 +192,14 @@ def fully_shard(module: Module, comm: Communicator) -> Module:
     for name, layer in module.named_modules():
         if getattr(layer, "_fully_sharded", None) is not None:
             raise RuntimeError(f"module: {name or type(layer).__name__!r} is already sharded by fully_shard")
+    schedule, units = Schedule(), []
     for _, layer in list(module.named_modules()):
         if not any(p is not None for p in layer._parameters.values()):
             continue
-        unit = Unit(layer, comm)
+        unit = Unit(layer, comm, len(units), schedule)
+        if units:
+            unit.previous, units[-1].next = units[-1], unit
+        units.append(unit)
         layer_forward = layer.forward
 
         def sharded_forward(x: Tensor, unit: Unit = unit, layer_forward: Any = layer_forward) -> Tensor:
@@ -156,6 +209,7 @@ def fully_shard(module: Module, comm: Communicator) -> Module:
 
         object.__setattr__(layer, "forward", sharded_forward)
         object.__setattr__(layer, "_fully_sharded", unit)
+    object.__setattr__(module, "fully_shard_schedule", schedule)
     return module
 
 

@@ -23,6 +23,17 @@ def check(comm, optimizer_class, micro_batches: int, **kwargs) -> str:
     rows = -(-HIDDEN // n)
     assert model[0].weight.shape == (rows, 5), model[0].weight.shape  # this rank's shard only
     train(model, optimizer_class(model.parameters(), **kwargs), n, r, micro_batches)
+    # Unit 1's forward and unit 0's backward find their parameters prefetched by the unit that ran before.
+    assert model.fully_shard_schedule.events == [
+        ("gather", 0),
+        ("forward", 0),
+        ("prefetch", 1),
+        ("forward", 1),
+        ("gather", 1),
+        ("backward", 1),
+        ("prefetch", 0),
+        ("backward", 0),
+    ], model.fully_shard_schedule.events
     got = gathered_parameters(model)
     for name, p in reference.named_parameters():
         error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
