@@ -12,7 +12,7 @@ Example::
 
 from nbcoll.parallel import functional
 from nbcoll.parallel.data_parallel import DistributedDataParallel
-from nbcoll.parallel.fully_shard import fully_shard, gathered_parameters
+from nbcoll.parallel.fsdp import fully_shard, gathered_parameters
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = ["DistributedDataParallel", "ZeroRedundancyOptimizer", "fully_shard", "functional", "gathered_parameters"]

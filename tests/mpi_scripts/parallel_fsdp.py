@@ -10,7 +10,7 @@ from parallel_ddp import STEPS, TOLERANCE, make_model, train
 
 import nbcoll
 from nbcoll import optim
-from nbcoll.parallel.fully_shard import fully_shard, gathered_parameters
+from nbcoll.parallel.fsdp import fully_shard, gathered_parameters
 
 HIDDEN = 5
 

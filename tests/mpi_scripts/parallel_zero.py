@@ -14,7 +14,7 @@ from parallel_ddp import STEPS, TOLERANCE, make_model, train
 import nbcoll
 from nbcoll import memory, nn, optim
 from nbcoll.parallel import DistributedDataParallel
-from nbcoll.parallel.fully_shard import fully_shard
+from nbcoll.parallel.fsdp import fully_shard
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
 HIDDEN = 5
