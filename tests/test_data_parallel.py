@@ -16,6 +16,7 @@ from nbcoll import nn
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_ddp.py"
+CHECKPOINT_SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_checkpoint.py"
 
 
 @pytest.mark.mpi
@@ -40,6 +41,18 @@ def test_ddp_on_the_simulator_in_float32_at_toy_size():
     result = run_ranks(2, SCRIPT, "--float32", env=env, timeout=400)
     for rank in range(2):
         assert "data parallel float32 ok (2 buckets)" in result.outputs[rank], result.report()
+
+
+@pytest.mark.mpi
+def test_sharded_checkpoints_resume_bit_exact_and_reshard_4_to_2_to_3_ranks(tmp_path):
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}
+    first, second = str(tmp_path / "on4"), str(tmp_path / "on2")
+    result = run_ranks(4, CHECKPOINT_SCRIPT, "save", first, env=env, timeout=300)
+    assert all("resumed bit-exact" in out for out in result.outputs), result.report()
+    result = run_ranks(2, CHECKPOINT_SCRIPT, "load", first, second, env=env, timeout=300)
+    assert all("loaded on 2 ranks: the same parameters" in out for out in result.outputs), result.report()
+    result = run_ranks(3, CHECKPOINT_SCRIPT, "load", second, env=env, timeout=300)
+    assert all("loaded on 3 ranks: the same parameters" in out for out in result.outputs), result.report()
 
 
 def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():

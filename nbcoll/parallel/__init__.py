@@ -11,8 +11,17 @@ Example::
 """
 
 from nbcoll.parallel import functional
+from nbcoll.parallel.checkpoint import load_sharded, save_sharded
 from nbcoll.parallel.data_parallel import DistributedDataParallel
 from nbcoll.parallel.fsdp import fully_shard, gathered_parameters
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
-__all__ = ["DistributedDataParallel", "ZeroRedundancyOptimizer", "fully_shard", "functional", "gathered_parameters"]
+__all__ = [
+    "DistributedDataParallel",
+    "ZeroRedundancyOptimizer",
+    "fully_shard",
+    "functional",
+    "gathered_parameters",
+    "load_sharded",
+    "save_sharded",
+]
