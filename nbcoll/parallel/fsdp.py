@@ -45,6 +45,39 @@ if TYPE_CHECKING:
     from nbcoll.comm import Communicator
 
 
+class ShardedAway(Parameter):
+    """What a parameter becomes once ``fully_shard`` has replaced it by its shard.
+
+    An optimizer built before sharding still holds it; reading or writing its gradient (``step``, ``zero_grad``)
+    raises, naming it, instead of leaving the model silently untrained.
+
+    Example::
+
+        optimizer = nbcoll.optim.SGD(model.parameters(), lr=0.1)
+        fully_shard(model, comm)
+        optimizer.step()        # RuntimeError: ... build the optimizer after fully_shard
+    """
+
+    @staticmethod
+    def mark(param: Parameter, name: str) -> None:
+        param.__class__ = ShardedAway  # the same object, so every holder of it sees the change
+        param.__dict__["sharded_name"] = name
+
+    def _refuse(self) -> RuntimeError:
+        return RuntimeError(
+            f"parameter {self.__dict__['sharded_name']!r} was replaced by its shard when its module was fully "
+            "sharded; build the optimizer after fully_shard, on model.parameters() (the shards)"
+        )
+
+    @property  # type: ignore[override]
+    def grad(self) -> Any:
+        raise self._refuse()
+
+    @grad.setter
+    def grad(self, value: Any) -> None:
+        raise self._refuse()
+
+
 class Schedule:
     """What the units of one sharded model share: the unit that ran last, and the order of events.
 
@@ -82,6 +115,7 @@ class Unit:
             shard = Parameter(Tensor._from_array(_copy(padded[start : start + self.rows(p.shape)])))
             shard.requires_grad = p.requires_grad
             module._parameters[name] = shard
+            ShardedAway.mark(p, f"{type(module).__name__}.{name}")
             self.names.append(name)
             self.shapes.append(tuple(p.shape))
             self.shards.append(shard)
@@ -225,4 +259,4 @@ def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
     return result
 
 
-__all__ = ["ShardedForward", "Unit", "fully_shard", "gathered_parameters"]
+__all__ = ["ShardedAway", "ShardedForward", "Unit", "fully_shard", "gathered_parameters"]

@@ -47,6 +47,15 @@ def run_checks(comm) -> list[str]:
         check(comm, optim.SGD, 1, lr=0.1, momentum=0.9),
         check(comm, optim.Adam, 2, lr=0.01),
     ]
+    model = make_model(0)
+    early = optim.SGD(model.parameters(), lr=0.1)
+    fully_shard(model, comm)
+    try:
+        early.step()
+    except RuntimeError as exc:
+        assert "'Linear.weight' was replaced by its shard" in str(exc), exc
+    else:
+        raise AssertionError("an optimizer built before fully_shard was not refused")
     try:
         fully_shard(fully_shard(make_model(0), comm), comm)
     except RuntimeError as exc:
