@@ -36,11 +36,12 @@ def test_ddp_zero_and_fully_shard_train_the_same_model_as_one_process(nprocs):
 
 
 @pytest.mark.mpi
-def test_ddp_on_the_simulator_in_float32_at_toy_size():
+def test_ddp_zero_2_and_fully_shard_on_the_simulator_in_float32_at_toy_size():
     env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
     result = run_ranks(2, SCRIPT, "--float32", env=env, timeout=400)
     for rank in range(2):
-        assert "data parallel float32 ok (2 buckets)" in result.outputs[rank], result.report()
+        assert "data parallel float32 ok (2 buckets; stage 2" in result.outputs[rank], result.report()
+        assert "fully_shard SGD: shards of 3 rows" in result.outputs[rank], result.report()
 
 
 @pytest.mark.mpi

@@ -2,9 +2,10 @@
 
 ``mpiexec -n 3 python parallel_ddp.py``: every rank also trains the single-process reference itself (no
 communication), so each rank compares its replica with it, parameter by parameter, in float64 within 1e-10
-(relative). ``--float32`` (for the simulator) runs one toy case in float32 within 1e-5: one step, two buckets,
-so the first all-reduce runs on the progress thread while the main thread computes. The two computations add
-the same numbers in different orders (a mean over the global batch against a mean of the ranks' means).
+(relative). ``--float32`` (for the simulator) runs toy cases in float32 within 1e-5: DDP (one step, two
+buckets, so the first all-reduce runs on the progress thread while the main thread computes), ZeRO stage 2
+and fully_shard. The two computations add the same numbers in different orders (a mean over the global batch
+against a mean of the ranks' means).
 """
 
 from __future__ import annotations
@@ -146,8 +147,15 @@ def main() -> None:
     if args.float32:
         DTYPE, STEPS = np.float32, 1
         result = check_matches_one_process(comm, sgd, micro_batches=1, bucket_cap_mb=1e-4)
+        import parallel_ddp as shared  # the module the other scripts import (this file runs as __main__)
+        import parallel_fsdp
+        import parallel_zero
+
+        shared.DTYPE, shared.STEPS = np.float32, 1
+        zero = parallel_zero.check_stage(comm, 2, optim.SGD, 1, lr=0.1, momentum=0.9)
+        fsdp = parallel_fsdp.check(comm, optim.SGD, 1, lr=0.1, momentum=0.9)
         comm.destroy()
-        print(f"rank {comm.rank}: data parallel float32 ok ({result})")
+        print(f"rank {comm.rank}: data parallel float32 ok ({result}; {zero}; fully_shard {fsdp})")
         return
     results = [
         check_matches_one_process(comm, sgd, micro_batches=1, bucket_cap_mb=25),

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import numpy as np
+import parallel_ddp as shared
 from parallel_ddp import STEPS, TOLERANCE, make_model, train
 
 import nbcoll
@@ -37,7 +38,7 @@ def check(comm, optimizer_class, micro_batches: int, **kwargs) -> str:
     got = gathered_parameters(model)
     for name, p in reference.named_parameters():
         error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
-        assert error <= TOLERANCE[np.float64], f"rank {r}: {name} differs from one process by {error:.2e}"
+        assert error <= TOLERANCE[shared.DTYPE], f"rank {r}: {name} differs from one process by {error:.2e}"
     return f"{optimizer_class.__name__}: shards of {rows} rows"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import parallel_ddp as shared
 from parallel_ddp import STEPS, TOLERANCE, make_model, train
 
 import nbcoll
@@ -32,7 +33,9 @@ def check_stage(comm, stage: int, optimizer_class, micro_batches: int, **kwargs)
     got = dict((model.module if stage == 1 else model).named_parameters())
     for name, p in reference.named_parameters():
         error = np.max(np.abs(got[name].numpy() - p.numpy())) / np.max(np.abs(p.numpy()))
-        assert error <= TOLERANCE[np.float64], f"rank {r}: stage {stage} {name} differs from one process by {error:.2e}"
+        assert error <= TOLERANCE[shared.DTYPE], (
+            f"rank {r}: stage {stage} {name} differs from one process by {error:.2e}"
+        )
     state = zero.optimizer.state[zero.shard]
     sizes = {k: v.size for k, v in state.items() if hasattr(v, "size")}
     assert all(size == zero.shard_size for size in sizes.values()), sizes  # state for this shard only
