@@ -5,7 +5,9 @@ Every layer that owns parameters becomes a *unit*. Its parameters are replaced b
 shards are padded, never dropped). The optimizer is built on ``model.parameters()``, which are the shards. A
 unit's forward is one autograd Function::
 
-    forward:   full = all_gather(shards)[:rows]            the whole parameters, only for this layer
+    forward:   full = all_gather(shards)[:rows]            the whole parameters, only for this layer (one
+                                                           all-gather of the layer's flat shards, then one
+                                                           batched copy from rank order to parameter order)
                y = layer.forward(x) with full, recording nothing;  keep x;  free full
     backward:  full = all_gather(shards)[:rows]            gathered again
                y = layer.forward(x) with full, recorded;  backward(y, dy) gives dx and d full
@@ -98,46 +100,59 @@ class Unit:
         self.module, self.comm, self.index, self.schedule = module, comm, index, schedule
         self.next: Unit | None = None  # the units around this one in registration order (forward order)
         self.previous: Unit | None = None
-        self._prefetched: tuple[Unit, list[tuple[Any, Any]]] | None = None  # (issued by, [(work, buffer)])
+        self._prefetched: tuple[Unit | None, Any, Any] | None = None  # (issued by, work, gathered buffer)
         self.names: list[str] = []
         self.shapes: list[tuple[int, ...]] = []  # the whole parameters' shapes
         self.shards: list[Parameter] = []
-        for name, p in list(module._parameters.items()):
-            if p is None:
-                continue
+        params = [(name, p) for name, p in module._parameters.items() if p is not None]
+        for name, p in params:
             if p.ndim == 0:
                 raise ValueError(f"module: parameter {name!r} is 0-d; fully_shard splits parameters along dim 0")
+            if p.dtype != params[0][1].dtype:
+                raise TypeError(f"module: parameter {name!r} is {p.dtype}, the layer's others {params[0][1].dtype}")
+        n = comm.size
+        # This rank's shards side by side in one flat buffer: parameter k's shard is R_k rows of c_k elements.
+        self.sizes = [self.rows(p.shape) * (p.size // p.shape[0]) for _, p in params]  # elements per shard
+        self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
+        self.flat_shards = memory.zeros(sum(self.sizes), params[0][1].dtype)
+        for (name, p), size, offset in zip(params, self.sizes, self.offsets, strict=True):
             data = p.data if memory.is_contiguous(p.data) else copy_kernels.strided_copy(p.data)
             comm.broadcast(data, root=0)  # the ranks start from rank 0's parameters
-            padded = memory.zeros((self.rows(p.shape) * comm.size,) + p.shape[1:], p.dtype)
-            copy_kernels.copy(padded[: p.shape[0]], data)
-            start = comm.rank * self.rows(p.shape)
-            shard = Parameter(Tensor._from_array(_copy(padded[start : start + self.rows(p.shape)])))
+            padded = memory.zeros(size * n, p.dtype)
+            copy_kernels.copy(padded[: p.size], data.reshape(p.size))
+            shard_view = self.flat_shards[offset : offset + size]
+            copy_kernels.copy(shard_view, padded[comm.rank * size : (comm.rank + 1) * size])
+            shard = Parameter(Tensor._from_array(shard_view.reshape((self.rows(p.shape),) + p.shape[1:])))
             shard.requires_grad = p.requires_grad
             module._parameters[name] = shard
             ShardedAway.mark(p, f"{type(module).__name__}.{name}")
             self.names.append(name)
             self.shapes.append(tuple(p.shape))
             self.shards.append(shard)
+        # Gathered, rank r's block holds its shard of every parameter; whole, parameter k's padded rows come
+        # together. Moving between the two layouts is one batched copy of n x (parameters) segments.
+        total = sum(self.sizes)
+        self.rank_major = [r * total + o for r in range(n) for o in self.offsets]
+        self.param_major = [
+            n * o + r * size for r in range(n) for o, size in zip(self.offsets, self.sizes, strict=True)
+        ]
+        self.lengths = [size for _ in range(n) for size in self.sizes]
 
     def rows(self, shape: tuple[int, ...]) -> int:
         return -(-shape[0] // self.comm.size)
 
-    def _all_gather(self, async_op: bool) -> list[tuple[Any, Any]]:
-        gathers = []
-        for shard, shape in zip(self.shards, self.shapes, strict=True):
-            padded = memory.empty((shard.shape[0] * self.comm.size,) + shape[1:], shard.dtype)
-            gathers.append((self.comm.all_gather(shard.data, padded, async_op=async_op), padded))
-        return gathers
+    def _all_gather(self, async_op: bool) -> tuple[Any, Any]:
+        gathered = memory.empty(self.flat_shards.size * self.comm.size, self.flat_shards.dtype)
+        return self.comm.all_gather(self.flat_shards, gathered, async_op=async_op), gathered
 
     def prefetch(self) -> None:
-        """Issue this unit's all-gathers now, so they run while the unit before it computes."""
+        """Issue this unit's all-gather now, so that it runs while the unit before it computes."""
         if self._prefetched is None:
-            self._prefetched = (self.schedule.last_ran, self._all_gather(async_op=True))
+            self._prefetched = (self.schedule.last_ran, *self._all_gather(async_op=True))
             self.schedule.events.append(("prefetch", self.index))
 
     def gather(self) -> list[Any]:
-        """The whole parameters: all-gather each shard, then drop the padding rows (a view, no copy).
+        """The whole parameters: one all-gather of the flat shards, one batched copy into parameter order.
 
         A prefetched gather is used only when the unit that issued it is the one that ran just before; any other
         (the model called its layers in another order) is waited for and discarded, as the shards may have
@@ -145,26 +160,37 @@ class Unit:
         """
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None:
-            for work, _ in prefetched[1]:
-                work.wait()
+            prefetched[1].wait()
         if prefetched is not None and prefetched[0] is self.schedule.last_ran:
-            gathers = prefetched[1]
+            gathered = prefetched[2]
         else:
-            gathers = self._all_gather(async_op=False)
+            _, gathered = self._all_gather(async_op=False)
             self.schedule.events.append(("gather", self.index))
-        return [padded[: shape[0]] for (_, padded), shape in zip(gathers, self.shapes, strict=True)]
+        whole = memory.empty(gathered.size, gathered.dtype)
+        copy_kernels.batched_copy(whole, gathered, self.rank_major, self.param_major, self.lengths)
+        n = self.comm.size
+        return [
+            whole[n * offset : n * offset + int(np.prod(shape))].reshape(shape)  # the padding rows dropped
+            for offset, shape in zip(self.offsets, self.shapes, strict=True)
+        ]
 
     def reduce_scatter(self, grads: list[Any]) -> list[Any]:
-        """Each whole gradient padded with zero rows, averaged over the ranks; this rank receives its shard."""
-        shard_grads = []
-        for grad, shard, shape in zip(grads, self.shards, self.shapes, strict=True):
-            padded = memory.zeros((shard.shape[0] * self.comm.size,) + shape[1:], shard.dtype)
+        """The whole gradients, padded with zero rows and put in rank order, averaged over the ranks: this rank
+        receives the flat gradient of its shards."""
+        n = self.comm.size
+        whole = memory.zeros(self.flat_shards.size * n, self.flat_shards.dtype)
+        for grad, offset, shape in zip(grads, self.offsets, self.shapes, strict=True):
             if grad is not None:
-                copy_kernels.copy(padded[: shape[0]], grad)
-            mine = memory.empty(tuple(shard.shape), shard.dtype)
-            self.comm.reduce_scatter(padded, mine, op="avg")
-            shard_grads.append(mine)
-        return shard_grads
+                size = int(np.prod(shape))
+                copy_kernels.copy(whole[n * offset : n * offset + size], _contiguous(grad).reshape(size))
+        by_rank = memory.empty(whole.size, whole.dtype)
+        copy_kernels.batched_copy(by_rank, whole, self.param_major, self.rank_major, self.lengths)
+        mine = memory.empty(self.flat_shards.size, whole.dtype)
+        self.comm.reduce_scatter(by_rank, mine, op="avg")
+        return [
+            mine[offset : offset + size].reshape(tuple(shard.shape))
+            for offset, size, shard in zip(self.offsets, self.sizes, self.shards, strict=True)
+        ]
 
     @contextlib.contextmanager
     def holding(self, full: list[Tensor]) -> Iterator[None]:
@@ -212,8 +238,8 @@ class ShardedForward(Function):
         return (dx, None, None, *shard_grads)
 
 
-def _copy(x: Any) -> Any:
-    return copy_kernels.copy(memory.empty(tuple(x.shape), x.dtype), x)
+def _contiguous(x: Any) -> Any:
+    return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
 
 
 def fully_shard(module: Module, comm: Communicator) -> Module:
