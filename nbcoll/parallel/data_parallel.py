@@ -118,7 +118,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "comm", comm)
         object.__setattr__(self, "find_unused_parameters", bool(find_unused_parameters))
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        _check_same_parameters(comm, named)
+        check_same_parameters(comm, named, "DistributedDataParallel")
         _broadcast_from_rank0(comm, [p for _, p in module.named_parameters()] + list(module.buffers()))
         object.__setattr__(self, "buckets", _assign_buckets(named, int(bucket_cap_mb * 2**20)))
         where = {}
@@ -252,8 +252,12 @@ def _broadcast_from_rank0(comm: Communicator, tensors: list[Tensor]) -> None:
         comm.broadcast(t.data, root=0)
 
 
-def _check_same_parameters(comm: Communicator, named: list[tuple[str, Parameter]]) -> None:
-    """Every rank must hold the same parameters, in the same order, of the same shapes and dtypes."""
+def check_same_parameters(comm: Communicator, named: list[tuple[str, Any]], who: str) -> None:
+    """Collective: every rank must hold the same parameters, in the same order, of the same shapes and dtypes.
+
+    Otherwise every rank raises, naming the first parameter that differs and the rank it differs on (``who`` is
+    the wrapper that asks), before any collective of mismatched sizes could wait forever.
+    """
     rows = np.zeros((len(named), MAX_DIMS + 2), np.int64)
     for i, (name, p) in enumerate(named):
         if p.ndim > MAX_DIMS:
@@ -266,7 +270,7 @@ def _check_same_parameters(comm: Communicator, named: list[tuple[str, Parameter]
     counts = memory.to_host(counts)
     if len(set(counts.tolist())) != 1:
         raise RuntimeError(
-            f"DistributedDataParallel: the ranks' modules have different numbers of parameters: {counts.tolist()} "
+            f"{who}: the ranks' modules have different numbers of parameters: {counts.tolist()} "
             f"(rank {comm.rank} has {len(named)})"
         )
     table = memory.zeros(comm.size * rows.size, np.int64)
@@ -277,10 +281,10 @@ def _check_same_parameters(comm: Communicator, named: list[tuple[str, Parameter]
             name, p = named[i]
             theirs = tuple(int(d) for d in tables[r, i, : tables[r, i, MAX_DIMS]])
             raise RuntimeError(
-                f"DistributedDataParallel: parameter {name!r} differs across ranks: shape {p.shape} dtype {p.dtype} "
+                f"{who}: parameter {name!r} differs across ranks: shape {p.shape} dtype {p.dtype} "
                 f"on rank {comm.rank}, shape {theirs} dtype {np.dtype(chr(tables[r, i, -1]))} "
                 f"on rank {r}"
             )
 
 
-__all__ = ["Bucket", "DistributedDataParallel"]
+__all__ = ["Bucket", "DistributedDataParallel", "check_same_parameters"]

@@ -39,6 +39,7 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter
+from nbcoll.parallel.data_parallel import check_same_parameters
 from nbcoll.tensors import Tensor, enable_grad, no_grad
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
@@ -252,6 +253,7 @@ def fully_shard(module: Module, comm: Communicator) -> Module:
     for name, layer in module.named_modules():
         if getattr(layer, "_fully_sharded", None) is not None:
             raise RuntimeError(f"module: {name or type(layer).__name__!r} is already sharded by fully_shard")
+    check_same_parameters(comm, list(module.named_parameters()), "fully_shard")
     schedule, units = Schedule(), []
     for _, layer in list(module.named_modules()):
         if not any(p is not None for p in layer._parameters.values()):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Parameter
+from nbcoll.parallel.data_parallel import check_same_parameters
 from nbcoll.tensors import Tensor
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class ZeroRedundancyOptimizer:
             raise ValueError(f"stage: expected 1 (optimizer state sharded) or 2 (and gradients), got {stage!r}")
         self.params = _check_params(params)
         self.comm, self.stage = comm, stage
+        check_same_parameters(comm, [(f"params[{i}]", p) for i, p in enumerate(self.params)], "ZeroRedundancyOptimizer")
         dtype = self.params[0].dtype
         self.offsets, total = [], 0
         for p in self.params:

@@ -57,6 +57,13 @@ def run_checks(comm) -> list[str]:
         assert "'Linear.weight' was replaced by its shard" in str(exc), exc
     else:
         raise AssertionError("an optimizer built before fully_shard was not refused")
+    if comm.size > 1:  # a replica with another shape is named on every rank before any shard moves
+        try:
+            fully_shard(make_model(0, 8 if comm.rank == comm.size - 1 else 7), comm)
+        except RuntimeError as exc:
+            assert "fully_shard: parameter '0.weight' differs across ranks" in str(exc), exc
+        else:
+            raise AssertionError("parameters of different shapes were not refused")
     try:
         fully_shard(fully_shard(make_model(0), comm), comm)
     except RuntimeError as exc:
