@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from nbcoll.nn.activation import GELU
 from nbcoll.nn.dropout import Dropout
 from nbcoll.nn.linear import Linear
 from nbcoll.nn.module import Module
@@ -108,7 +109,7 @@ class MultiheadAttention(Module):
     def _batch_major(self, x: Any, width: int, name: str) -> tuple[Tensor, bool]:
         """``x`` as (N, length, width) and whether it was batched."""
         batched = ("N", "length", width) if self.batch_first else ("length", "N", width)
-        x = check_input(self, x, [batched, ("length", width)], name=name)
+        x = check_input(self, x, [batched, ("length", width)], name=name, dtype=self.q_proj.weight.dtype)
         if x.ndim == 2:
             return x.reshape(1, *x.shape), False
         return (x if self.batch_first else x.transpose(1, 0, 2)), True
@@ -187,16 +188,19 @@ class FeedForward(Module):
         mlp = nn.FeedForward(32, 128)
         y = mlp(x)                         # x (*, 32) -> (*, 32)
 
-    GELU is the tanh form (PyTorch's ``approximate="tanh"``, GPT-2's).
+    GELU is the tanh form by default (GPT-2's); ``approximate="none"`` gives the exact one.
     """
 
-    def __init__(self, embed_dim: int, hidden_dim: int, bias: bool = True, dtype: Any = None) -> None:
+    def __init__(
+        self, embed_dim: int, hidden_dim: int, bias: bool = True, approximate: str = "tanh", dtype: Any = None
+    ) -> None:
         super().__init__()
         self.fc_in = Linear(embed_dim, hidden_dim, bias=bias, dtype=dtype)
+        self.act = GELU(approximate)
         self.fc_out = Linear(hidden_dim, embed_dim, bias=bias, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc_out(self.fc_in(x).gelu())
+        return self.fc_out(self.act(self.fc_in(x)))
 
 
 class TransformerBlock(Module):
@@ -236,7 +240,7 @@ class TransformerBlock(Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.attn.num_heads}, causal={self.causal}"
 
     def forward(self, x: Tensor, attn_mask: Any = None, key_padding_mask: Any = None) -> Tensor:
-        x = check_input(self, x, ("N", "L", self.embed_dim))
+        x = check_input(self, x, ("N", "L", self.embed_dim), dtype=self.attn.q_proj.weight.dtype)
         h = self.ln1(x)
         attended, _ = self.attn(
             h, h, h, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=attn_mask, is_causal=self.causal
