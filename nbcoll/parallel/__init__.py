@@ -1,0 +1,27 @@
+"""Distributed training on nbcoll's own communicator: differentiable collectives and data parallelism.
+
+Example::
+
+    import nbcoll
+    from nbcoll.parallel import DistributedDataParallel, functional
+
+    comm = nbcoll.init()
+    model = DistributedDataParallel(model, comm)      # parameters broadcast from rank 0
+    loss_fn(model(x), y).backward()                   # gradients averaged over the ranks, bucket by bucket
+"""
+
+from nbcoll.parallel import functional
+from nbcoll.parallel.checkpoint import load_sharded, save_sharded
+from nbcoll.parallel.data_parallel import DistributedDataParallel
+from nbcoll.parallel.fsdp import fully_shard, gathered_parameters
+from nbcoll.parallel.zero import ZeroRedundancyOptimizer
+
+__all__ = [
+    "DistributedDataParallel",
+    "ZeroRedundancyOptimizer",
+    "fully_shard",
+    "functional",
+    "gathered_parameters",
+    "load_sharded",
+    "save_sharded",
+]
