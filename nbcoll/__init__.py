@@ -14,6 +14,11 @@ from nbcoll.memory import DTYPES, empty, to_device, to_host, zeros
 
 from nbcoll import autograd, functional  # isort: skip
 from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
+from nbcoll.default_dtype import get_default_dtype, set_default_dtype  # isort: skip
+from nbcoll.seed import initial_seed, manual_seed  # isort: skip
+from nbcoll import nn  # isort: skip
+from nbcoll.serialization import load, save  # isort: skip
+from nbcoll import data, datasets, meters, optim  # isort: skip
 
 __version__ = "0.1.0"
 
@@ -53,10 +58,21 @@ __all__ = [
     "Communicator",
     "NOCOLOR",
     "init",
+    "data",
+    "datasets",
+    "load",
+    "meters",
+    "optim",
+    "save",
     "premul_sum",
     "Tensor",
     "autograd",
     "functional",
+    "get_default_dtype",
+    "initial_seed",
+    "manual_seed",
+    "nn",
+    "set_default_dtype",
     "no_grad",
     "tensor",
     "empty",

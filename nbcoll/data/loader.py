@@ -1,0 +1,227 @@
+"""``DataLoader``: batches of a dataset, shuffled per epoch, optionally prepared ahead by a background thread.
+
+Example::
+
+    loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, seed=0, prefetch=2)
+    for epoch in range(10):
+        for xb, yb in loader:               # nbcoll.Tensors on the current backend
+            ...
+
+One epoch, in order::
+
+    order   = shuffled(range(len(dataset)), seed, epoch)  or  the sampler's indices  or  0 .. n-1
+    batches = order[0:B], order[B:2B], ...                (the last one shorter, or dropped with drop_last)
+    for each batch: dataset.get_batch(indices) -> host arrays -> Tensors on the device
+
+**Prefetch.** With ``prefetch=N`` a thread runs that loop ahead of the training step and keeps up to ``N``
+finished batches (already copied to the device) in a queue, so that reading and copying the next batch overlaps
+the current step (NumPy and the device copies release the GIL). The batches are the same, in the same order, as
+without prefetch. The thread never outlives its iterator: it stops when the epoch ends, when the loop is left
+early (``break``, an exception, or the iterator being garbage-collected) and after an error of its own, which
+the caller's loop re-raises, with the thread's traceback, at the batch where it happened.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from nbcoll.data.dataset import Dataset
+from nbcoll.tensors import Tensor
+
+_POLL_SECONDS = 0.05
+"""How often a blocked producer or consumer looks up to see whether the other side has gone."""
+
+_JOIN_SECONDS = 30.0
+"""How long closing an iterator waits for a thread that is in the middle of preparing a batch."""
+
+
+def to_tensors(batch: Any) -> Any:
+    """Host arrays of a batch (in tuples, lists, dicts) as Tensors on the current backend."""
+    if isinstance(batch, np.ndarray):
+        return Tensor(batch)
+    if isinstance(batch, tuple | list):
+        return type(batch)(to_tensors(b) for b in batch)
+    if isinstance(batch, dict):
+        return {key: to_tensors(value) for key, value in batch.items()}
+    return batch
+
+
+class DataLoader:
+    """Iterate over a dataset in batches; each ``for`` over the loader is one epoch.
+
+    Example::
+
+        loader = DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True, seed=1, prefetch=2)
+        len(loader)                 # batches per epoch
+        for xb, yb in loader:
+            ...
+
+    ``shuffle`` draws a new order every epoch from ``(seed, epoch)``, so two loaders with one seed agree; with
+    ``seed=None`` the seed is drawn from the operating system once. ``sampler`` (a :class:`DistributedSampler`,
+    or any iterable of indices) replaces the loader's own order. ``device=False`` keeps batches as host NumPy
+    arrays; otherwise they become Tensors. ``prefetch=N`` prepares ``N`` batches ahead in a background thread.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int | None = None,
+        sampler: Iterable[int] | None = None,
+        prefetch: int = 0,
+        device: bool = True,
+    ) -> None:
+        if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        if not isinstance(prefetch, int | np.integer) or prefetch < 0:
+            raise ValueError(f"prefetch: expected an integer >= 0 (batches prepared ahead), got {prefetch!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("shuffle: leave it False with a sampler; the sampler decides the order")
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"dataset: expected a Dataset (len() and indexing), got {type(dataset).__name__}")
+        self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, int(batch_size), shuffle, drop_last
+        self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)
+        self.sampler, self.prefetch, self.device = sampler, int(prefetch), device
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the shuffled order of the next epoch (each ``for`` also advances it by one)."""
+        self.epoch = int(epoch)
+
+    def _order(self) -> np.ndarray:
+        if self.sampler is not None:
+            return np.fromiter(iter(self.sampler), dtype=np.int64)
+        if self.shuffle:
+            return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.dataset))
+        return np.arange(len(self.dataset))
+
+    def _batch_indices(self) -> list[np.ndarray]:
+        order = self._order()
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)  # type: ignore[arg-type]
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = self._batch_indices()
+        self.epoch += 1
+        finish = to_tensors if self.device else (lambda batch: batch)
+
+        def make(indices: np.ndarray) -> Any:
+            return finish(self.dataset.get_batch(indices))
+
+        if self.prefetch == 0:
+            return (make(indices) for indices in batches)
+        return PrefetchIterator(make, batches, self.prefetch)
+
+
+class _Failure:
+    """A worker's exception, carried through the queue to the consumer."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class _Worker:
+    """The producing side: its own object, so that the thread holds no reference to the iterator."""
+
+    def __init__(self, make: Callable[[Any], Any], work: list[Any], depth: int) -> None:
+        self.make, self.work = make, work
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="nbcoll-prefetch", daemon=True)
+
+    def put(self, item: Any) -> bool:
+        """Put ``item`` when there is room; False when the consumer has gone away meanwhile."""
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run(self) -> None:
+        try:
+            for item in self.work:
+                if self.stop.is_set() or not self.put(self.make(item)):
+                    return
+            self.put(_DONE)
+        except BaseException as error:  # everything reaches the consumer, which re-raises it
+            self.put(_Failure(error))
+
+    def shutdown(self) -> None:
+        """Stop the thread and wait for it: it finishes the batch in hand, then sees the stop flag."""
+        self.stop.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(_JOIN_SECONDS)
+
+
+class PrefetchIterator:
+    """Iterates over ``make(item)`` for each item of ``work``, computed up to ``depth`` items ahead in a thread.
+
+    Example::
+
+        batches = PrefetchIterator(load_batch, list_of_indices, depth=2)
+        for batch in batches:
+            ...
+        batches.close()             # optional: it also closes itself at the end, on error and when collected
+    """
+
+    def __init__(self, make: Callable[[Any], Any], work: Iterable[Any], depth: int) -> None:
+        if depth < 1:
+            raise ValueError(f"depth: expected a positive number of items to prepare ahead, got {depth}")
+        self._worker = _Worker(make, list(work), depth)
+        self._finalizer = weakref.finalize(self, _Worker.shutdown, self._worker)
+        self._worker.thread.start()
+
+    def __iter__(self) -> PrefetchIterator:
+        return self
+
+    def __next__(self) -> Any:
+        worker = self._worker
+        if not self._finalizer.alive:
+            raise StopIteration
+        while True:
+            try:
+                item = worker.queue.get(timeout=_POLL_SECONDS)
+                break
+            except queue.Empty:
+                if not worker.thread.is_alive() and worker.queue.empty():
+                    self.close()
+                    raise RuntimeError("DataLoader: the prefetch thread ended without finishing the epoch") from None
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            error = item.error
+            if hasattr(error, "add_note"):
+                error.add_note("(raised in the DataLoader's prefetch thread, while preparing a batch)")
+            raise error
+        return item
+
+    def close(self) -> None:
+        """Stop the background thread now; further ``next`` calls end the iteration."""
+        self._finalizer()
+
+    def __enter__(self) -> PrefetchIterator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""Containers: ``Sequential`` chains modules, ``ModuleList`` holds them for a forward that the user writes.
+
+Example::
+
+    from nbcoll import nn
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from nbcoll.nn.module import Module
+
+
+def _module(value: Any, arg: str) -> Module:
+    if not isinstance(value, Module):
+        raise TypeError(f"{arg}: expected a Module, got {type(value).__name__}")
+    return value
+
+
+class Sequential(Module):
+    """``forward(x) = m_n(...m_2(m_1(x)))``; children are named "0", "1", ... or by the keys of one dict.
+
+    Example::
+
+        model = Sequential(Linear(3, 4), Tanh(), Linear(4, 1))
+        model[0]                    # the first Linear
+        model[1:]                   # a Sequential of the last two
+        model = Sequential({"hidden": Linear(3, 4), "act": Tanh()})
+        model.hidden
+    """
+
+    def __init__(self, *modules: Module | dict[str, Module]) -> None:
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], dict):
+            for name, module in modules[0].items():
+                self.add_module(name, _module(module, f"modules[{name!r}]"))
+        else:
+            for index, module in enumerate(modules):
+                self.add_module(str(index), _module(module, f"modules[{index}]"))
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        items = list(self._modules.items())
+        if isinstance(index, slice):
+            return Sequential(dict(items[index]))
+        if not -len(items) <= index < len(items):
+            raise IndexError(f"index: {index} is out of range for a Sequential of {len(items)} modules")
+        return items[index][1]
+
+    def append(self, module: Module) -> Sequential:
+        """Add ``module`` at the end (named by its position); returns self."""
+        self.add_module(str(len(self)), _module(module, "module"))
+        return self
+
+    def forward(self, x: Any) -> Any:
+        for module in self._modules.values():
+            x = module(x)
+        return x
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters the parent sees; iterate it in your own ``forward``.
+
+    Example::
+
+        class Deep(Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = ModuleList(Linear(8, 8) for _ in range(4))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x).relu()
+                return x
+    """
+
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _renumber(self, modules: list[Module]) -> None:
+        self._modules.clear()
+        for index, module in enumerate(modules):
+            self._modules[str(index)] = module
+
+    def _index(self, index: int) -> int:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index: {index} is out of range for a ModuleList of {len(self)} modules")
+        return index % len(self)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return ModuleList(list(self._modules.values())[index])
+        return self._modules[str(self._index(index))]
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        self._modules[str(self._index(index))] = _module(module, "module")
+
+    def __delitem__(self, index: int | slice) -> None:
+        modules = list(self._modules.values())
+        del modules[index if isinstance(index, slice) else self._index(index)]
+        self._renumber(modules)
+
+    def append(self, module: Module) -> ModuleList:
+        self._modules[str(len(self))] = _module(module, "module")
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        modules = list(self._modules.values())
+        modules.insert(index, _module(module, "module"))
+        self._renumber(modules)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleList has no forward: iterate over it in the forward of its parent")
+
+
+__all__ = ["ModuleList", "Sequential"]

@@ -1,0 +1,424 @@
+"""``Module``: the base class of every layer and model. It finds its parameters by the attributes it is given.
+
+Assigning a ``Parameter`` to an attribute registers it as a parameter, assigning a ``Module`` registers a child,
+and ``register_buffer`` records state that is saved but not trained. Everything else (``parameters()``,
+``state_dict()``, ``train()``, ``to(dtype)``) walks that tree of registered children.
+
+Example::
+
+    import nbcoll
+    from nbcoll import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = nn.Linear(4, 8)
+            self.out = nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.out(self.hidden(x).relu())
+
+    model = MLP()
+    [name for name, _ in model.named_parameters()]   # ['hidden.weight', 'hidden.bias', 'out.weight', 'out.bias']
+    model.load_state_dict(model.state_dict())         # a round trip through NumPy arrays
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from nbcoll import memory
+from nbcoll.nn.parameter import Parameter, write_values
+from nbcoll.tensors import RemovableHandle, Tensor, no_grad
+
+ForwardPreHook = Callable[["Module", tuple], Any]
+"""``hook(module, args)``: may return new positional arguments (a tuple, or one value) for forward."""
+ForwardHook = Callable[["Module", tuple, Any], Any]
+"""``hook(module, args, output)``: may return a value that replaces forward's output."""
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict(strict=False)`` skipped: keys the module has and the dict lacks, and the reverse."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class Module:
+    """Base class of layers: subclasses assign parameters and sub-modules in ``__init__`` and define ``forward``.
+
+    Example::
+
+        class Affine(Module):
+            def __init__(self, n):
+                super().__init__()
+                self.scale = Parameter(np.ones(n, np.float32))
+                self.register_buffer("calls", nbcoll.tensor(0))      # saved in state_dict, not trained
+
+            def forward(self, x):
+                return x * self.scale
+
+        layer = Affine(3)
+        y = layer(x)                # runs the forward pre-hooks, forward, then the forward hooks
+    """
+
+    training: bool
+
+    def __init__(self) -> None:
+        # object.__setattr__, because this class's __setattr__ needs these dictionaries to exist already.
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_forward_pre_hooks", [])
+        object.__setattr__(self, "_forward_hooks", [])
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward: a Module subclass must define forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for hook in list(self._forward_pre_hooks):
+            result = hook(self, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+        output = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks):
+            result = hook(self, args, output)
+            if result is not None:
+                output = result
+        return output
+
+    # -- registration ------------------------------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() has run: "
+                f"call super().__init__() first in {type(self).__name__}.__init__"
+            )
+        if isinstance(value, Parameter):
+            self._forget(name)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._forget(name)
+            self._modules[name] = value
+        elif name in self._parameters:
+            if value is not None:
+                raise TypeError(f"{name}: a parameter can only be replaced by a Parameter or None, got {type(value)}")
+            self._parameters[name] = None
+        elif name in self._modules:
+            if value is not None:
+                raise TypeError(f"{name}: a sub-module can only be replaced by a Module or None, got {type(value)}")
+            self._modules[name] = None
+        elif name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"{name}: a buffer can only be replaced by a Tensor or None, got {type(value)}")
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only when ordinary lookup fails: registered members live in the three dictionaries.
+        members = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in members and name in members[store]:
+                return members[store][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._parameters or name in self._buffers or name in self._modules:
+            self._forget(name)
+        else:
+            object.__delattr__(self, name)
+
+    def _forget(self, name: str) -> None:
+        """Remove ``name`` from every place a member can be registered, before it is registered again."""
+        self.__dict__.pop(name, None)
+        self._parameters.pop(name, None)
+        self._buffers.pop(name, None)
+        self._non_persistent_buffers.discard(name)
+        self._modules.pop(name, None)
+
+    def _check_new_name(self, name: str, kind: str) -> None:
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"name: a {kind} name must be a non-empty string without '.', got {name!r}")
+        if name in self.__dict__ or (hasattr(type(self), name) and name not in self._buffers):
+            raise KeyError(f"name: {type(self).__name__} already has an attribute {name!r}")
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """Register ``param`` (or None: a parameter slot left empty, such as a layer without bias) as ``name``."""
+        self._check_new_name(name, "parameter")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"param: expected a Parameter or None, got {type(param).__name__}")
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Register non-trained state (running statistics, a mask); ``persistent=False`` keeps it out of state_dict.
+
+        ``to(dtype)`` casts floating buffers along with the parameters.
+        """
+        self._check_new_name(name, "buffer")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"tensor: expected a Tensor or None, got {type(tensor).__name__}")
+        self._forget(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent_buffers.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Register ``module`` as the child ``name`` (what ``self.name = module`` does, for computed names)."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"name: a module name must be a non-empty string without '.', got {name!r}")
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"module: expected a Module or None, got {type(module).__name__}")
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        """The module at the dotted path ``target`` ("" is this module): ``model.get_submodule("encoder.0")``."""
+        module: Module = self
+        for part in target.split(".") if target else []:
+            child = module._modules.get(part)
+            if child is None:
+                raise AttributeError(f"target: {type(module).__name__} has no sub-module {part!r} (in {target!r})")
+            module = child
+        return module
+
+    # -- walking the tree --------------------------------------------------------------------------------------
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        """The direct sub-modules with their attribute names, in registration order."""
+        seen: set[int] = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self) -> Iterator[Module]:
+        for _, child in self.named_children():
+            yield child
+
+    def named_modules(self, prefix: str = "", _seen: set[int] | None = None) -> Iterator[tuple[str, Module]]:
+        """This module and every descendant, depth first, each once, with its dotted path ("" for this one)."""
+        seen = set() if _seen is None else _seen
+        if id(self) in seen:
+            return
+        seen.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name, seen)
+
+    def modules(self) -> Iterator[Module]:
+        for _, module in self.named_modules():
+            yield module
+
+    def _named_members(self, store: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()  # a Tensor shared by two layers (tied weights) is listed once
+        modules = self.named_modules(prefix) if recurse else iter([(prefix, self)])
+        for module_prefix, module in modules:
+            for name, member in getattr(module, store).items():
+                if member is not None and id(member) not in seen:
+                    seen.add(id(member))
+                    yield (f"{module_prefix}.{name}" if module_prefix else name), member
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """Every parameter with its dotted name (``"0.weight"``), each shared one once."""
+        yield from self._named_members("_parameters", prefix, recurse)  # type: ignore[misc]
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        yield from self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, buffer in self.named_buffers(recurse=recurse):
+            yield buffer
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        """Call ``fn(module)`` on every descendant and then on this module (to initialise weights); returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # -- modes and gradients -----------------------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode (dropout active) on this module and every descendant; returns self."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"mode: expected a bool, got {type(mode).__name__}")
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self) -> Module:
+        """Set evaluation mode (dropout off): the same as ``train(False)``."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Freeze (False) or unfreeze every parameter; returns self."""
+        for param in self.parameters():
+            param.requires_grad = requires_grad
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (``grad = None``), or fill it with zeros where ``set_to_none=False``."""
+        for param in self.parameters():
+            if param.grad is None:
+                continue
+            if set_to_none:
+                param.grad = None
+            else:
+                write_values(param.grad, np.zeros(param.shape, param.grad.dtype))
+
+    # -- state -------------------------------------------------------------------------------------------------
+
+    def _state_tensors(self, prefix: str = "") -> dict[str, Tensor]:
+        """Parameters and persistent buffers by dotted name; a shared one appears under each of its names."""
+        state: dict[str, Tensor] = {}
+        for name, param in self._parameters.items():
+            if param is not None:
+                state[prefix + name] = param
+        for name, buffer in self._buffers.items():
+            if buffer is not None and name not in self._non_persistent_buffers:
+                state[prefix + name] = buffer
+        for name, child in self._modules.items():
+            if child is not None:
+                state.update(child._state_tensors(f"{prefix}{name}."))
+        return state
+
+    def state_dict(self, keep_vars: bool = False) -> dict[str, Any]:
+        """Name -> host copy (``numpy.ndarray``) of every parameter and persistent buffer; with ``keep_vars=True``,
+        name -> the Tensor itself."""
+        tensors = self._state_tensors()
+        if keep_vars:
+            return tensors
+        return {name: tensor.numpy() for name, tensor in tensors.items()}
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Copy ``state_dict``'s values into the existing parameters and buffers (converted to their dtypes).
+
+        Nothing is copied unless every value fits: a wrong shape is always an error, and with ``strict=True`` so
+        is a missing or an unexpected key; the error names each of them. Returns the missing and unexpected keys.
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict: expected a dict of name -> array, got {type(state_dict).__name__}")
+        targets = self._state_tensors()
+        missing = [name for name in targets if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in targets]
+        values, wrong_shapes = {}, []
+        for name, target in targets.items():
+            if name in state_dict:
+                value = state_dict[name]
+                values[name] = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+                if values[name].shape != target.shape:
+                    wrong_shapes.append(f"{name!r} (expected {target.shape}, got {values[name].shape})")
+        problems = []
+        if strict and missing:
+            problems.append("missing keys " + ", ".join(repr(k) for k in missing))
+        if strict and unexpected:
+            problems.append("unexpected keys " + ", ".join(repr(k) for k in unexpected))
+        if wrong_shapes:
+            problems.append("wrong shapes " + ", ".join(wrong_shapes))
+        if problems:
+            raise RuntimeError(f"load_state_dict: cannot load into {type(self).__name__}: " + "; ".join(problems))
+        for name, value in values.items():
+            write_values(targets[name], value)
+        return IncompatibleKeys(missing, unexpected)
+
+    def to(self, dtype: Any) -> Module:
+        """Cast every floating parameter, gradient and buffer to ``dtype`` in place; returns self.
+
+        The Parameter objects stay the same (an optimizer built before keeps working); their arrays are replaced.
+        """
+        dtype = memory.check_dtype(dtype, "dtype")
+        if dtype.kind != "f":
+            raise TypeError(f"dtype: Module.to casts to a floating dtype (float16/32/64), got {dtype}")
+        with no_grad():
+            for tensor in [*self.parameters(), *self.buffers()]:
+                if tensor.dtype.kind == "f" and tensor.dtype != dtype:
+                    # The setter of .data refuses a new dtype, on purpose; a cast in place is the one exception.
+                    tensor._data = tensor.detach().astype(dtype).data
+                    if tensor.grad is not None:
+                        tensor.grad = tensor.grad.detach().astype(dtype)
+        return self
+
+    def float(self) -> Module:
+        return self.to(np.float32)
+
+    def double(self) -> Module:
+        return self.to(np.float64)
+
+    def half(self) -> Module:
+        return self.to(np.float16)
+
+    # -- hooks -------------------------------------------------------------------------------------------------
+
+    def register_forward_pre_hook(self, hook: ForwardPreHook) -> RemovableHandle:
+        """Call ``hook(module, args)`` before each forward; a returned value replaces the positional arguments."""
+        if not callable(hook):
+            raise TypeError(f"hook: expected a callable, got {type(hook).__name__}")
+        self._forward_pre_hooks.append(hook)
+        return RemovableHandle(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook: ForwardHook) -> RemovableHandle:
+        """Call ``hook(module, args, output)`` after each forward; a returned value replaces the output."""
+        if not callable(hook):
+            raise TypeError(f"hook: expected a callable, got {type(hook).__name__}")
+        self._forward_hooks.append(hook)
+        return RemovableHandle(self._forward_hooks, hook)
+
+    # -- printing ----------------------------------------------------------------------------------------------
+
+    def extra_repr(self) -> str:
+        """The settings shown between the parentheses of ``repr``; layers override it."""
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [self.extra_repr()] if self.extra_repr() else []
+        for name, child in self._modules.items():
+            child_text = repr(child).replace("\n", "\n  ")
+            lines.append(f"({name}): {child_text}")
+        if not self._modules:
+            return f"{type(self).__name__}({''.join(lines)})"
+        body = "".join(f"\n  {line}" for line in lines)
+        return f"{type(self).__name__}({body}\n)"
+
+
+def functional_call(module: Module, tensors: dict[str, Tensor], *args: Any, **kwargs: Any) -> Any:
+    """Call ``module(*args, **kwargs)`` with some parameters or buffers replaced by ``tensors`` (dotted names).
+
+    The replacements may be any Tensors (a gradient check passes float64 copies it perturbs); the module's own
+    members are back in place when the call returns or raises.
+
+    Example::
+
+        y = functional_call(linear, {"weight": w2}, x)      # linear's forward with weight w2
+    """
+    swapped: list[tuple[dict[str, Any], str, Any]] = []
+    try:
+        for dotted, tensor in tensors.items():
+            owner_path, _, name = dotted.rpartition(".")
+            owner = module.get_submodule(owner_path)
+            store = owner._parameters if name in owner._parameters else owner._buffers
+            if name not in store:
+                raise KeyError(f"tensors: {type(owner).__name__} has no parameter or buffer {name!r} (in {dotted!r})")
+            swapped.append((store, name, store[name]))
+            store[name] = tensor
+        return module(*args, **kwargs)
+    finally:
+        for store, name, original in reversed(swapped):
+            store[name] = original
+
+
+__all__ = ["ForwardHook", "ForwardPreHook", "IncompatibleKeys", "Module", "functional_call"]

@@ -1,0 +1,68 @@
+"""``Parameter``: a Tensor that a Module trains, registered by assigning it to a Module attribute.
+
+Example::
+
+    import numpy as np
+    from nbcoll.nn import Module, Parameter
+
+    class Scale(Module):
+        def __init__(self):
+            super().__init__()
+            self.factor = Parameter(np.ones(3, np.float32))     # listed by parameters(), saved by state_dict()
+
+        def forward(self, x):
+            return x * self.factor
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nbcoll import backend, memory
+from nbcoll.tensors import Tensor
+from nbcoll.tensors.arrays import from_host
+
+
+class Parameter(Tensor):
+    """A leaf Tensor that requires grad (unless told otherwise), recognised by ``Module.__setattr__``.
+
+    A Tensor given as ``data`` is wrapped without a copy, as PyTorch's ``Parameter(t)`` shares ``t``'s storage.
+
+    Example::
+
+        w = Parameter(np.zeros((2, 3), np.float32))
+        w.requires_grad            # True
+    """
+
+    def __init__(self, data: Any, requires_grad: bool = True) -> None:
+        if isinstance(data, Tensor):
+            self._init(data.data, None)  # the same device array, as a new leaf
+            self.requires_grad = requires_grad
+        else:
+            super().__init__(data, requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def write_values(target: Tensor, values: Any) -> None:
+    """Overwrite the elements of ``target`` with ``values`` (host data of its shape), keeping its device array.
+
+    Whoever holds ``target.data`` (an optimizer, a gradient bucket) sees the new values. The values travel as one
+    host-to-device copy, converted to ``target``'s dtype.
+    """
+    host = np.ascontiguousarray(values, dtype=target.dtype)
+    if host.shape != target.shape:
+        raise ValueError(f"values: expected shape {target.shape}, got {host.shape}")
+    array = target.data
+    if not memory.is_contiguous(array):
+        target.data = from_host(host)
+    elif backend.get_backend() == "numpy":
+        array[...] = host
+    else:
+        array.copy_to_device(host.reshape(tuple(array.shape)))
+
+
+__all__ = ["Parameter", "write_values"]

@@ -1,0 +1,402 @@
+"""Recurrent layers: one-step cells (RNNCell, LSTMCell, GRUCell), and RNN, LSTM, GRU that unroll them in time.
+
+Parameters follow PyTorch's layout: for G gates of ``hidden_size`` rows each, ``weight_ih`` is
+(G * hidden, input), ``weight_hh`` (G * hidden, hidden), ``bias_ih`` and ``bias_hh`` (G * hidden,), the gates
+stacked in PyTorch's order. With ``gi = x W_ih^T + b_ih`` (the input's part) and ``gh = h W_hh^T + b_hh``::
+
+    RNN  (G = 1):  h' = tanh(gi + gh)                    (or relu)
+    LSTM (G = 4):  i, f, g, o = split(gi + gh, 4)
+                   c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
+    GRU  (G = 3):  r = sigmoid(gi_r + gh_r);  z = sigmoid(gi_z + gh_z);  n = tanh(gi_n + r * gh_n)
+                   h' = (1 - z) * n + z * h
+
+The sequence layers run layer by layer: the input part of every time step is one matrix product over the whole
+sequence (it does not depend on h), and only the hidden part walks the steps one by one::
+
+    for l in layers:  gi = inputs @ W_ih[l]^T + b_ih[l]          (T, B, G * H) at once
+                      for t in range(T):  h[l] = step(gi[t], h[l]);  outputs[t] = h[l]
+                      inputs = outputs
+
+Their parameters are named as PyTorch's (``weight_ih_l0``, ``bias_hh_l1``...), so state dicts carry over;
+``dropout`` applies between layers in training, as PyTorch's does. Bidirectional layers are not provided.
+Every parameter starts uniform in ``[-1/sqrt(hidden_size), 1/sqrt(hidden_size)]``, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import nbcoll.functional as F
+from nbcoll.nn import init
+from nbcoll.nn.dropout import Dropout
+from nbcoll.nn.linear import parameter_dtype
+from nbcoll.nn.module import Module
+from nbcoll.nn.parameter import Parameter
+from nbcoll.nn.shapes import check_input, positive_int
+from nbcoll.tensors import Tensor
+
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+"""Gates per cell kind: the weights stack G blocks of ``hidden_size`` rows."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One time step of each kind, from the input's part gi (already x W_ih^T + b_ih) and the hidden state.
+
+
+def _affine(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
+    """``x @ weight^T + bias`` given ``weight^T`` (transposed once per call of the layer, not once per step)."""
+    y = x @ weight_t
+    return y if bias is None else y + bias
+
+
+def rnn_step(gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None, nonlinearity: str) -> Tensor:
+    """``h' = tanh(gi + h W_hh^T + b_hh)`` (or relu)."""
+    pre = gi + _affine(h, weight_hh_t, bias_hh)
+    return pre.tanh() if nonlinearity == "tanh" else pre.relu()
+
+
+def lstm_step(
+    gi: Tensor, state: tuple[Tensor, Tensor], weight_hh_t: Tensor, bias_hh: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """``i, f, g, o = split(gi + h W_hh^T + b_hh, 4)``; ``c' = σ(f) c + σ(i) tanh(g)``; ``h' = σ(o) tanh(c')``."""
+    h, c = state
+    i, f, g, o = F.split(gi + _affine(h, weight_hh_t, bias_hh), 4, axis=-1)
+    c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_next.tanh(), c_next
+
+
+def gru_step(gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Tensor:
+    """``r, z`` from ``gi + gh``; ``n = tanh(gi_n + r * gh_n)``; ``h' = (1 - z) n + z h``."""
+    gi_r, gi_z, gi_n = F.split(gi, 3, axis=-1)
+    gh_r, gh_z, gh_n = F.split(_affine(h, weight_hh_t, bias_hh), 3, axis=-1)
+    r, z = (gi_r + gh_r).sigmoid(), (gi_z + gh_z).sigmoid()
+    n = (gi_n + r * gh_n).tanh()
+    return (1.0 - z) * n + z * h
+
+
+def _uniform_parameter(shape: tuple[int, ...], bound: float, dtype: Any) -> Parameter:
+    return init.uniform_(Parameter(np.zeros(shape, parameter_dtype(dtype))), -bound, bound)
+
+
+def _zeros(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    return Tensor(np.zeros(shape, like.dtype))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cells.
+
+
+class _Cell(Module):
+    """What the three cells share: the four parameters, their initialisation and the input check."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, mode: str, dtype: Any) -> None:
+        super().__init__()
+        self.input_size = positive_int(input_size, "input_size")
+        self.hidden_size = positive_int(hidden_size, "hidden_size")
+        self.bias = bool(bias)
+        rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
+        self.weight_ih = _uniform_parameter((rows, input_size), bound, dtype)
+        self.weight_hh = _uniform_parameter((rows, hidden_size), bound, dtype)
+        if bias:
+            self.bias_ih = _uniform_parameter((rows,), bound, dtype)
+            self.bias_hh = _uniform_parameter((rows,), bound, dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
+
+    def _check(self, x: Any, hx: Any, name: str = "hx") -> tuple[Tensor, Tensor | None, bool]:
+        """The input as (batch, input) and whether it came unbatched; the state checked against it."""
+        x = check_input(self, x, [("batch", self.input_size), (self.input_size,)])
+        batched = x.ndim == 2
+        if not batched:
+            x = x.reshape(1, self.input_size)
+        if hx is not None:
+            want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
+            hx = check_input(self, hx, want, name=name).reshape(x.shape[0], self.hidden_size)
+        return x, hx, batched
+
+    def _input_part(self, x: Tensor) -> Tensor:
+        return _affine(x, self.weight_ih.T, self.bias_ih)
+
+    def _unbatch(self, h: Tensor, batched: bool) -> Tensor:
+        return h if batched else h.reshape(self.hidden_size)
+
+
+class RNNCell(_Cell):
+    """An Elman cell: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)``, or relu with ``nonlinearity="relu"``.
+
+    Example::
+
+        cell = nn.RNNCell(10, 20)
+        h = None
+        for x_t in xs:                     # each (batch, 10)
+            h = cell(x_t, h)               # (batch, 20); h=None starts from zeros
+    """
+
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", dtype: Any = None
+    ) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"nonlinearity: expected 'tanh' or 'relu', got {nonlinearity!r}")
+        super().__init__(input_size, hidden_size, bias, "RNN_" + nonlinearity.upper(), dtype)
+        self.nonlinearity = nonlinearity
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", nonlinearity={self.nonlinearity}"
+
+    def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
+        x, h, batched = self._check(x, hx)
+        h = _zeros((x.shape[0], self.hidden_size), x) if h is None else h
+        h = rnn_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh, self.nonlinearity)
+        return self._unbatch(h, batched)
+
+
+class LSTMCell(_Cell):
+    """A long short-term memory cell; gates in PyTorch's order input, forget, cell, output.
+
+    Example::
+
+        cell = nn.LSTMCell(10, 20)
+        h, c = cell(x_t)                   # x_t (batch, 10); state starts from zeros
+        h, c = cell(x_next, (h, c))        # both (batch, 20)
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__(input_size, hidden_size, bias, "LSTM", dtype)
+
+    def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        h, c = (None, None) if hx is None else hx
+        x, h, batched = self._check(x, h, "hx[0]")
+        _, c, _ = self._check(x if batched else x.reshape(self.input_size), c, "hx[1]")
+        zeros = _zeros((x.shape[0], self.hidden_size), x)
+        state = (zeros if h is None else h, zeros if c is None else c)
+        h, c = lstm_step(self._input_part(x), state, self.weight_hh.T, self.bias_hh)
+        return self._unbatch(h, batched), self._unbatch(c, batched)
+
+
+class GRUCell(_Cell):
+    """A gated recurrent unit; gates in PyTorch's order reset, update, new.
+
+    Example::
+
+        cell = nn.GRUCell(10, 20)
+        h = cell(x_t)                      # x_t (batch, 10) -> (batch, 20)
+        h = cell(x_next, h)
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__(input_size, hidden_size, bias, "GRU", dtype)
+
+    def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
+        x, h, batched = self._check(x, hx)
+        h = _zeros((x.shape[0], self.hidden_size), x) if h is None else h
+        return self._unbatch(gru_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh), batched)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sequence layers.
+
+
+class _Recurrent(Module):
+    """What RNN, LSTM and GRU share: per-layer parameters named as PyTorch's, the shape checks, the time loop."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int,
+        bias: bool,
+        batch_first: bool,
+        dropout: float,
+        mode: str,
+        dtype: Any,
+    ) -> None:
+        super().__init__()
+        self.input_size = positive_int(input_size, "input_size")
+        self.hidden_size = positive_int(hidden_size, "hidden_size")
+        self.num_layers = positive_int(num_layers, "num_layers")
+        self.bias, self.batch_first = bool(bias), bool(batch_first)
+        # Between layers, not after the last one (PyTorch's rule); a Dropout has no parameters to save.
+        self.dropout = Dropout(dropout)
+        rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
+        for layer in range(num_layers):
+            width = input_size if layer == 0 else hidden_size
+            setattr(self, f"weight_ih_l{layer}", _uniform_parameter((rows, width), bound, dtype))
+            setattr(self, f"weight_hh_l{layer}", _uniform_parameter((rows, hidden_size), bound, dtype))
+            if bias:
+                setattr(self, f"bias_ih_l{layer}", _uniform_parameter((rows,), bound, dtype))
+                setattr(self, f"bias_hh_l{layer}", _uniform_parameter((rows,), bound, dtype))
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, bias={self.bias}, "
+            f"batch_first={self.batch_first}"
+        )
+
+    def _layer_parameters(self, layer: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        return tuple(getattr(self, f"{n}_l{layer}") if self.bias or n.startswith("w") else None for n in names)
+
+    def _step(self, gi: Tensor, state: Any, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Any:
+        raise NotImplementedError
+
+    def _time_major(self, x: Any) -> tuple[Tensor, bool]:
+        """The input as (T, B, input) and whether it was batched; T must be at least 1."""
+        batched_shape = ("batch", "seq", self.input_size) if self.batch_first else ("seq", "batch", self.input_size)
+        x = check_input(self, x, [batched_shape, ("seq", self.input_size)])
+        if x.shape[0 if x.ndim == 2 or not self.batch_first else 1] == 0:
+            raise ValueError(f"{type(self).__name__}: the sequence is empty (input shape {x.shape})")
+        if x.ndim == 2:
+            return x.reshape(x.shape[0], 1, self.input_size), False
+        return (x.transpose(1, 0, 2) if self.batch_first else x), True
+
+    def _initial_state(self, hx: Any, x: Tensor, batched: bool, name: str) -> list[Tensor]:
+        """One (B, H) state per layer: zeros, or the slices of ``hx`` (num_layers, B, H) / (num_layers, H)."""
+        batch = x.shape[1]
+        if hx is None:
+            return [_zeros((batch, self.hidden_size), x)] * self.num_layers
+        want = (self.num_layers, batch, self.hidden_size) if batched else (self.num_layers, self.hidden_size)
+        hx = check_input(self, hx, want, name=name).reshape(self.num_layers, batch, self.hidden_size)
+        return [h.reshape(batch, self.hidden_size) for h in F.split(hx, self.num_layers, axis=0)]
+
+    def _run(self, x: Tensor, states: list[Any]) -> tuple[Tensor, list[Any]]:
+        """Run every layer over the whole sequence; return the last layer's outputs (T, B, H) and final states."""
+        steps, batch = x.shape[0], x.shape[1]
+        inputs, finals = x, []
+        for layer in range(self.num_layers):
+            weight_ih, weight_hh, bias_ih, bias_hh = self._layer_parameters(layer)
+            input_parts = _affine(inputs, weight_ih.T, bias_ih)  # (T, B, G * H): every step at once
+            weight_hh_t, state, outputs = weight_hh.T, states[layer], []
+            for gi in F.split(input_parts, steps, axis=0):
+                state = self._step(gi.reshape(batch, -1), state, weight_hh_t, bias_hh)
+                outputs.append(state[0] if isinstance(state, tuple) else state)
+            inputs = F.stack(outputs, axis=0)
+            if layer < self.num_layers - 1:
+                inputs = self.dropout(inputs)
+            finals.append(state)
+        return inputs, finals
+
+    def _finish(self, outputs: Tensor, batched: bool) -> Tensor:
+        """The last layer's outputs (T, B, H) in the input's layout."""
+        if not batched:
+            return outputs.reshape(outputs.shape[0], self.hidden_size)
+        return outputs.transpose(1, 0, 2) if self.batch_first else outputs
+
+    def _stack_states(self, finals: list[Tensor], batched: bool) -> Tensor:
+        """The final state of every layer as (num_layers, B, H), or (num_layers, H) for an unbatched input."""
+        h_n = F.stack(finals, axis=0)
+        return h_n if batched else h_n.reshape(self.num_layers, self.hidden_size)
+
+    def forward(self, x: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        x, batched = self._time_major(x)
+        outputs, finals = self._run(x, self._initial_state(hx, x, batched, "hx"))
+        return self._finish(outputs, batched), self._stack_states(finals, batched)
+
+
+class RNN(_Recurrent):
+    """An Elman RNN over a sequence, ``num_layers`` deep: ``h_t = tanh(x_t W_ih^T + b_ih + h_t-1 W_hh^T + b_hh)``.
+
+    Example::
+
+        rnn = nn.RNN(10, 20, num_layers=2)
+        output, h_n = rnn(x)               # x (seq, batch, 10): output (seq, batch, 20), h_n (2, batch, 20)
+        output, h_n = rnn(x, h_n)          # continue from a state
+
+    With ``batch_first=True`` the input and output are (batch, seq, features); h_n stays (layers, batch, hidden).
+    An unbatched input (seq, features) gives (seq, hidden) and (layers, hidden).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
+    ) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"nonlinearity: expected 'tanh' or 'relu', got {nonlinearity!r}")
+        mode = "RNN_" + nonlinearity.upper()
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, mode, dtype)
+        self.nonlinearity = nonlinearity
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", nonlinearity={self.nonlinearity}"
+
+    def _step(self, gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Tensor:
+        return rnn_step(gi, h, weight_hh_t, bias_hh, self.nonlinearity)
+
+
+class GRU(_Recurrent):
+    """A GRU unrolled over a sequence, ``num_layers`` deep (gates reset, update, new, as in PyTorch).
+
+    Example::
+
+        gru = nn.GRU(10, 20, batch_first=True)
+        output, h_n = gru(x)               # x (batch, seq, 10): output (batch, seq, 20), h_n (1, batch, 20)
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "GRU", dtype)
+
+    def _step(self, gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Tensor:
+        return gru_step(gi, h, weight_hh_t, bias_hh)
+
+
+class LSTM(_Recurrent):
+    """An LSTM unrolled over a sequence, ``num_layers`` deep (gates input, forget, cell, output, as in PyTorch).
+
+    Example::
+
+        lstm = nn.LSTM(10, 20, num_layers=2)
+        output, (h_n, c_n) = lstm(x)       # x (seq, batch, 10): output (seq, batch, 20), h_n, c_n (2, batch, 20)
+        output, (h_n, c_n) = lstm(x_next, (h_n, c_n))
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "LSTM", dtype)
+
+    def _step(
+        self, gi: Tensor, state: tuple[Tensor, Tensor], weight_hh_t: Tensor, bias_hh: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        return lstm_step(gi, state, weight_hh_t, bias_hh)
+
+    def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        x, batched = self._time_major(x)
+        h0, c0 = (None, None) if hx is None else hx
+        h_states = self._initial_state(h0, x, batched, "hx[0]")
+        c_states = self._initial_state(c0, x, batched, "hx[1]")
+        outputs, finals = self._run(x, list(zip(h_states, c_states, strict=True)))
+        h_n = self._stack_states([h for h, _ in finals], batched)
+        c_n = self._stack_states([c for _, c in finals], batched)
+        return self._finish(outputs, batched), (h_n, c_n)
+
+
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell", "gru_step", "lstm_step", "rnn_step"]

@@ -1,0 +1,119 @@
+"""Learning-rate schedules: a function of the epoch (or step) count that sets every group's ``lr``.
+
+Each scheduler remembers the learning rate each group started with (``initial_lr``) and, on :meth:`step`,
+sets ``group["lr"] = lr_at(initial_lr, epoch)`` from a closed formula, so a schedule restored from a checkpoint
+continues exactly where it stopped. As in PyTorch, constructing a scheduler applies epoch 0, and ``step()``
+is called once per epoch (or per batch), after ``optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbcoll.optim.optimizer import Optimizer
+
+
+class LRScheduler:
+    """Base class: subclasses define :meth:`lr_at`.
+
+    Example::
+
+        scheduler = StepLR(optimizer, step_size=10, gamma=0.5)
+        for epoch in range(30):
+            train_one_epoch()
+            scheduler.step()
+        scheduler.get_last_lr()         # [lr * 0.5 ** 3]
+    """
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"optimizer: expected an nbcoll.optim.Optimizer, got {type(optimizer).__name__}")
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = -1
+        self.step()
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """Advance one epoch and set every group's learning rate for it."""
+        self.last_epoch += 1
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = self.lr_at(base, self.last_epoch)
+
+    def get_last_lr(self) -> list[float]:
+        """The learning rate of every group, as last set."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the optimizer: the settings, ``base_lrs`` and ``last_epoch``."""
+        return {k: v for k, v in vars(self).items() if k != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s values and set the learning rates of the restored epoch."""
+        vars(self).update({k: v for k, v in state_dict.items() if k != "optimizer"})
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = self.lr_at(base, self.last_epoch)
+
+
+class StepLR(LRScheduler):
+    """Multiply the learning rate by ``gamma`` every ``step_size`` epochs.
+
+    ``lr(epoch) = base * gamma ** (epoch // step_size)``
+
+    Example::
+
+        scheduler = nbcoll.optim.StepLR(optimizer, step_size=30, gamma=0.1)   # PyTorch's default gamma
+    """
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1) -> None:
+        if not isinstance(step_size, int) or step_size < 1:
+            raise ValueError(f"step_size: expected a positive integer, got {step_size!r}")
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        return base_lr * self.gamma ** (epoch // self.step_size)
+
+
+class CosineWarmupLR(LRScheduler):
+    """A linear warm-up from ``base / warmup_steps`` to ``base``, then a cosine decay to ``min_lr``.
+
+    Example::
+
+        scheduler = nbcoll.optim.CosineWarmupLR(optimizer, warmup_steps=100, total_steps=1000)
+        for batch in loader:
+            ...
+            optimizer.step()
+            scheduler.step()
+
+    With ``w = warmup_steps`` and ``T = total_steps``::
+
+        lr(t) = base * (t + 1) / w                                                    for t < w
+        lr(t) = min_lr + (base - min_lr) * (1 + cos(pi * (t - w) / (T - w))) / 2      for w <= t <= T
+        lr(t) = min_lr                                                                for t > T
+
+    The warm-up never gives a zero learning rate: the first step already moves the parameters.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> None:
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps: expected an integer >= 0, got {warmup_steps!r}")
+        if not isinstance(total_steps, int) or total_steps <= warmup_steps:
+            raise ValueError(f"total_steps: expected an integer > warmup_steps ({warmup_steps}), got {total_steps!r}")
+        if not min_lr >= 0:
+            raise ValueError(f"min_lr: must be >= 0, got {min_lr}")
+        self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
+        super().__init__(optimizer)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        if epoch < self.warmup_steps:
+            return base_lr * (epoch + 1) / self.warmup_steps
+        if epoch > self.total_steps:
+            return self.min_lr
+        progress = (epoch - self.warmup_steps) / (self.total_steps - self.warmup_steps)
+        return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))

@@ -1,0 +1,55 @@
+"""One seed for everything random that nbcoll draws: parameter initialisation and dropout masks.
+
+``manual_seed(s)`` restarts a NumPy generator; initialisers draw their values from it on the host (a model is
+initialised once, so the host is the simple place), and each dropout call draws from it the seed of its
+counter-based mask (see ``nbcoll.kernels.random``), which every backend turns into the same mask. The same seed
+and the same sequence of calls give the same parameters and the same masks on ``cuda``, ``sim`` and ``numpy``.
+
+Example::
+
+    import nbcoll
+    nbcoll.manual_seed(0)
+    a = nbcoll.nn.Linear(3, 2).weight.numpy()
+    nbcoll.manual_seed(0)
+    b = nbcoll.nn.Linear(3, 2).weight.numpy()      # equal to a
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+DEFAULT_SEED = 0
+"""The seed in force until ``manual_seed`` is called: runs are reproducible by default."""
+
+_lock = threading.Lock()  # a data loader's background thread may build tensors while the main thread draws
+_state = {"seed": DEFAULT_SEED, "generator": np.random.default_rng(DEFAULT_SEED)}
+
+
+def manual_seed(seed: int) -> None:
+    """Restart the generator behind initialisation and dropout from ``seed`` (an int in [0, 2**63))."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r}")
+    with _lock:
+        _state["seed"] = int(seed)
+        _state["generator"] = np.random.default_rng(int(seed))
+
+
+def initial_seed() -> int:
+    """The seed given to the last ``manual_seed`` (``DEFAULT_SEED`` before any)."""
+    return _state["seed"]
+
+
+def host_generator() -> np.random.Generator:
+    """The NumPy generator that initialisers draw from (shared: each draw moves it on)."""
+    return _state["generator"]
+
+
+def next_seed() -> int:
+    """A fresh 63-bit seed drawn from the generator, for one counter-based random kernel launch."""
+    with _lock:
+        return int(_state["generator"].integers(0, 2**63))
+
+
+__all__ = ["DEFAULT_SEED", "host_generator", "initial_seed", "manual_seed", "next_seed"]
