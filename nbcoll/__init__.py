@@ -14,7 +14,7 @@ from nbcoll.memory import DTYPES, empty, to_device, to_host, zeros
 
 from nbcoll import autograd, functional  # isort: skip
 from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
-from nbcoll.default_dtype import get_default_dtype, set_default_dtype  # isort: skip
+from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype  # isort: skip
 from nbcoll.seed import initial_seed, manual_seed  # isort: skip
 from nbcoll import nn  # isort: skip
 from nbcoll.serialization import load, save  # isort: skip

@@ -41,7 +41,7 @@ def test_unary_any_dtype(backend, op, dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("op", ["exp", "log", "sqrt", "tanh", "sigmoid"])
+@pytest.mark.parametrize("op", ["exp", "log", "sqrt", "tanh", "sigmoid", "erf"])
 def test_unary_float(backend, op, dtype, rng):
     rtol = 2e-3 if dtype == np.float16 else 1e-6 if dtype == np.float32 else 1e-12
     for n in [0, 1, 257]:

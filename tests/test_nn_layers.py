@@ -49,7 +49,10 @@ def params(module):
     return {name: p.numpy() for name, p in module.named_parameters()}
 
 
-def gelu_reference(x):
+erf = np.vectorize(math.erf)
+
+
+def gelu_tanh_reference(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
@@ -109,7 +112,8 @@ CASES = {
     "relu": (lambda: nn.ReLU(), lambda rng: [away_from_zero(rng, 2, 3)], lambda p, x: np.maximum(x, 0)),
     "tanh": (lambda: nn.Tanh(), lambda rng: [leaf(rng, 2, 3)], lambda p, x: np.tanh(x)),
     "sigmoid": (lambda: nn.Sigmoid(), lambda rng: [leaf(rng, 2, 3)], lambda p, x: 1 / (1 + np.exp(-x))),
-    "gelu": (lambda: nn.GELU(), lambda rng: [leaf(rng, 2, 3)], lambda p, x: gelu_reference(x)),
+    "gelu": (lambda: nn.GELU(), lambda rng: [leaf(rng, 2, 3)], lambda p, x: x * (1 + erf(x / math.sqrt(2))) / 2),
+    "gelu-tanh": (lambda: nn.GELU("tanh"), lambda rng: [leaf(rng, 2, 3)], lambda p, x: gelu_tanh_reference(x)),
     "sequential": (
         lambda: nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)),
         lambda rng: [leaf(rng, 2, 2)],
@@ -152,7 +156,17 @@ def test_layer_matches_reference_and_gradcheck_on_numpy(rng, name):
 
 # On the simulator a matmul launch costs about 0.1 s (a 16 x 16 tile of threads), so the gradient checks there use
 # the toy cases; the larger ones run forward only.
-DEVICE_GRADCHECK = ["embedding", "gelu", "layer-norm-toy", "linear-toy", "relu", "residual-toy", "sigmoid", "tanh"]
+DEVICE_GRADCHECK = [
+    "embedding",
+    "gelu",
+    "gelu-tanh",
+    "layer-norm-toy",
+    "linear-toy",
+    "relu",
+    "residual-toy",
+    "sigmoid",
+    "tanh",
+]
 DEVICE_FORWARD = ["layer-norm-2d-shape", "linear-3d-no-bias", "residual-projection", "sequential"]
 
 
@@ -265,7 +279,7 @@ def test_repr_of_layers():
     assert repr(nn.Embedding(5, 3)) == "Embedding(5, 3)"
     assert repr(nn.LayerNorm(4)) == "LayerNorm((4,), eps=1e-05, elementwise_affine=True)"
     assert repr(nn.Dropout(0.25)) == "Dropout(p=0.25)"
-    assert repr(nn.GELU()) == "GELU(approximate='tanh')"
+    assert repr(nn.GELU()) == "GELU(approximate='none')"
     assert repr(nn.Sequential(nn.Linear(1, 1), nn.ReLU())) == (
         "Sequential(\n  (0): Linear(in_features=1, out_features=1, bias=True)\n  (1): ReLU()\n)"
     )
@@ -300,8 +314,41 @@ def test_other_bad_use_is_a_clear_error():
     with pytest.raises(ValueError, match="in_features: expected an int >= 1, got 0"):
         nn.Linear(0, 2)
     with pytest.raises(ValueError, match="approximate"):
-        nn.GELU(approximate="none")
+        nn.GELU(approximate="erf")
     with pytest.raises(ValueError, match=r"Residual\(\): expected the block's output .* give Residual a projection"):
         nn.Residual(nn.Linear(2, 3))(tensor(np.ones((1, 2))))
-    with pytest.raises(TypeError, match="same dtype"):
+
+
+def test_embedding_padding_row_is_zero_and_gets_no_gradient(backend):
+    table = nn.Embedding(4, 2, padding_idx=-1)
+    assert table.padding_idx == 3 and repr(table) == "Embedding(4, 2, padding_idx=3)"
+    np.testing.assert_array_equal(table.weight.numpy()[3], [0, 0])
+    ids = np.array([[3, 1], [1, 3]])
+    out = table(ids)
+    np.testing.assert_array_equal(out.numpy()[0, 0], [0, 0])
+    np.testing.assert_array_equal(out.numpy()[0, 1], table.weight.numpy()[1])
+    out.sum().backward()
+    np.testing.assert_array_equal(table.weight.grad.numpy(), [[0, 0], [2, 2], [0, 0], [0, 0]])
+    with pytest.raises(ValueError, match="padding_idx"):
+        nn.Embedding(4, 2, padding_idx=4)
+
+
+def test_input_of_another_dtype_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"Linear\(.*\): expected input of dtype float64 .* got float32"):
         nn.Linear(2, 2)(tensor(np.ones((1, 2), np.float32)))
+    with pytest.raises(TypeError, match=r"LayerNorm\(.*\): expected input of dtype float64"):
+        nn.LayerNorm(2)(tensor(np.ones((1, 2), np.float32)))
+
+
+def test_module_dict():
+    heads = nn.ModuleDict({"digit": nn.Linear(2, 3), "parity": nn.Linear(2, 1)})
+    assert list(heads) == ["digit", "parity"] and len(heads) == 2 and "digit" in heads
+    assert [n for n, _ in heads.named_parameters()][:2] == ["digit.weight", "digit.bias"]
+    heads["extra"] = nn.ReLU()
+    assert list(heads.keys()) == ["digit", "parity", "extra"]
+    del heads["extra"]
+    assert [type(m).__name__ for m in heads.values()] == ["Linear", "Linear"]
+    with pytest.raises(KeyError, match="no module 'nope'"):
+        heads["nope"]
+    with pytest.raises(TypeError, match="expected a Module"):
+        heads["bad"] = 3

@@ -84,6 +84,15 @@ def _sigmoid(v):
     return e / (1 + e)
 
 
+def _erf(v):
+    return math.erf(v)
+
+
+def _erf_reference(x: np.ndarray) -> np.ndarray:
+    # NumPy has no erf; Python's, element by element, is the reference (exact to the last bit or so).
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
 def _add(a, b):
     return a + b
 
@@ -147,6 +156,7 @@ UNARY_OPS = {
     "sqrt": (_sqrt, np.sqrt, True),
     "tanh": (_tanh, np.tanh, True),
     "sigmoid": (_sigmoid, lambda x: np.exp(-np.logaddexp(np.zeros((), x.dtype), -x)).astype(x.dtype), True),
+    "erf": (_erf, _erf_reference, True),
 }
 BINARY_OPS = {
     "add": (_add, np.add, False),

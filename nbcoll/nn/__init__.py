@@ -13,7 +13,7 @@ Example::
 
 from nbcoll.nn import init
 from nbcoll.nn.activation import GELU, ReLU, Sigmoid, Tanh
-from nbcoll.nn.container import ModuleList, Sequential
+from nbcoll.nn.container import ModuleDict, ModuleList, Sequential
 from nbcoll.nn.dropout import Dropout
 from nbcoll.nn.embedding import Embedding
 from nbcoll.nn.linear import Identity, Linear
@@ -38,6 +38,7 @@ __all__ = [
     "Linear",
     "MSELoss",
     "Module",
+    "ModuleDict",
     "ModuleList",
     "NLLLoss",
     "Parameter",

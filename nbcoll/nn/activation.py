@@ -7,9 +7,14 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 from nbcoll.nn.module import Module
 from nbcoll.nn.shapes import check_input
 from nbcoll.tensors import Tensor
+from nbcoll.tensors.ops.special import Erf
+
+SQRT_HALF = math.sqrt(0.5)
 
 
 class ReLU(Module):
@@ -49,24 +54,29 @@ class Sigmoid(Module):
 
 
 class GELU(Module):
-    """``for i: y[i] = 0.5 * x[i] * (1 + tanh(sqrt(2/pi) * (x[i] + 0.044715 * x[i]**3)))``; any shape.
+    """``for i: y[i] = x[i] * Phi(x[i]) = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2)))``; any shape.
 
-    This is the tanh form, PyTorch's ``GELU(approximate="tanh")`` (GPT-2's); it differs from the exact form
-    ``x * Phi(x)`` by less than 1e-3. Only ``approximate="tanh"`` is accepted, so that no one gets it unknowingly.
+    ``approximate="tanh"`` uses ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`` instead (GPT-2's
+    form), which differs from the exact one by less than 1e-3. Both are compositions of Tensor operations, so
+    their gradients come from the operations' own backward functions.
 
     Example::
 
-        GELU()(nbcoll.tensor([1.0]))            # tensor([0.841192])
+        GELU()(nbcoll.tensor([1.0]))                         # tensor([0.8413447])
+        GELU(approximate="tanh")(nbcoll.tensor([1.0]))       # tensor([0.841192])
     """
 
-    def __init__(self, approximate: str = "tanh") -> None:
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
-        if approximate != "tanh":
-            raise ValueError(f"approximate: only the tanh form of GELU is implemented, got {approximate!r}")
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"approximate: expected 'none' (the exact GELU) or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return check_input(self, x, (...,)).gelu()
+        x = check_input(self, x, (...,))
+        if self.approximate == "tanh":
+            return x.gelu()
+        return 0.5 * x * (Erf.apply(x * SQRT_HALF) + 1.0)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"

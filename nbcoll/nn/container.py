@@ -1,4 +1,4 @@
-"""Containers: ``Sequential`` chains modules, ``ModuleList`` holds them for a forward that the user writes.
+"""Containers: ``Sequential`` chains modules; ``ModuleList`` and ``ModuleDict`` hold them for your own forward.
 
 Example::
 
@@ -135,4 +135,51 @@ class ModuleList(Module):
         raise NotImplementedError("ModuleList has no forward: iterate over it in the forward of its parent")
 
 
-__all__ = ["ModuleList", "Sequential"]
+class ModuleDict(Module):
+    """A dict of modules whose parameters the parent sees, in insertion order (heads of a multi-task model).
+
+    Example::
+
+        heads = ModuleDict({"digit": Linear(64, 10), "parity": Linear(64, 2)})
+        logits = {name: head(features) for name, head in heads.items()}
+    """
+
+    def __init__(self, modules: dict[str, Module] | None = None) -> None:
+        super().__init__()
+        for name, module in (modules or {}).items():
+            self[name] = module
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._modules
+
+    def __getitem__(self, name: str) -> Module:
+        if name not in self._modules:
+            raise KeyError(f"name: no module {name!r} in this ModuleDict (it has {list(self._modules)})")
+        return self._modules[name]
+
+    def __setitem__(self, name: str, module: Module) -> None:
+        self.add_module(name, _module(module, f"modules[{name!r}]"))
+
+    def __delitem__(self, name: str) -> None:
+        del self._modules[name]
+
+    def keys(self) -> Iterable[str]:
+        return self._modules.keys()
+
+    def values(self) -> Iterable[Module]:
+        return self._modules.values()
+
+    def items(self) -> Iterable[tuple[str, Module]]:
+        return self._modules.items()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleDict has no forward: pick its modules in the forward of its parent")
+
+
+__all__ = ["ModuleDict", "ModuleList", "Sequential"]

@@ -17,7 +17,7 @@ from nbcoll.kernels.index import check_indices
 from nbcoll.nn import init
 from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.module import Module
-from nbcoll.nn.parameter import Parameter
+from nbcoll.nn.parameter import Parameter, write_values
 from nbcoll.nn.shapes import describe, positive_int
 from nbcoll.tensors import Tensor
 
@@ -26,33 +26,53 @@ class Embedding(Module):
     """``y[..., :] = weight[ids[...], :]``: ids of any shape give ``ids.shape + (embedding_dim,)``.
 
     ``weight`` is ``(num_embeddings, embedding_dim)``, initialised from N(0, 1) as in PyTorch. The backward pass
-    adds the gradient of every position into its row; rows used twice receive the sum.
+    adds the gradient of every position into its row; rows used twice receive the sum. With ``padding_idx``, that
+    row starts at zeros, positions holding it give zeros, and it receives no gradient (so it stays zeros).
 
     Example::
 
-        table = Embedding(5, 3)
-        table(nbcoll.tensor([4, 4])).shape       # (2, 3)
+        table = Embedding(5, 3, padding_idx=0)
+        table(nbcoll.tensor([4, 0])).shape       # (2, 3); the second row is zeros
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: Any = None) -> None:
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, dtype: Any = None
+    ) -> None:
         super().__init__()
         self.num_embeddings = positive_int(num_embeddings, "num_embeddings")
         self.embedding_dim = positive_int(embedding_dim, "embedding_dim")
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError(
+                    f"padding_idx: expected an index in [-{num_embeddings}, {num_embeddings}), got {padding_idx}"
+                )
+            padding_idx = int(padding_idx) % self.num_embeddings
+        self.padding_idx = padding_idx
         self.weight = Parameter(np.zeros((self.num_embeddings, self.embedding_dim), parameter_dtype(dtype)))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
+        if self.padding_idx is not None:
+            values = self.weight.numpy()
+            values[self.padding_idx] = 0
+            write_values(self.weight, values)
 
     def forward(self, ids: Any) -> Tensor:
         ids = ids if isinstance(ids, Tensor) else Tensor(np.asarray(ids))
         if ids.dtype.kind not in "iu":
             raise TypeError(f"{describe(self)}: expected integer ids, got dtype {ids.dtype}")
         check_indices(ids.data, self.num_embeddings, f"{describe(self)}: input")
-        return F.embedding(ids, self.weight)
+        vectors = F.embedding(ids, self.weight)
+        if self.padding_idx is None:
+            return vectors
+        # Zeroing the padding positions also stops their gradient from reaching the padding row.
+        keep = (ids != self.padding_idx).astype(vectors.dtype).reshape(*ids.shape, 1)
+        return vectors * keep
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
 
 
 __all__ = ["Embedding"]

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll.default_dtype import get_default_dtype
 from nbcoll.nn import init
 from nbcoll.nn.module import Module
 from nbcoll.nn.parameter import Parameter
 from nbcoll.nn.shapes import check_input, positive_int
 from nbcoll.tensors import Tensor
+from nbcoll.tensors.dtypes import get_default_dtype
 
 
 def parameter_dtype(dtype: Any) -> np.dtype:
@@ -31,7 +31,7 @@ class Linear(Module):
     """``for each row x: y[o] = sum_i x[i] * weight[o, i] + bias[o]``; weight is (out_features, in_features).
 
     Input ``(*, in_features)``, output ``(*, out_features)``. Initialised as PyTorch's: weight and bias uniform in
-    ``[-1/sqrt(in_features), 1/sqrt(in_features)]`` (kaiming_uniform_ with ``a = sqrt(5)`` for the weight).
+    ``[-1/sqrt(in_features), 1/sqrt(in_features)]`` (``kaiming_uniform_`` with ``a = sqrt(5)`` for the weight).
 
     Example::
 
@@ -58,7 +58,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = check_input(self, x, (..., self.in_features))
+        x = check_input(self, x, (..., self.in_features), dtype=self.weight.dtype)
         y = x @ self.weight.T
         return y if self.bias is None else y + self.bias
 

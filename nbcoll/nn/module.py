@@ -25,13 +25,15 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from nbcoll import memory
-from nbcoll.nn.parameter import Parameter, write_values
+from nbcoll.nn.functional_call import functional_call
+from nbcoll.nn.parameter import Parameter, copy_tensor, write_values
 from nbcoll.tensors import RemovableHandle, Tensor, no_grad
 
 ForwardPreHook = Callable[["Module", tuple], Any]
@@ -378,6 +380,23 @@ class Module:
         self._forward_hooks.append(hook)
         return RemovableHandle(self._forward_hooks, hook)
 
+    # -- copying -----------------------------------------------------------------------------------------------
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Module:
+        """``copy.deepcopy(model)``: an independent model; parameters and buffers are copied through the host.
+
+        Shared parameters and sub-modules stay shared in the copy (``memo`` maps each original to its copy).
+        """
+        for module in self.modules():
+            for member in [*module._parameters.values(), *module._buffers.values()]:
+                if member is not None and id(member) not in memo:
+                    memo[id(member)] = copy_tensor(member)
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in self.__dict__.items():
+            object.__setattr__(copied, name, copy.deepcopy(value, memo))
+        return copied
+
     # -- printing ----------------------------------------------------------------------------------------------
 
     def extra_repr(self) -> str:
@@ -393,32 +412,6 @@ class Module:
             return f"{type(self).__name__}({''.join(lines)})"
         body = "".join(f"\n  {line}" for line in lines)
         return f"{type(self).__name__}({body}\n)"
-
-
-def functional_call(module: Module, tensors: dict[str, Tensor], *args: Any, **kwargs: Any) -> Any:
-    """Call ``module(*args, **kwargs)`` with some parameters or buffers replaced by ``tensors`` (dotted names).
-
-    The replacements may be any Tensors (a gradient check passes float64 copies it perturbs); the module's own
-    members are back in place when the call returns or raises.
-
-    Example::
-
-        y = functional_call(linear, {"weight": w2}, x)      # linear's forward with weight w2
-    """
-    swapped: list[tuple[dict[str, Any], str, Any]] = []
-    try:
-        for dotted, tensor in tensors.items():
-            owner_path, _, name = dotted.rpartition(".")
-            owner = module.get_submodule(owner_path)
-            store = owner._parameters if name in owner._parameters else owner._buffers
-            if name not in store:
-                raise KeyError(f"tensors: {type(owner).__name__} has no parameter or buffer {name!r} (in {dotted!r})")
-            swapped.append((store, name, store[name]))
-            store[name] = tensor
-        return module(*args, **kwargs)
-    finally:
-        for store, name, original in reversed(swapped):
-            store[name] = original
 
 
 __all__ = ["ForwardHook", "ForwardPreHook", "IncompatibleKeys", "Module", "functional_call"]

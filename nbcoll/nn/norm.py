@@ -58,7 +58,8 @@ class LayerNorm(Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        x = check_input(self, x, (..., *self.normalized_shape))
+        dtype = None if self.weight is None else self.weight.dtype
+        x = check_input(self, x, (..., *self.normalized_shape), dtype=dtype)
         if len(self.normalized_shape) == 1:
             return F.layer_norm(x, self.weight, self.bias, self.eps)
         # The kernel normalises the last axis: flatten the normalised dimensions into one, then restore them.

@@ -47,6 +47,21 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+def copy_tensor(source: Tensor) -> Tensor:
+    """A new leaf of the same class (Parameter or Tensor) with a copy of ``source``'s values and gradient.
+
+    The values travel through the host: a device array of the simulator or of a GPU cannot be deep-copied as a
+    Python object, and one copy each way is what a model copy costs anyway.
+    """
+    if isinstance(source, Parameter):
+        copied: Tensor = Parameter(from_host(source.numpy()), requires_grad=source.requires_grad)
+    else:
+        copied = Tensor(from_host(source.numpy()), requires_grad=source.requires_grad and source.is_leaf)
+    if source.grad is not None:
+        copied.grad = Tensor(from_host(source.grad.numpy()))
+    return copied
+
+
 def write_values(target: Tensor, values: Any) -> None:
     """Overwrite the elements of ``target`` with ``values`` (host data of its shape), keeping its device array.
 
@@ -65,4 +80,4 @@ def write_values(target: Tensor, values: Any) -> None:
         array.copy_to_device(host.reshape(tuple(array.shape)))
 
 
-__all__ = ["Parameter", "write_values"]
+__all__ = ["Parameter", "copy_tensor", "write_values"]

@@ -46,8 +46,13 @@ def describe(layer: Module) -> str:
     return f"{type(layer).__name__}({layer.extra_repr()})"
 
 
-def check_input(layer: Module, x: Any, patterns: Pattern | list[Pattern], name: str = "input") -> Tensor:
-    """``x`` as a Tensor, or ``ValueError`` naming the layer, the expected shape(s) and the actual shape."""
+def check_input(
+    layer: Module, x: Any, patterns: Pattern | list[Pattern], name: str = "input", dtype: Any = None
+) -> Tensor:
+    """``x`` as a Tensor, or ``ValueError`` naming the layer, the expected shape(s) and the actual shape.
+
+    With ``dtype`` (the layer's parameters' dtype), an input of another dtype is a ``TypeError`` that says so.
+    """
     if not isinstance(x, Tensor):
         if isinstance(x, np.ndarray):
             x = Tensor(x)
@@ -57,6 +62,11 @@ def check_input(layer: Module, x: Any, patterns: Pattern | list[Pattern], name: 
     if not any(_matches(x.shape, pattern) for pattern in choices):
         expected = " or ".join(format_pattern(p) for p in choices)
         raise ValueError(f"{describe(layer)}: expected {name} of shape {expected}, got {x.shape}")
+    if dtype is not None and x.dtype != np.dtype(dtype):
+        raise TypeError(
+            f"{describe(layer)}: expected {name} of dtype {np.dtype(dtype)} (the parameters' dtype), got {x.dtype}; "
+            "convert the input with astype() or the layer with to()"
+        )
     return x
 
 
