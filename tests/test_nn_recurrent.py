@@ -141,6 +141,8 @@ def test_gated_cell_gradients_on_the_device_backend_equal_numpy(rng, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("num_layers, batch_first", [(1, False), (2, True)])
 def test_sequence_layer_matches_numpy_over_several_steps(backend, rng, kind, num_layers, batch_first):
+    if backend != "numpy" and kind == "rnn_relu":
+        pytest.skip("the simulator runs every thread in Python: rnn_tanh covers the plain cell there")
     steps, batch, features, hidden = (3, 2, 2, 3) if backend == "numpy" else (2, 1, 2, 2)
     layer = make_layer(kind, features, hidden, num_layers=num_layers, batch_first=batch_first)
     x = rng.standard_normal((steps, batch, features))
@@ -171,7 +173,7 @@ def test_sequence_layer_gradcheck_from_a_given_state(rng):
         assert gradcheck_module(layer, [tensor64(rng, 1, 4, 2), tensor64(rng, 1, 1, 2)], atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_sequence_layer_gradients_on_the_device_backend_equal_numpy(rng, kind):
     x = rng.standard_normal((2, 1, 2))
     assert_same_gradients_as_numpy(lambda: make_layer(kind, 2, 2), [x])
@@ -203,26 +205,27 @@ def test_dropout_between_layers_only_in_training(rng):
 
 
 def test_wrong_shapes_name_the_layer_the_expected_and_the_actual_shape():
+    def zeros(*shape):
+        return nbcoll.tensor(np.zeros(shape, np.float32))
+
     with nbcoll.use_backend("numpy"):
-        x = nbcoll.tensor(np.zeros((4, 2, 5)))
+        x = zeros(4, 2, 5)
         with pytest.raises(
             ValueError, match=r"LSTM\(3, 4, .*expected input of shape \(seq, batch, 3\) .*got \(4, 2, 5\)"
         ):
             nn.LSTM(3, 4)(x)
         with pytest.raises(ValueError, match=r"GRU\(5, 4.*batch_first=True.*\(batch, seq, 5\)"):
-            nn.GRU(5, 4, batch_first=True)(nbcoll.tensor(np.zeros((2, 5))).reshape(1, 2, 5).reshape(2, 5, 1))
+            nn.GRU(5, 4, batch_first=True)(zeros(2, 5, 1))
         with pytest.raises(ValueError, match=r"RNN\(5, 4.*expected hx of shape \(1, 2, 4\), got \(2, 4\)"):
-            nn.RNN(5, 4)(x, nbcoll.tensor(np.zeros((2, 4))))
+            nn.RNN(5, 4)(x, zeros(2, 4))
         with pytest.raises(
             ValueError, match=r"RNNCell\(3, 2.*expected input of shape \(batch, 3\) or \(3,\), got \(2, 4\)"
         ):
-            nn.RNNCell(3, 2)(nbcoll.tensor(np.zeros((2, 4))))
+            nn.RNNCell(3, 2)(zeros(2, 4))
         with pytest.raises(ValueError, match=r"LSTMCell\(3, 2.*expected hx\[1\] of shape \(4, 2\), got \(4, 3\)"):
-            nn.LSTMCell(3, 2)(
-                nbcoll.tensor(np.zeros((4, 3))), (nbcoll.tensor(np.zeros((4, 2))), nbcoll.tensor(np.zeros((4, 3))))
-            )
+            nn.LSTMCell(3, 2)(zeros(4, 3), (zeros(4, 2), zeros(4, 3)))
         with pytest.raises(ValueError, match="the sequence is empty"):
-            nn.GRU(5, 4)(nbcoll.tensor(np.zeros((0, 2, 5))))
+            nn.GRU(5, 4)(zeros(0, 2, 5))
         with pytest.raises(ValueError, match="nonlinearity"):
             nn.RNN(5, 4, nonlinearity="sigmoid")
         with pytest.raises(ValueError, match="hidden_size"):

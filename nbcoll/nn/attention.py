@@ -108,7 +108,7 @@ class MultiheadAttention(Module):
     def _batch_major(self, x: Any, width: int, name: str) -> tuple[Tensor, bool]:
         """``x`` as (N, length, width) and whether it was batched."""
         batched = ("N", "length", width) if self.batch_first else ("length", "N", width)
-        x = check_input(self, x, [batched, ("length", width)], name=name)
+        x = check_input(self, x, [batched, ("length", width)], name=name, dtype=self.q_proj.weight.dtype)
         if x.ndim == 2:
             return x.reshape(1, *x.shape), False
         return (x if self.batch_first else x.transpose(1, 0, 2)), True
@@ -236,7 +236,7 @@ class TransformerBlock(Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.attn.num_heads}, causal={self.causal}"
 
     def forward(self, x: Tensor, attn_mask: Any = None, key_padding_mask: Any = None) -> Tensor:
-        x = check_input(self, x, ("N", "L", self.embed_dim))
+        x = check_input(self, x, ("N", "L", self.embed_dim), dtype=self.attn.q_proj.weight.dtype)
         h = self.ln1(x)
         attended, _ = self.attn(
             h, h, h, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=attn_mask, is_causal=self.causal

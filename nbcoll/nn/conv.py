@@ -123,7 +123,7 @@ class Conv2d(Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        x = check_input(self, x, ("N", self.in_channels, "H", "W"))
+        x = check_input(self, x, ("N", self.in_channels, "H", "W"), dtype=self.weight.dtype)
         geometry = _geometry(self, x, self.kernel_size, self.stride, self.padding, self.dilation)
         return _convolve(x, self.weight, self.bias, geometry)
 

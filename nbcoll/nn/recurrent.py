@@ -112,13 +112,14 @@ class _Cell(Module):
 
     def _check(self, x: Any, hx: Any, name: str = "hx") -> tuple[Tensor, Tensor | None, bool]:
         """The input as (batch, input) and whether it came unbatched; the state checked against it."""
-        x = check_input(self, x, [("batch", self.input_size), (self.input_size,)])
+        dtype = self.weight_ih.dtype
+        x = check_input(self, x, [("batch", self.input_size), (self.input_size,)], dtype=dtype)
         batched = x.ndim == 2
         if not batched:
             x = x.reshape(1, self.input_size)
         if hx is not None:
             want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
-            hx = check_input(self, hx, want, name=name).reshape(x.shape[0], self.hidden_size)
+            hx = check_input(self, hx, want, name=name, dtype=dtype).reshape(x.shape[0], self.hidden_size)
         return x, hx, batched
 
     def _input_part(self, x: Tensor) -> Tensor:
@@ -249,7 +250,7 @@ class _Recurrent(Module):
     def _time_major(self, x: Any) -> tuple[Tensor, bool]:
         """The input as (T, B, input) and whether it was batched; T must be at least 1."""
         batched_shape = ("batch", "seq", self.input_size) if self.batch_first else ("seq", "batch", self.input_size)
-        x = check_input(self, x, [batched_shape, ("seq", self.input_size)])
+        x = check_input(self, x, [batched_shape, ("seq", self.input_size)], dtype=self.weight_ih_l0.dtype)
         if x.shape[0 if x.ndim == 2 or not self.batch_first else 1] == 0:
             raise ValueError(f"{type(self).__name__}: the sequence is empty (input shape {x.shape})")
         if x.ndim == 2:
@@ -262,7 +263,8 @@ class _Recurrent(Module):
         if hx is None:
             return [_zeros((batch, self.hidden_size), x)] * self.num_layers
         want = (self.num_layers, batch, self.hidden_size) if batched else (self.num_layers, self.hidden_size)
-        hx = check_input(self, hx, want, name=name).reshape(self.num_layers, batch, self.hidden_size)
+        hx = check_input(self, hx, want, name=name, dtype=x.dtype)
+        hx = hx.reshape(self.num_layers, batch, self.hidden_size)
         return [h.reshape(batch, self.hidden_size) for h in F.split(hx, self.num_layers, axis=0)]
 
     def _run(self, x: Tensor, states: list[Any]) -> tuple[Tensor, list[Any]]:
