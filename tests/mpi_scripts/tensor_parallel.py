@@ -218,17 +218,22 @@ def check_bad_use(comm) -> int:
     return 5
 
 
+def run(comm, steps: int = 3) -> int:
+    """Every case on ``comm`` (float64 must be the default dtype); returns how many passed."""
+    cases = check_meshes(comm)
+    cases += check_layers(comm)
+    cases += check_cross_entropy(comm)
+    cases += check_training(comm, steps)
+    return cases + check_bad_use(comm)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
-    cases = check_meshes(comm)
-    cases += check_layers(comm)
-    cases += check_cross_entropy(comm)
-    cases += check_training(comm, args.steps)
-    cases += check_bad_use(comm)
+    cases = run(comm, args.steps)
     comm.destroy()
     print(f"rank {comm.rank}: tensor parallel ok: {cases} cases", flush=True)
 

@@ -1,0 +1,34 @@
+"""Every model-parallel case in one launch (one start of the ranks instead of one per strategy).
+
+``mpiexec -n 4 python model_parallel.py [--out DIR]`` runs the mesh and tensor-parallel cases, then the pipeline
+cases; prints ``<name> ok: N cases`` for each on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pipeline
+import tensor_parallel
+
+import nbcoll
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--out", default="", help="a folder for the pipeline timelines rank 0 draws")
+    args = parser.parse_args()
+    nbcoll.set_default_dtype(np.float64)
+    comm = nbcoll.init()
+    for name, run in [
+        ("tensor parallel", lambda: tensor_parallel.run(comm, args.steps)),
+        ("pipeline", lambda: pipeline.run(comm, args.steps, args.out)),
+    ]:
+        print(f"rank {comm.rank}: {name} ok: {run()} cases", flush=True)
+    comm.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Meshes, tensor and pipeline parallelism under mpiexec: one launch per rank count runs every case.
+
+``mpi_scripts/model_parallel.py`` runs ``mpi_scripts/tensor_parallel.py`` (the mesh communicators; the split
+layers against the full ones, forward and every gradient; the vocabulary-parallel cross-entropy, its value,
+gradient and a peak memory of one process's over the rank count; three SGD steps of a two-block transformer LM
+against one process) and ``mpi_scripts/pipeline.py`` (GPipe and 1F1B trained three steps against one process;
+the bubble counted from the recorded schedule; the micro-batches in flight; the timelines drawn). Float64,
+1e-10 relative. The schedules themselves, which need no ranks, are checked here directly.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from nbcoll.parallel.pipeline_schedule import (
+    SCHEDULES,
+    bubble_fraction,
+    draw_timeline,
+    peak_in_flight,
+    schedule_actions,
+    timeline,
+)
+from nbcoll.testing import run_ranks
+
+SCRIPT = Path(__file__).parent / "mpi_scripts" / "model_parallel.py"
+CASES = {1: (7, 8), 2: (17, 8), 3: (17, 8), 4: (21, 8)}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_tensor_and_pipeline_parallel_equal_one_process(nprocs, tmp_path):
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}
+    result = run_ranks(nprocs, SCRIPT, "--out", str(tmp_path), env=env, timeout=300)
+    tensor_cases, pipeline_cases = CASES[nprocs]
+    for rank in range(nprocs):
+        assert f"tensor parallel ok: {tensor_cases} cases" in result.outputs[rank], result.report()
+        assert f"pipeline ok: {pipeline_cases} cases" in result.outputs[rank], result.report()
+    assert (tmp_path / "1f1b_m8.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("chunks", [1, 2, 3, 8])
+def test_bubble_and_in_flight_counted_from_the_schedule(schedule, stages, chunks):
+    actions = [schedule_actions(schedule, stages, s, chunks) for s in range(stages)]
+    for stage_actions in actions:  # every micro-batch forward once, then backward once
+        assert sorted(stage_actions) == sorted([("F", i) for i in range(chunks)] + [("B", i) for i in range(chunks)])
+    assert bubble_fraction(timeline(actions)) == pytest.approx((stages - 1) / (chunks + stages - 1), abs=1e-12)
+    peak = max(peak_in_flight(a) for a in actions)
+    assert peak == (chunks if schedule == "gpipe" else min(stages, chunks))
+
+
+def test_a_timeline_is_drawn_and_a_deadlocked_order_refused(tmp_path):
+    cells = timeline([schedule_actions("1f1b", 3, s, 4) for s in range(3)])
+    assert Path(draw_timeline(cells, tmp_path / "t.png")).stat().st_size > 0
+    with pytest.raises(ValueError, match="wait on each other"):
+        timeline([[("B", 0), ("F", 0)], [("F", 0), ("B", 0)]])
+    with pytest.raises(ValueError, match="schedule"):
+        schedule_actions("interleaved", 2, 0, 4)
