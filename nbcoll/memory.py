@@ -252,6 +252,18 @@ def require_contiguous(x: Any, arg: str) -> None:
         raise ValueError(f"{arg}: must be C-contiguous (got strides {x.strides} for shape {x.shape}); copy it first")
 
 
+def require_writable(x: Any, arg: str) -> None:
+    """Raise ``ValueError`` naming ``arg`` when the device array ``x`` cannot be written (an output buffer)."""
+    host = x if isinstance(x, np.ndarray) else getattr(x, "_ary", None)  # the simulator's arrays wrap an ndarray
+    if host is not None:
+        read_only = not host.flags.writeable
+    else:
+        interface = getattr(x, "__cuda_array_interface__", None)
+        read_only = bool(interface and interface["data"][1])
+    if read_only:
+        raise ValueError(f"{arg}: is read-only, but this call writes its result there; pass a writable array")
+
+
 def address_range(x: Any) -> tuple[int, int]:
     """The bytes ``[start, end)`` that a contiguous device array occupies, to tell aliasing arrays apart."""
     nbytes = int(x.size) * x.dtype.itemsize

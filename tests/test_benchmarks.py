@@ -45,6 +45,18 @@ def test_kernel_benchmarks_run_at_tiny_sizes(backend, tmp_path):
     assert all((r["numpy_rate"] is not None) == (backend == "numpy") for r in report["results"])
 
 
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_training_benchmark_runs_at_tiny_sizes(backend, tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "training.py"), "--tiny", "--out", str(tmp_path)],
+                env={"NBCOLL_BACKEND": backend})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / f"training_{backend}_tiny.json").read_text())
+    for row in report["results"]:
+        assert row["nbcoll_ms"] > 0 and row["numpy_ms"] > 0 and row["ratio"] > 0
+        assert row["max_param_difference"] < 1e-4  # the same trajectory: both sides agree to rounding
+    assert "ratio" in done.stdout
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):

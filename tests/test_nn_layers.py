@@ -84,6 +84,11 @@ CASES = {
         lambda rng: [leaf(rng, 1, 2)],
         lambda p, x: x @ p["weight"].T + p["bias"],
     ),
+    "linear-3d-toy": (
+        lambda: nn.Linear(1, 2, bias=False),
+        lambda rng: [leaf(rng, 1, 1, 1)],
+        lambda p, x: x @ p["weight"].T,
+    ),
     "embedding": (
         lambda: nn.Embedding(4, 2),
         lambda rng: [np.array([[3, 0], [3, 1]])],
@@ -104,6 +109,11 @@ CASES = {
         lambda rng: [leaf(rng, 1, 2, 2)],
         lambda p, x: layer_norm_reference(x, p["weight"], p["bias"], (-2, -1)),
     ),
+    "layer-norm-2d-toy": (
+        lambda: nn.LayerNorm((1, 2)),
+        lambda rng: [leaf(rng, 1, 1, 2)],
+        lambda p, x: layer_norm_reference(x, p["weight"], p["bias"], (-2, -1)),
+    ),
     "layer-norm-no-bias": (
         lambda: nn.LayerNorm(3, bias=False),
         lambda rng: [leaf(rng, 2, 3)],
@@ -118,6 +128,11 @@ CASES = {
         lambda: nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)),
         lambda rng: [leaf(rng, 2, 2)],
         lambda p, x: np.tanh(x @ p["0.weight"].T + p["0.bias"]) @ p["2.weight"].T + p["2.bias"],
+    ),
+    "sequential-toy": (
+        lambda: nn.Sequential(nn.Linear(1, 1), nn.Tanh()),
+        lambda rng: [leaf(rng, 1, 1)],
+        lambda p, x: np.tanh(x @ p["0.weight"].T + p["0.bias"]),
     ),
     "residual": (
         lambda: nn.Residual(nn.Sequential(nn.Linear(2, 2), nn.Tanh())),
@@ -155,19 +170,21 @@ def test_layer_matches_reference_and_gradcheck_on_numpy(rng, name):
 
 
 # On the simulator a matmul launch costs about 0.1 s (a 16 x 16 tile of threads), so the gradient checks there use
-# the toy cases; the larger ones run forward only.
+# the toy cases (a Linear with bias is checked inside sequential-toy); the larger ones run forward only.
 DEVICE_GRADCHECK = [
     "embedding",
     "gelu",
     "gelu-tanh",
+    "layer-norm-2d-toy",
     "layer-norm-toy",
-    "linear-toy",
+    "linear-3d-toy",
     "relu",
     "residual-toy",
+    "sequential-toy",
     "sigmoid",
     "tanh",
 ]
-DEVICE_FORWARD = ["layer-norm-2d-shape", "linear-3d-no-bias", "residual-projection", "sequential"]
+DEVICE_FORWARD = ["layer-norm-2d-shape", "linear", "linear-3d-no-bias", "residual-projection", "sequential"]
 
 
 @pytest.mark.parametrize("name", DEVICE_GRADCHECK)
@@ -352,3 +369,21 @@ def test_module_dict():
         heads["nope"]
     with pytest.raises(TypeError, match="expected a Module"):
         heads["bad"] = 3
+
+
+def test_a_small_model_learns_xor_with_plain_gradient_descent():
+    with nbcoll.use_backend("numpy"):
+        nbcoll.manual_seed(1)
+        model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2))
+        x = tensor(np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]))
+        y = np.array([0, 1, 1, 0])
+        loss_fn = nn.CrossEntropyLoss()
+        for _ in range(300):
+            model.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            with nbcoll.no_grad():
+                for p in model.parameters():
+                    p.data = (p - 0.5 * p.grad).data
+        assert loss.item() < 0.05
+        np.testing.assert_array_equal(model(x).argmax(axis=1).numpy(), y)

@@ -175,6 +175,7 @@ def test_losses_on_the_device_backend(rng):
         np.testing.assert_allclose(
             nn.NLLLoss()(logp, [1, 0]).numpy(), -(logp.numpy()[0, 1] + logp.numpy()[1, 0]) / 2, rtol=1e-12
         )
+        assert gradcheck(lambda logp: nn.NLLLoss()(logp, [1, 0]), [logp])
 
 
 def test_targets_out_of_range_and_wrong_shapes_are_clear_errors(numpy_backend):

@@ -98,6 +98,8 @@ class NLLLoss(Module):
 
     def _rows(self, input: Tensor, target: Any) -> tuple[Tensor, np.ndarray, int]:  # noqa: A002
         """``input`` as ``(positions, C)`` rows (classes last) and the targets as a host array, both checked."""
+        if not isinstance(input, Tensor) or input.dtype.kind != "f":
+            raise TypeError(f"{describe(self)}: expected a floating-point Tensor as input, got {input!r}")
         if input.ndim == 0:
             raise ValueError(f"{describe(self)}: expected input of shape (N, C), (C,) or (N, C, d1, ...), got ()")
         target = _as_tensor(target)
@@ -131,7 +133,7 @@ class NLLLoss(Module):
         class_weight = 1.0 if self.class_weight is None else self.class_weight[safe]
         return (keep * class_weight).astype(dtype), safe
 
-    def _nll(self, logp: Tensor, targets: np.ndarray, weights: np.ndarray, safe: np.ndarray) -> Tensor:
+    def _nll(self, logp: Tensor, weights: np.ndarray, safe: np.ndarray) -> Tensor:
         picked = logp.gather(safe.reshape(-1, 1), axis=1).reshape(-1)
         return -(picked * tensor(weights, dtype=logp.dtype))
 
@@ -144,7 +146,7 @@ class NLLLoss(Module):
         logp, targets, _ = self._rows(input, target)
         weights, safe = self._weights(targets, logp.dtype)
         target_shape = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
-        return self._finish(self._nll(logp, targets, weights, safe), weights, target_shape)
+        return self._finish(self._nll(logp, weights, safe), weights, target_shape)
 
     def extra_repr(self) -> str:
         return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}"
@@ -180,7 +182,7 @@ class CrossEntropyLoss(NLLLoss):
         class_axis = 0 if input.ndim == 1 else 1
         logp, targets, classes = self._rows(input.log_softmax(axis=class_axis) if input.ndim else input, target)
         weights, safe = self._weights(targets, logp.dtype)
-        loss = self._nll(logp, targets, weights, safe)
+        loss = self._nll(logp, weights, safe)
         eps = self.label_smoothing
         if eps > 0:
             class_weight = np.ones(classes) if self.class_weight is None else self.class_weight

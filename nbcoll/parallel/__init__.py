@@ -11,5 +11,7 @@ Example::
 """
 
 from nbcoll.parallel import functional
+from nbcoll.parallel.data_parallel import DistributedDataParallel
+from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
-__all__ = ["functional"]
+__all__ = ["DistributedDataParallel", "ZeroRedundancyOptimizer", "functional"]
