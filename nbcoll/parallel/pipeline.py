@@ -12,7 +12,9 @@ the other, Megatron's ``send_forward_recv_backward``. The shape of the activatio
 header before micro-batch 0, and all micro-batches share it.
 
 Gradients accumulate in the stage's parameters over the micro-batches, each micro-batch's loss divided by their
-number, so one ``step`` gives the gradient of the mean loss over the whole batch, as one process would.
+number, so one ``step`` gives the gradient of the mean loss over the whole batch, as one process would. A stage
+wrapped in DistributedDataParallel (pipelines side by side, DP x PP) runs its backwards in ``no_sync()`` but the
+last, so its gradients are averaged over the data-parallel ranks once per step.
 
 Example::
 
@@ -27,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +163,8 @@ class Pipeline:
                 held += 1
             else:
                 x, y = saved.pop(i)
-                y.backward(None if self.last else Tensor(incoming[0]))
+                with self._gradient_sync(final=n == len(self.actions) - 1):
+                    y.backward(None if self.last else Tensor(incoming[0]))
                 if not self.first:
                     outgoing = (_contiguous(x.grad.data), self.comm.rank - 1)
                 held -= 1
@@ -171,6 +175,12 @@ class Pipeline:
         self.peak_activation_bytes = memory.stats().peak_bytes - baseline
         assert self.peak_in_flight == peak_in_flight(self.actions_run)
         return self._broadcast_loss(loss_sum)
+
+    def _gradient_sync(self, final: bool) -> Any:
+        """A data-parallel stage averages its gradients once, in the step's last backward, not per micro-batch."""
+        if final or not hasattr(self.stage, "no_sync"):
+            return contextlib.nullcontext()
+        return self.stage.no_sync()
 
     def _broadcast_loss(self, loss_sum: float) -> float:
         value = memory.to_device(np.array([loss_sum], np.float64))
