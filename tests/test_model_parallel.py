@@ -4,7 +4,9 @@
 layers against the full ones, forward and every gradient; the vocabulary-parallel cross-entropy, its value,
 gradient and a peak memory of one process's over the rank count; three SGD steps of a two-block transformer LM
 against one process) and ``mpi_scripts/pipeline.py`` (GPipe and 1F1B trained three steps against one process;
-the bubble counted from the recorded schedule; the micro-batches in flight; the timelines drawn) and, on 4
+the bubble counted from the recorded schedule; the micro-batches in flight; the timelines drawn),
+``mpi_scripts/expert_parallel.py`` (the mixture of experts spread over ranks against every expert local, token
+for token, drops counted; three steps against one process) and, on 4
 ranks, ``mpi_scripts/hybrid_parallel.py`` (DP x TP, DP x PP and TP x PP against one process). Float64,
 1e-10 relative. The schedules themselves, which need no ranks, are checked here directly.
 """
@@ -24,18 +26,19 @@ from nbcoll.parallel.pipeline_schedule import (
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "model_parallel.py"
-CASES = {2: (17, 8, 0), 3: (17, 8, 0), 4: (21, 8, 3)}  # tensor parallel, pipeline, hybrid cases
+CASES = {2: (17, 8, 6, 0), 3: (17, 8, 6, 0), 4: (21, 8, 6, 3)}  # tensor, pipeline, expert, hybrid cases
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
-def test_tensor_and_pipeline_parallel_equal_one_process(nprocs, tmp_path):
+def test_tensor_pipeline_and_expert_parallel_equal_one_process(nprocs, tmp_path):
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}
     result = run_ranks(nprocs, SCRIPT, "--out", str(tmp_path), env=env, timeout=300)
-    tensor_cases, pipeline_cases, hybrid_cases = CASES[nprocs]
+    tensor_cases, pipeline_cases, expert_cases, hybrid_cases = CASES[nprocs]
     for rank in range(nprocs):
         assert f"tensor parallel ok: {tensor_cases} cases" in result.outputs[rank], result.report()
         assert f"pipeline ok: {pipeline_cases} cases" in result.outputs[rank], result.report()
+        assert f"expert parallel ok: {expert_cases} cases" in result.outputs[rank], result.report()
         assert f"hybrid parallel ok: {hybrid_cases} cases" in result.outputs[rank], result.report()
     assert (tmp_path / "1f1b_m8.png").stat().st_size > 0
 

@@ -1,13 +1,14 @@
 """Every model-parallel case in one launch (one start of the ranks instead of one per strategy).
 
 ``mpiexec -n 4 python model_parallel.py [--out DIR]`` runs the mesh and tensor-parallel cases, the pipeline
-cases and, on 4 ranks, the hybrids; prints ``<name> ok: N cases`` for each on every rank.
+cases, the expert-parallel cases and, on 4 ranks, the hybrids; prints ``<name> ok: N cases`` for each on every rank.
 """
 
 from __future__ import annotations
 
 import argparse
 
+import expert_parallel
 import hybrid_parallel
 import numpy as np
 import pipeline
@@ -26,6 +27,7 @@ def main() -> None:
     for name, run in [
         ("tensor parallel", lambda: tensor_parallel.run(comm, args.steps)),
         ("pipeline", lambda: pipeline.run(comm, args.steps, args.out)),
+        ("expert parallel", lambda: expert_parallel.run(comm, args.steps)),
         ("hybrid parallel", lambda: hybrid_parallel.run(comm, args.steps)),  # 4 ranks: DP x TP, DP x PP, TP x PP
     ]:
         print(f"rank {comm.rank}: {name} ok: {run()} cases", flush=True)
