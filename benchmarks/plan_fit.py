@@ -1,0 +1,155 @@
+"""The planner against measured runs: every layout of 4 ranks trains the same transformer LM; predicted and
+measured step times side by side, and the median error.
+
+    python benchmarks/plan_fit.py                 # launches itself on 4 ranks, numpy backend
+    mpiexec -n 4 python benchmarks/plan_fit.py --steps 3
+
+Each rank first times one block (``measure_rates``: all ranks at once, so the measurement shares the CPU as the
+runs do). Then, for every layout the planner lists, the LM is built from the same full weights (tensor-parallel
+layers over ``mesh["tp"]``, DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``),
+trained one warm-up step and ``--steps`` timed steps; rank 0 keeps the median step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import nbcoll
+from nbcoll import nn
+from nbcoll.parallel import DistributedDataParallel
+from nbcoll.parallel.mesh import DeviceMesh
+from nbcoll.parallel.pipeline import Pipeline
+from nbcoll.parallel.plan import ModelSpec, measure_rates, plan
+from nbcoll.parallel.tensor_parallel import (
+    ColumnParallelLinear,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
+from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+
+SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
+
+
+class Stage(nn.Module):
+    """Blocks ``first_block`` to ``first_block + count``; the embedding on the first stage, the head on the last."""
+
+    def __init__(self, spec: ModelSpec, first: bool, last: bool, count: int, comm) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        if first:
+            self.embed = VocabParallelEmbedding(spec.vocab, spec.hidden, comm)
+        blocks = [ParallelTransformerBlock(spec.hidden, spec.heads, comm, causal=True) for _ in range(count)]
+        self.blocks = nn.ModuleList(blocks)
+        if last:
+            self.ln_f = nn.LayerNorm(spec.hidden)
+            self.head = ColumnParallelLinear(spec.hidden, spec.vocab, comm)
+
+    def forward(self, x):
+        h = self.embed(x) if self.first else x
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln_f(h)) if self.last else h
+
+
+class Chain(nn.Module):
+    def __init__(self, stages) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+
+def measure_layout(comm, layout, steps: int) -> float:
+    mesh = DeviceMesh(comm, dp=layout.dp, tp=layout.tp, pp=layout.pp)
+    tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
+    per_stage = SPEC.layers // layout.pp
+    nbcoll.manual_seed(5)
+    stages = [Stage(SPEC, s == 0, s == layout.pp - 1, per_stage, tp) for s in range(layout.pp)]
+    loss_fn = lambda logits, targets: vocab_parallel_cross_entropy(logits, targets, tp)  # noqa: E731
+    rng = np.random.default_rng(6)
+    rows = SPEC.batch // layout.dp
+    if layout.pp == 1:
+        model = Chain(stages)
+        wrapped = DistributedDataParallel(model, dp) if dp.size > 1 else model
+        opt = nbcoll.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step(ids, targets):
+            loss_fn(wrapped(ids), targets).backward()
+    else:
+        if dp.size > 1:
+            stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
+        pipe = Pipeline(stages, pp, chunks=layout.chunks, schedule="1f1b")
+        opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.01, momentum=0.9)
+
+        def step(ids, targets):
+            pipe.step(ids, targets, loss_fn)
+
+    times = []
+    for _ in range(steps + 1):
+        ids = rng.integers(0, SPEC.vocab, (rows, SPEC.seq_len))
+        comm.barrier()
+        start = time.perf_counter()
+        opt.zero_grad()
+        step(ids, np.roll(ids, -1, axis=1))
+        opt.step()
+        comm.barrier()
+        times.append(time.perf_counter() - start)
+    mesh.destroy()
+    return statistics.median(times[1:])
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    nbcoll.set_default_dtype(np.float64)
+    comm = nbcoll.init()
+    rates = measure_rates(SPEC)
+    measured_rates = nbcoll.empty(2, np.float64)  # rank 0's, so every rank ranks the layouts alike
+    comm.broadcast(nbcoll.to_device(np.array([rates.flops_per_second, rates.block_overhead])), measured_rates)
+    flops, overhead = nbcoll.to_host(measured_rates)
+    rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
+    predictions = plan(SPEC, comm.size, rates)
+    rows = []
+    for p in predictions:
+        measured = measure_layout(comm, p.layout, args.steps)
+        rows.append((p, measured, abs(p.step_seconds - measured) / measured))
+    if comm.rank == 0:
+        print(
+            f"{SPEC}\n{comm.size} ranks; measured {rates.flops_per_second / 1e9:.3f} GFLOP/s and "
+            f"{rates.block_overhead * 1e3:.2f} ms per block forward + backward\n"
+        )
+        print(f"{'layout':<24}{'predicted ms':>14}{'measured ms':>13}{'error':>8}")
+        for p, measured, error in sorted(rows, key=lambda r: r[1]):
+            print(f"{str(p.layout):<24}{1e3 * p.step_seconds:>14.1f}{1e3 * measured:>13.1f}{error:>8.0%}")
+        print(f"\nmedian error over {len(rows)} layouts: {statistics.median(r[2] for r in rows):.0%}")
+        best_predicted, best_measured = predictions[0].layout, min(rows, key=lambda r: r[1])[0].layout
+        print(f"predicted best {best_predicted}; measured best {best_measured}")
+    comm.destroy()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per layout (the median is kept)")
+    parser.add_argument("--ranks", type=int, default=4, help="ranks to launch when not under mpiexec")
+    args = parser.parse_args(argv)
+    from nbcoll.launch import launch, under_mpi
+
+    if under_mpi():
+        return run_rank(args)
+    result = launch(args.ranks, __file__, args=sys.argv[1:] if argv is None else argv, timeout=1800)
+    print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NBCOLL_BACKEND", "numpy")
+    sys.exit(main())
