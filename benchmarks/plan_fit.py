@@ -4,10 +4,11 @@ measured step times side by side, and the median error.
     python benchmarks/plan_fit.py                 # launches itself on 4 ranks, numpy backend
     mpiexec -n 4 python benchmarks/plan_fit.py --steps 3
 
-Each rank first times one block (``measure_rates``: all ranks at once, so the measurement shares the CPU as the
-runs do). Then, for every layout the planner lists, the LM is built from the same full weights (tensor-parallel
-layers over ``mesh["tp"]``, DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``),
-trained one warm-up step and ``--steps`` timed steps; rank 0 keeps the median step.
+The launching process first times one block alone (``measure_rates``; under a plain ``mpiexec`` rank 0 does,
+while the others wait); the model knows the ranks share ``--cores`` CPUs.
+Then, for every layout the planner lists, the LM is built (tensor-parallel layers over ``mesh["tp"]``,
+DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``), trained one warm-up step and
+``--steps`` timed steps; rank 0 keeps the median step.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from nbcoll import nn
 from nbcoll.parallel import DistributedDataParallel
 from nbcoll.parallel.mesh import DeviceMesh
 from nbcoll.parallel.pipeline import Pipeline
-from nbcoll.parallel.plan import ModelSpec, measure_rates, plan
+from nbcoll.parallel.plan import ModelSpec, default_rates, measure_rates, plan
 from nbcoll.parallel.tensor_parallel import (
     ColumnParallelLinear,
     VocabParallelEmbedding,
@@ -111,11 +112,18 @@ def measure_layout(comm, layout, steps: int) -> float:
 def run_rank(args: argparse.Namespace) -> int:
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
-    rates = measure_rates(SPEC)
-    measured_rates = nbcoll.empty(2, np.float64)  # rank 0's, so every rank ranks the layouts alike
-    comm.broadcast(nbcoll.to_device(np.array([rates.flops_per_second, rates.block_overhead])), measured_rates)
-    flops, overhead = nbcoll.to_host(measured_rates)
-    rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
+    # Rank 0 times a block alone (the others wait), so the rate is one rank's with a core to itself; every rank
+    # then ranks the layouts with rank 0's figures. The ranks share this machine's cores.
+    if args.flops:  # measured by the launching process, alone on the machine
+        rates = dataclasses.replace(
+            default_rates(args.cores), flops_per_second=args.flops, block_overhead=args.overhead
+        )
+    else:
+        rates = measure_rates(SPEC, cores=args.cores) if comm.rank == 0 else default_rates(args.cores)
+        measured_rates = nbcoll.empty(2, np.float64)
+        comm.broadcast(nbcoll.to_device(np.array([rates.flops_per_second, rates.block_overhead])), measured_rates)
+        flops, overhead = nbcoll.to_host(measured_rates)
+        rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
     predictions = plan(SPEC, comm.size, rates)
     rows = []
     for p in predictions:
@@ -140,12 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per layout (the median is kept)")
     parser.add_argument("--ranks", type=int, default=4, help="ranks to launch when not under mpiexec")
+    parser.add_argument("--flops", type=float, default=0.0, help="FLOP/s of one rank (default: measured)")
+    parser.add_argument("--overhead", type=float, default=0.0, help="seconds per block beyond its FLOPs")
+    parser.add_argument("--cores", type=int, default=os.cpu_count(), help="devices the ranks share (default: CPUs)")
     args = parser.parse_args(argv)
     from nbcoll.launch import launch, under_mpi
 
     if under_mpi():
         return run_rank(args)
-    result = launch(args.ranks, __file__, args=sys.argv[1:] if argv is None else argv, timeout=1800)
+    rates = measure_rates(SPEC, repeats=5)  # here, before the ranks start: one process alone
+    argv = (sys.argv[1:] if argv is None else argv) + ["--flops", str(rates.flops_per_second)]
+    argv += ["--overhead", str(rates.block_overhead)]
+    result = launch(args.ranks, __file__, args=argv, timeout=1800)
     print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
     return 0 if result.ok else 1
 

@@ -135,6 +135,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
     parser.add_argument("--bytes", type=int, default=4, choices=(2, 4, 8), help="bytes per value (default 4)")
     parser.add_argument("--measure", action="store_true", help="time a block here for the compute rate")
+    parser.add_argument("--cores", type=int, default=None, help="devices the ranks share (default: one per rank)")
 
 
 @subcommand("plan", "predict step time and memory of every dp x tp x pp layout and rank them", _plan_arguments)
@@ -144,7 +145,7 @@ def plan(args: argparse.Namespace) -> int:
     spec = planner.ModelSpec(
         args.layers, args.hidden, args.seq, args.batch, args.heads, args.vocab, bytes_per_value=args.bytes
     )
-    rates = planner.measure_rates(spec) if args.measure else planner.default_rates()
+    rates = planner.measure_rates(spec, cores=args.cores) if args.measure else planner.default_rates(args.cores)
     try:
         predictions = planner.plan(spec, args.ranks, rates)
     except ValueError as exc:

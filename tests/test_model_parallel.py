@@ -43,6 +43,17 @@ def test_tensor_pipeline_and_expert_parallel_equal_one_process(nprocs, tmp_path)
     assert (tmp_path / "1f1b_m8.png").stat().st_size > 0
 
 
+@pytest.mark.mpi
+def test_tensor_parallel_on_the_simulator_in_float32_at_toy_size():
+    """Column -> row parallel MLP into the vocabulary-parallel loss, float32, 2 ranks: loss and input gradient
+    equal the full layers' within rtol 1e-5."""
+    env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
+    script = SCRIPT.parent / "tensor_parallel.py"
+    result = run_ranks(2, script, "--toy", env=env, timeout=600)
+    for rank in range(2):
+        assert "tensor parallel ok: 1 cases" in result.outputs[rank], result.report()
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("stages", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("chunks", [1, 2, 3, 8])

@@ -10,7 +10,9 @@ one pipeline stage::
     pp comm   2 transfers of t h values to a neighbour                     activation up, gradient down
 
 and the step is ``(m + pp - 1) x stage time`` (the ``pp - 1`` extra slots are the bubble) plus one all-reduce of
-the stage's gradients over ``dp``. ``rate`` (FLOP/s) and ``overhead`` (seconds per block forward and backward:
+the stage's gradients over ``dp``. Where the ranks share fewer devices than there are ranks (``cores``: several
+ranks per CPU), the step lasts at least all ranks' compute over the devices, and a bubble costs nothing while
+another rank can use the device. ``rate`` (FLOP/s) and ``overhead`` (seconds per block forward and backward:
 Python and kernel launches, which dominate small models) are measured by :func:`measure_rates`; each collective's
 time is the communicator's calibrated alpha-beta model (:mod:`nbcoll.comm.tuner`). Memory per rank counts the
 parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
@@ -86,6 +88,7 @@ class Rates:
     block_overhead: float  # seconds per block forward + backward beyond its FLOPs
     link: tuner.LinkModel
     chunk_bytes: int = 1 << 20
+    cores: int | None = None  # devices the ranks share (CPU cores here); None: one device per rank
 
 
 @dataclass
@@ -115,9 +118,15 @@ def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
     stage = compute + tp_comm + pp_comm
     params = per_stage * spec.layer_params() // tp + 2 * spec.vocab * spec.hidden // tp // pp
     dp_comm = all_reduce_seconds(params * value, dp, rates)
+    # Ranks that share fewer devices than there are ranks take turns: the step lasts at least every rank's
+    # compute divided by the devices. Idle time in the bubble is then filled by other ranks' work.
+    ranks = dp * tp * pp
+    shared = ranks * m * compute / rates.cores if rates.cores and rates.cores < ranks else 0.0
+    bubble = (pp - 1) * stage
     parts = {
         "compute": m * compute,
-        "bubble": (pp - 1) * stage,
+        "bubble": bubble,
+        "sharing": max(0.0, shared - m * compute - bubble),
         "tp comm": m * tp_comm,
         "pp comm": m * pp_comm,
         "dp comm": dp_comm,
@@ -174,13 +183,13 @@ def explain(predictions: list[Prediction]) -> str:
     )
 
 
-def default_rates() -> Rates:
+def default_rates(cores: int | None = None) -> Rates:
     """Rates without measuring: a NumPy-on-CPU FLOP rate and overhead, and the calibrated (or default) link."""
     link = tuner.load_models().get("ipc") or tuner.LinkModel(40e-6, 2e9)
-    return Rates(flops_per_second=2e9, block_overhead=4e-3, link=link)
+    return Rates(flops_per_second=2e9, block_overhead=4e-3, link=link, cores=cores)
 
 
-def measure_rates(spec: ModelSpec, repeats: int = 3) -> Rates:
+def measure_rates(spec: ModelSpec, repeats: int = 3, cores: int | None = None) -> Rates:
     """Time one transformer block's forward and backward at two token counts in this process; the line
     through them gives the FLOP rate (slope) and the per-block overhead (intercept)."""
     import nbcoll
@@ -189,7 +198,7 @@ def measure_rates(spec: ModelSpec, repeats: int = 3) -> Rates:
     dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
     block = nn.TransformerBlock(spec.hidden, spec.heads, mlp_ratio=spec.mlp_ratio, causal=True, dtype=dtype)
     points = []
-    for batch in (1, 4):
+    for batch in (1, 8):
         x = nbcoll.tensor(np.random.default_rng(0).standard_normal((batch, spec.seq_len, spec.hidden)), dtype=dtype)
         times = []
         for _ in range(repeats + 1):
@@ -200,7 +209,7 @@ def measure_rates(spec: ModelSpec, repeats: int = 3) -> Rates:
     (f1, t1), (f2, t2) = points
     seconds_per_flop = max((t2 - t1) / (f2 - f1), 1e-13)
     overhead = max(t1 - f1 * seconds_per_flop, 0.0)
-    return Rates(1.0 / seconds_per_flop, overhead, default_rates().link)
+    return Rates(1.0 / seconds_per_flop, overhead, default_rates().link, cores=cores)
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:

@@ -218,6 +218,33 @@ def check_bad_use(comm) -> int:
     return 5
 
 
+def check_toy_float32(comm) -> int:
+    """A split MLP, a split head and the vocabulary-parallel loss, float32 at toy sizes (for the simulator)."""
+    n = comm.size
+    nbcoll.set_default_dtype(np.float32)
+    nbcoll.manual_seed(1)
+    up, down, head = nn.Linear(3, 2 * n), nn.Linear(2 * n, 4), nn.Linear(4, 2 * n)
+    col = load_full_state(ColumnParallelLinear(3, 2 * n, comm), up.state_dict(), comm)
+    row = load_full_state(RowParallelLinear(2 * n, 4, comm), down.state_dict(), comm)
+    split_head = load_full_state(ColumnParallelLinear(4, 2 * n, comm), head.state_dict(), comm)
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    targets = np.array([1, 2 * n - 1])
+    losses, grads = [], []
+    for first, second, loss_of in [
+        (up, down, lambda h: F.cross_entropy(head(h), targets)),
+        (col, row, lambda h: vocab_parallel_cross_entropy(split_head(h), targets, comm)),
+    ]:
+        xt = nbcoll.tensor(x, requires_grad=True)
+        loss = loss_of(second(first(xt).tanh()))  # the head's logits stay split over the vocabulary
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(xt.grad.numpy())
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, err_msg="float32 loss")
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6, err_msg="float32 input gradient")
+    nbcoll.set_default_dtype(np.float64)
+    return 1
+
+
 def run(comm, steps: int = 3) -> int:
     """Every case on ``comm`` (float64 must be the default dtype); returns how many passed."""
     cases = check_meshes(comm)
@@ -230,10 +257,11 @@ def run(comm, steps: int = 3) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--toy", action="store_true", help="only the float32 toy case (for the simulator)")
     args = parser.parse_args()
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
-    cases = run(comm, args.steps)
+    cases = check_toy_float32(comm) if args.toy else run(comm, args.steps)
     comm.destroy()
     print(f"rank {comm.rank}: tensor parallel ok: {cases} cases", flush=True)
 
