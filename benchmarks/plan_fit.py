@@ -23,89 +23,25 @@ import time
 import numpy as np
 
 import nbcoll
-from nbcoll import nn
-from nbcoll.parallel import DistributedDataParallel
-from nbcoll.parallel.mesh import DeviceMesh
-from nbcoll.parallel.pipeline import Pipeline
-from nbcoll.parallel.plan import ModelSpec, default_rates, measure_rates, plan
-from nbcoll.parallel.tensor_parallel import (
-    ColumnParallelLinear,
-    VocabParallelEmbedding,
-    vocab_parallel_cross_entropy,
-)
-from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+from nbcoll.parallel.hybrid import HybridLM
+from nbcoll.parallel.plan import ModelSpec, default_rates, measure_call_latency, measure_rates, plan
 
 SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
 
 
-class Stage(nn.Module):
-    """Blocks ``first_block`` to ``first_block + count``; the embedding on the first stage, the head on the last."""
-
-    def __init__(self, spec: ModelSpec, first: bool, last: bool, count: int, comm) -> None:
-        super().__init__()
-        self.first, self.last = first, last
-        if first:
-            self.embed = VocabParallelEmbedding(spec.vocab, spec.hidden, comm)
-        blocks = [ParallelTransformerBlock(spec.hidden, spec.heads, comm, causal=True) for _ in range(count)]
-        self.blocks = nn.ModuleList(blocks)
-        if last:
-            self.ln_f = nn.LayerNorm(spec.hidden)
-            self.head = ColumnParallelLinear(spec.hidden, spec.vocab, comm)
-
-    def forward(self, x):
-        h = self.embed(x) if self.first else x
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.ln_f(h)) if self.last else h
-
-
-class Chain(nn.Module):
-    def __init__(self, stages) -> None:
-        super().__init__()
-        self.stages = nn.ModuleList(stages)
-
-    def forward(self, x):
-        for stage in self.stages:
-            x = stage(x)
-        return x
-
-
 def measure_layout(comm, layout, steps: int) -> float:
-    mesh = DeviceMesh(comm, dp=layout.dp, tp=layout.tp, pp=layout.pp)
-    tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
-    per_stage = SPEC.layers // layout.pp
-    nbcoll.manual_seed(5)
-    stages = [Stage(SPEC, s == 0, s == layout.pp - 1, per_stage, tp) for s in range(layout.pp)]
-    loss_fn = lambda logits, targets: vocab_parallel_cross_entropy(logits, targets, tp)  # noqa: E731
+    """The median seconds of ``steps`` training steps (after one warm-up step) of the LM under ``layout``."""
+    run = HybridLM(SPEC, comm, layout)
     rng = np.random.default_rng(6)
-    rows = SPEC.batch // layout.dp
-    if layout.pp == 1:
-        model = Chain(stages)
-        wrapped = DistributedDataParallel(model, dp) if dp.size > 1 else model
-        opt = nbcoll.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def step(ids, targets):
-            loss_fn(wrapped(ids), targets).backward()
-    else:
-        if dp.size > 1:
-            stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-        pipe = Pipeline(stages, pp, chunks=layout.chunks, schedule="1f1b")
-        opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.01, momentum=0.9)
-
-        def step(ids, targets):
-            pipe.step(ids, targets, loss_fn)
-
     times = []
     for _ in range(steps + 1):
-        ids = rng.integers(0, SPEC.vocab, (rows, SPEC.seq_len))
+        ids = rng.integers(0, SPEC.vocab, (SPEC.batch, SPEC.seq_len))
         comm.barrier()
         start = time.perf_counter()
-        opt.zero_grad()
-        step(ids, np.roll(ids, -1, axis=1))
-        opt.step()
+        run.step(ids, np.roll(ids, -1, axis=1))
         comm.barrier()
         times.append(time.perf_counter() - start)
-    mesh.destroy()
+    run.destroy()
     return statistics.median(times[1:])
 
 
@@ -124,6 +60,10 @@ def run_rank(args: argparse.Namespace) -> int:
         comm.broadcast(nbcoll.to_device(np.array([rates.flops_per_second, rates.block_overhead])), measured_rates)
         flops, overhead = nbcoll.to_host(measured_rates)
         rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
+    rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))
+    latency = nbcoll.empty(1, np.float64)  # rank 0's, so every rank ranks the layouts alike
+    comm.broadcast(nbcoll.to_device(np.array([rates.call_latency])), latency)
+    rates = dataclasses.replace(rates, call_latency=float(nbcoll.to_host(latency)[0]))
     predictions = plan(SPEC, comm.size, rates)
     rows = []
     for p in predictions:
@@ -132,7 +72,8 @@ def run_rank(args: argparse.Namespace) -> int:
     if comm.rank == 0:
         print(
             f"{SPEC}\n{comm.size} ranks; measured {rates.flops_per_second / 1e9:.3f} GFLOP/s and "
-            f"{rates.block_overhead * 1e3:.2f} ms per block forward + backward\n"
+            f"{rates.block_overhead * 1e3:.2f} ms per block forward + backward, "
+            f"{rates.call_latency * 1e3:.2f} ms per collective call\n"
         )
         print(f"{'layout':<24}{'predicted ms':>14}{'measured ms':>13}{'error':>8}")
         for p, measured, error in sorted(rows, key=lambda r: r[1]):

@@ -14,7 +14,9 @@ the stage's gradients over ``dp``. Where the ranks share fewer devices than ther
 ranks per CPU), the step lasts at least all ranks' compute over the devices, and a bubble costs nothing while
 another rank can use the device. ``rate`` (FLOP/s) and ``overhead`` (seconds per block forward and backward:
 Python and kernel launches, which dominate small models) are measured by :func:`measure_rates`; each collective's
-time is the communicator's calibrated alpha-beta model (:mod:`nbcoll.comm.tuner`). Memory per rank counts the
+time is the communicator's calibrated alpha-beta model (:mod:`nbcoll.comm.tuner`) plus ``call_latency``, the
+fixed cost of one call measured where the ranks run (Python's share, and on a shared CPU the wait for the peer
+to be scheduled: :func:`measure_call_latency`). Memory per rank counts the
 parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
 flight (``min(m, pp)`` under 1F1B).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +92,7 @@ class Rates:
     link: tuner.LinkModel
     chunk_bytes: int = 1 << 20
     cores: int | None = None  # devices the ranks share (CPU cores here); None: one device per rank
+    call_latency: float = 0.0  # seconds each collective or transfer call costs beyond the alpha-beta model
 
 
 @dataclass
@@ -102,7 +106,8 @@ class Prediction:
 def all_reduce_seconds(nbytes: float, ranks: int, rates: Rates) -> float:
     if ranks == 1:
         return 0.0
-    return tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, rates.link)
+    ring = tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, rates.link)
+    return ring + rates.call_latency
 
 
 def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
@@ -114,7 +119,8 @@ def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
     compute = per_stage * (3 * spec.layer_flops(tokens) / tp / rates.flops_per_second + rates.block_overhead)
     compute += 3 * 2.0 * tokens * spec.hidden * spec.vocab / tp / rates.flops_per_second / pp  # head, spread
     tp_comm = per_stage * 4 * all_reduce_seconds(tokens * spec.hidden * value, tp, rates)
-    pp_comm = 2 * (rates.link.alpha + tokens * spec.hidden * value / rates.link.beta) if pp > 1 else 0.0
+    transfer = rates.link.alpha + rates.call_latency + tokens * spec.hidden * value / rates.link.beta
+    pp_comm = 2 * transfer if pp > 1 else 0.0
     stage = compute + tp_comm + pp_comm
     params = per_stage * spec.layer_params() // tp + 2 * spec.vocab * spec.hidden // tp // pp
     dp_comm = all_reduce_seconds(params * value, dp, rates)
@@ -212,6 +218,22 @@ def measure_rates(spec: ModelSpec, repeats: int = 3, cores: int | None = None) -
     return Rates(1.0 / seconds_per_flop, overhead, default_rates().link, cores=cores)
 
 
+def measure_call_latency(comm: Any, repeats: int = 20) -> float:
+    """Collective: the median seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
+    tensor-parallel partners run), minus nothing: the whole fixed cost of a call where the ranks run."""
+    import nbcoll
+
+    pair = comm.split(comm.rank // 2)
+    x, y = nbcoll.to_device(np.ones(1)), nbcoll.empty(1, np.float64)
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        pair.all_reduce(x, y)
+        times.append(time.perf_counter() - start)
+    pair.destroy()
+    return float(np.median(times[1:]))
+
+
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
     """The ranked layouts as a table, then why the best wins."""
     head = (
@@ -233,6 +255,7 @@ __all__ = [
     "explain",
     "format_plan",
     "layouts",
+    "measure_call_latency",
     "measure_rates",
     "plan",
     "predict",
