@@ -1,4 +1,4 @@
-"""Tutorials 15 (tensor parallel), 16 (pipeline parallel) and 19 (experts) run on numpy and check themselves."""
+"""Tutorials 15 (tensor parallel), 16 (pipeline), 19 (experts) and 20 (planning) run on numpy and check themselves."""
 
 import pytest
 from helpers import TUTORIALS, run_python
@@ -27,3 +27,10 @@ def test_tutorial_19_moves_tokens_and_counts_drops():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "capacity factor 0.5: capacity 3" in proc.stdout
     assert "Done: experts on different ranks" in proc.stdout
+
+
+def test_tutorial_20_plans_measures_and_trains_a_hybrid():
+    proc = run_python([str(TUTORIALS / "20_planning_a_training_run.py")], "numpy", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.stdout.count("predicted") >= 4 and "median error" in proc.stdout
+    assert "3. A hybrid run" in proc.stdout and proc.stdout.count("wins") == 2
