@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The GPU check in one script: the cuda-backend test subset, the kernel benchmarks, and nbcoll.perf for
-# all-reduce and all-gather on 2 and 4 processes sharing the GPU over CUDA IPC. Everything lands in OUTDIR.
+# The GPU check in one script, at most 7 minutes on a machine with one NVIDIA GPU. In this order:
+#   smoke              one kernel and one 2-rank all-reduce over CUDA IPC (60 s)
+#   gpu_tests          every gpu-marked test
+#   suite              the whole test suite on cuda, without -x, stopped at its limit
+#   kernels            kernel GB/s against the device-to-device copy measured in the same run
+#   all_reduce_Nranks  nbcoll.perf all-reduce busbw over CUDA IPC on 2 and 4 ranks
 #
-#   benchmarks/gpu_check.sh OUTDIR             on a machine with an NVIDIA GPU (under 8 minutes)
-#   benchmarks/gpu_check.sh --dry-run OUTDIR   the same steps on the CUDA simulator with tiny sizes, any machine
+#   benchmarks/gpu_check.sh OUTDIR             on a machine with an NVIDIA GPU
+#   benchmarks/gpu_check.sh --dry-run OUTDIR   the same harness on any CPU: each step a tiny stand-in
+#                                               (sim/numpy), plus a drill that checks the kill on timeout
 #
-# Nothing is installed: the script uses the machine's Python (PYTHON=..., default python3) with numpy, numba,
-# numba-cuda and mpi4py, finds nbcoll through PYTHONPATH, and says what is missing before it starts.
-# pytest and matplotlib are optional: without them the test step is skipped, and plots are not drawn.
+# Every step runs in a session of its own (setsid); at its limit the whole session, and every process below the
+# step even in other sessions (mpiexec's ranks), gets SIGTERM, then SIGKILL. Steps write as they go: a log per
+# step, JSON rewritten after every measurement, summary.txt and summary.json after every step.
+# Nothing is installed: PYTHON=... (default python3) must have numpy, numba, numba-cuda and mpi4py, and find
+# nbcoll (the script puts the repository on PYTHONPATH).
 set -u
 
 usage() { echo "usage: $0 [--dry-run] OUTDIR" >&2; exit 2; }
@@ -28,105 +35,193 @@ mkdir -p "$OUTDIR" || { echo "cannot create $OUTDIR" >&2; exit 2; }
 OUTDIR="$(cd "$OUTDIR" && pwd)"
 SUMMARY="$OUTDIR/summary.txt"
 : > "$SUMMARY"
+rm -f "$OUTDIR/summary.json"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-python3}"
+STEPS_PY="$REPO/benchmarks/gpu_check_steps.py"
+BUDGET=420      # seconds: the whole check, the kill grace of every step included
+GRACE=3         # seconds between SIGTERM and SIGKILL
+PREFLIGHT=20
 FAILED=0
 
 say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
-missing() { say "MISSING: $*"; FAILED=1; }
 
-# ---- what the machine has -----------------------------------------------------------------------------------
+# ---- the plan: name, limit in seconds, what it runs on the GPU -------------------------------------------------
+PLAN=(
+    "smoke|60|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
+    "gpu_tests|120|pytest -m gpu tests/ (every gpu-marked test), 100 s per test"
+    "suite|75|pytest -m 'not gpu' tests/ on cuda, device tests first, no -x, 45 s per test, cut at the limit"
+    "kernels|50|benchmarks/kernels.py: kernel GB/s and % of the device-to-device copy of the same run"
+    "all_reduce_2ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
+    "all_reduce_4ranks|30|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
+)
+TOTAL=$((PREFLIGHT + GRACE))
+say "plan (limits in seconds; each step may take $GRACE s more to be killed):"
+say "$(printf '  %-18s %4s  %s' preflight "$PREFLIGHT" 'packages, mpiexec, a GPU; info.txt (python -m nbcoll info)')"
+for entry in "${PLAN[@]}"; do
+    IFS='|' read -r name limit what <<< "$entry"
+    TOTAL=$((TOTAL + limit + GRACE))
+    say "$(printf '  %-18s %4s  %s' "$name" "$limit" "$what")"
+done
+say "plan total: $TOTAL s of a $BUDGET s budget"
+if [ "$TOTAL" -gt "$BUDGET" ]; then
+    say "the plan exceeds its budget: shorten a step"
+    exit 2
+fi
+
+# ---- running one step ------------------------------------------------------------------------------------------
+descendants() {  # every process below $1, found through parent links (a process in another session included)
+    local child
+    for child in $(ps -e -o pid=,ppid= 2> /dev/null | awk -v parent="$1" '$2 == parent { print $1 }'); do
+        echo "$child"
+        descendants "$child"
+    done
+}
+
+stop_tree() {  # SIGTERM, grace, SIGKILL: to the step's session group and to every process below it
+    local leader="$1" pids="" signal
+    for signal in TERM KILL; do
+        pids="$pids $leader $(descendants "$leader")"  # again before SIGKILL: what was started meanwhile
+        kill "-$signal" -- "-$leader" 2> /dev/null
+        for pid in $pids; do kill "-$signal" "$pid" 2> /dev/null; done
+        [ "$signal" = TERM ] && sleep "$KILL_GRACE"
+    done
+}
+
+SETSID="$(command -v setsid || true)"
+run_step() {  # name, limit in seconds, command...: log to OUTDIR/name.log, verdict and figures to the summary
+    local name="$1" limit="$2"
+    shift 2
+    local started=$SECONDS status verdict figures
+    if [ -n "$SETSID" ]; then
+        "$SETSID" "$@" > "$OUTDIR/$name.log" 2>&1 < /dev/null &
+    else
+        "$@" > "$OUTDIR/$name.log" 2>&1 < /dev/null &
+    fi
+    local pid=$!
+    while kill -0 "$pid" 2> /dev/null && [ $((SECONDS - started)) -lt "$limit" ]; do
+        sleep 0.2
+    done
+    if kill -0 "$pid" 2> /dev/null; then
+        stop_tree "$pid"
+        wait "$pid" 2> /dev/null
+        status=124
+        verdict="TIMEOUT (killed at ${limit} s)"
+    else
+        wait "$pid"
+        status=$?
+        verdict=PASS
+        [ $status = 0 ] || verdict="FAIL (exit $status)"
+    fi
+    figures="$("$PYTHON" "$STEPS_PY" report "$OUTDIR" "$name" "${verdict%% *}" $((SECONDS - started)) "$limit" 2>&1)"
+    say "$name: $verdict in $((SECONDS - started)) s; $figures (log: $name.log)"
+    return $status
+}
+
+# ---- what the machine has ---------------------------------------------------------------------------------------
 if ! command -v "$PYTHON" > /dev/null 2>&1; then
-    echo "[gpu_check] MISSING: no '$PYTHON' interpreter; set PYTHON=/path/to/python3" >&2
+    say "MISSING: no '$PYTHON' interpreter; set PYTHON=/path/to/python3" >&2
     exit 3
 fi
 say "$(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname); python: $(command -v "$PYTHON") ($("$PYTHON" -V 2>&1))"
-say "repository: $REPO; output: $OUTDIR; mode: $([ $DRY_RUN = 1 ] && echo 'dry run (sim, tiny sizes)' || echo 'GPU')"
-
-for module in numpy numba mpi4py; do
-    "$PYTHON" -c "import $module" > /dev/null 2>&1 || missing "python package '$module' ($PYTHON -m pip install $module)"
-done
-"$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('numba.cuda') is None)" \
-    > /dev/null 2>&1 || missing "python package 'numba-cuda' (pip install 'numba-cuda[cu13]')"
-HAVE_PYTEST=1
-"$PYTHON" -c "import pytest" > /dev/null 2>&1 || { HAVE_PYTEST=0; say "note: no pytest; the test step will be skipped"; }
-[ $FAILED = 0 ] && { "$PYTHON" -c "import nbcoll" > /dev/null 2>&1 || missing "nbcoll does not import from $REPO"; }
-
-MPIEXEC="${NBCOLL_MPIEXEC:-}"
-if [ -z "$MPIEXEC" ]; then
-    MPIEXEC="$(dirname "$(command -v "$PYTHON")")/mpiexec"
-    [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec 2> /dev/null || true)"
-fi
-if [ -z "$MPIEXEC" ] || [ ! -x "$MPIEXEC" ]; then
-    missing "no MPI runtime: no mpiexec next to $PYTHON nor on PATH (install MPICH or Open MPI, or pip install mpich)"
-elif ! "$PYTHON" -c "from mpi4py import MPI; MPI.Get_library_version()" > /dev/null 2>&1; then
-    missing "mpi4py cannot load an MPI library (install MPICH or Open MPI, or pip install mpich)"
-fi
-MPI_FLAGS=""
-if [ -n "$MPIEXEC" ] && "$MPIEXEC" --version 2>&1 | grep -q -e "Open MPI" -e "OpenRTE"; then
-    MPI_FLAGS="--oversubscribe"
-fi
-
-if [ $DRY_RUN = 1 ]; then
-    export NBCOLL_BACKEND=sim
-else
-    export NBCOLL_BACKEND=cuda
-    if [ $FAILED = 0 ] && [ "$("$PYTHON" -c 'from nbcoll.backend import gpu_count; print(gpu_count())' 2>/dev/null)" = "0" ]; then
-        missing "no CUDA GPU or driver found (run with --dry-run to rehearse on the simulator)"
-    fi
-fi
-if [ $FAILED != 0 ]; then
+say "repository: $REPO; output: $OUTDIR; mode: $([ $DRY_RUN = 1 ] && echo 'dry run (CPU stand-ins)' || echo 'GPU')"
+[ -n "$SETSID" ] || say "note: no setsid; steps share this script's session (processes below a step are still killed)"
+MODE=gpu
+KILL_GRACE=$GRACE
+[ $DRY_RUN = 1 ] && MODE=dry && KILL_GRACE=1  # nothing on the CPU needs long to clean up
+if [ $DRY_RUN = 1 ]; then export NBCOLL_BACKEND=sim; else export NBCOLL_BACKEND=cuda; fi
+run_step preflight "$PREFLIGHT" "$PYTHON" "$STEPS_PY" preflight "$MODE" "$OUTDIR/info.txt"
+PREFLIGHT_STATUS=$?
+while IFS= read -r line; do say "  $line"; done < "$OUTDIR/preflight.log"
+if [ $PREFLIGHT_STATUS != 0 ]; then
     say "stopping: install what is MISSING above, then run again"
     exit 3
 fi
-"$PYTHON" -m nbcoll info > "$OUTDIR/info.txt" 2>&1 && say "wrote info.txt (backend, device, versions)"
+HAVE_PYTEST=1
+grep -q "no pytest:" "$OUTDIR/preflight.log" && HAVE_PYTEST=0
+HAVE_TIMEOUT=1
+grep -q "no pytest-timeout" "$OUTDIR/preflight.log" && HAVE_TIMEOUT=0
 
-# ---- the steps ------------------------------------------------------------------------------------------------
-RESULTS=()
-run_step() {  # name, seconds allowed, command...
-    local name="$1" limit="$2"
-    shift 2
-    local started=$SECONDS status
-    if command -v timeout > /dev/null 2>&1; then
-        timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
-    else
-        "$@" > "$OUTDIR/$name.log" 2>&1
-    fi
-    status=$?
-    local verdict=PASS
-    [ $status = 0 ] || { verdict="FAIL (exit $status$([ $status = 124 ] && echo ", over ${limit}s"))"; FAILED=1; }
-    RESULTS+=("$name: $verdict, $((SECONDS - started)) s")
-    say "$name: $verdict in $((SECONDS - started)) s (log: $name.log)"
-}
-
+# ---- the steps -------------------------------------------------------------------------------------------------
 cd "$REPO" || exit 3
-if [ $DRY_RUN = 1 ]; then
-    TESTS=(tests/test_backend_and_memory.py tests/test_combine.py)
-    KERNEL_ARGS=(--tiny)
-    PERF_SIZES=(-b 8 -e 64 -f 8 -n 1 -w 0)
-else
-    TESTS=(tests/test_backend_and_memory.py tests/test_elementwise.py tests/test_combine.py tests/test_copy.py
-           tests/test_reduction.py tests/test_softmax.py tests/test_transpose.py tests/test_matmul.py
-           tests/test_ipc_memory.py)
-    KERNEL_ARGS=()
-    PERF_SIZES=(-b 8 -e 16M -f 4 -n 10 -w 3)
-fi
-
-if [ $HAVE_PYTEST = 1 ]; then
-    run_step tests 200 "$PYTHON" -m pytest -q -x -p no:cacheprovider "${TESTS[@]}"
-else
-    RESULTS+=("tests: SKIPPED (no pytest)")
-fi
-run_step kernels 90 "$PYTHON" benchmarks/kernels.py "${KERNEL_ARGS[@]}" --out "$OUTDIR"
-for nprocs in 2 4; do
-    for collective in all_reduce all_gather; do
-        name="perf_${collective}_${nprocs}ranks"
-        run_step "$name" 45 "$MPIEXEC" $MPI_FLAGS -n "$nprocs" "$PYTHON" -m nbcoll.perf "$collective" \
-            "${PERF_SIZES[@]}" --transport ipc -J "$OUTDIR/$name.json"
+limit_of() {  # a step's limit, from the plan
+    local entry
+    for entry in "${PLAN[@]}"; do
+        [ "${entry%%|*}" = "$1" ] && { echo "$entry" | cut -d'|' -f2; return; }
     done
+}
+per_test() { [ $HAVE_TIMEOUT = 0 ] || echo "--timeout=$1"; }  # pytest-timeout's limit for each test
+PYTEST=("$PYTHON" -m pytest -v -p no:cacheprovider -rfE)
+# The device tests come first, so that a suite cut at its limit has run the ones that matter most on a GPU.
+FIRST=(tests/test_gpu_path.py tests/test_backend_and_memory.py tests/test_copy.py tests/test_elementwise.py
+       tests/test_combine.py tests/test_reduction.py tests/test_matmul.py tests/test_softmax.py
+       tests/test_transpose.py tests/test_ipc_memory.py tests/test_comm_mpi.py tests/test_collectives.py)
+LAST=(tests/test_docs.py tests/test_benchmarks.py)  # CPU work only: the Sphinx build, the benchmarks' smoke runs
+SUITE=("${FIRST[@]}")
+for file in tests/test_*.py; do
+    case " ${FIRST[*]} ${LAST[*]} " in *" $file "*) ;; *) SUITE+=("$file") ;; esac
+done
+SUITE+=("${LAST[@]}")
+
+if [ $DRY_RUN = 1 ]; then
+    run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" --count 1000 || FAILED=1
+    if [ $HAVE_PYTEST = 1 ]; then
+        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 60) -m gpu tests/test_copy.py \
+            || FAILED=1
+        run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) -m "not gpu" tests/test_gpu_path.py \
+            -k "bytes or local_rank or reposted" || FAILED=1
+    fi
+    NBCOLL_BACKEND=numpy run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --tiny \
+        --out "$OUTDIR" || FAILED=1
+    PERF_SIZES=(-b 8 -e 64 -f 8 -n 1 -w 0)
+    PERF_BACKEND=numpy
+else
+    run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
+    if [ $HAVE_PYTEST = 1 ]; then
+        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 100) -m gpu tests || FAILED=1
+        # Not the tests of this script itself: they would run its dry run inside this run.
+        run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) -m "not gpu" -k "not gpu_check" \
+            "${SUITE[@]}" || FAILED=1
+    fi
+    run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1
+    PERF_SIZES=(-b 8 -e 16M -f 8 -n 5 -w 2)
+    PERF_BACKEND=cuda
+fi
+for nranks in 2 4; do
+    name="all_reduce_${nranks}ranks"
+    limit="$(limit_of "$name")"
+    NBCOLL_BACKEND=$PERF_BACKEND run_step "$name" "$limit" "$PYTHON" -m nbcoll.launch -n "$nranks" \
+        --timeout $((limit - 5)) nbcoll/perf/__main__.py all_reduce "${PERF_SIZES[@]}" --transport ipc \
+        -J "$OUTDIR/$name.json" || FAILED=1
 done
 
-say "---- summary ----"
-for line in "${RESULTS[@]}"; do say "$line"; done
+if [ $DRY_RUN = 1 ]; then
+    # The drill: a step that outlives its limit and leaves a process in a session of its own, as mpiexec's ranks
+    # are. The harness must kill both; the drill passes when it timed out and nothing of it is left.
+    run_step kill_drill 3 "$PYTHON" -c "
+import json, subprocess, sys, time
+orphan = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)
+json.dump({'orphan_pid': orphan.pid}, open(sys.argv[1], 'w'))
+time.sleep(120)" "$OUTDIR/kill_drill.json"
+    DRILL_STATUS=$?
+    ORPHAN="$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['orphan_pid'])" \
+        "$OUTDIR/kill_drill.json" 2> /dev/null)"
+    running() { ps -o stat= -p "$1" 2> /dev/null | grep -qv Z; }  # a zombie is dead, only not yet reaped
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -n "$ORPHAN" ] && running "$ORPHAN" && sleep 0.3; done
+    if [ $DRILL_STATUS = 124 ] && [ -n "$ORPHAN" ] && ! running "$ORPHAN"; then
+        say "kill_drill: ok (the step timed out; its process in another session, pid $ORPHAN, is gone)"
+    else
+        left="$(running "${ORPHAN:-0}" && echo ', still running')"
+        say "kill_drill: FAILED (status $DRILL_STATUS, orphan pid '${ORPHAN:-?}'$left)"
+        [ -n "$ORPHAN" ] && kill -KILL "$ORPHAN" 2> /dev/null
+        FAILED=1
+    fi
+fi
+
+say "---- summary ($SECONDS s in all; figures in summary.json) ----"
+grep -E "^\[gpu_check\] [a-z_0-9]+: (PASS|FAIL|TIMEOUT|ok|FAILED)" "$SUMMARY" | sed 's/^\[gpu_check\] /  /' \
+    > "$OUTDIR/.verdicts"
+while IFS= read -r line; do say "$line"; done < "$OUTDIR/.verdicts"
+rm -f "$OUTDIR/.verdicts"
 if [ $FAILED = 0 ]; then say "all steps passed"; else say "some steps FAILED: read their logs in $OUTDIR"; fi
 exit $FAILED

@@ -118,7 +118,8 @@ def _copy_ceiling(x: Any, out: Any) -> Callable[[], Any]:
     return lambda: out.copy_to_device(x)
 
 
-def benchmark(sizes: Sizes) -> tuple[list[Result], dict]:
+def benchmark(sizes: Sizes, on_result: Callable[[list[Result], dict], None] | None = None) -> tuple[list[Result], dict]:
+    """Time every kernel; ``on_result(results so far, ceilings)`` is called after each one."""
     rng = np.random.default_rng(0)
     f32 = np.float32
     n, rows, cols, m = sizes.elements, sizes.rows, sizes.cols, sizes.matmul
@@ -140,6 +141,11 @@ def benchmark(sizes: Sizes) -> tuple[list[Result], dict]:
     copy_rate = 2 * n * item / copy_seconds / 1e9
     vendor = _vendor_matmul(host_ma, host_mb)
     vendor_rate = 2 * m**3 / time_it(vendor) / 1e9 if vendor is not None else float("nan")
+    ceilings = {
+        "copy GB/s": copy_rate,
+        "library matmul GFLOP/s": vendor_rate,
+        "library": "CuPy (cuBLAS)" if backend.get_backend() == "cuda" else "NumPy (BLAS)",
+    }
 
     def softmax_numpy():
         e = np.exp(host_2d - host_2d.max(axis=1, keepdims=True))
@@ -167,11 +173,8 @@ def benchmark(sizes: Sizes) -> tuple[list[Result], dict]:
         ceiling = vendor_rate if unit == "GFLOP/s" else copy_rate
         numpy_rate = work / time_it(plain) / 1e9 if on_numpy else None
         results.append(Result(name, unit, rate, ceiling, 100 * rate / ceiling, numpy_rate, seconds))
-    ceilings = {
-        "copy GB/s": copy_rate,
-        "library matmul GFLOP/s": vendor_rate,
-        "library": "CuPy (cuBLAS)" if backend.get_backend() == "cuda" else "NumPy (BLAS)",
-    }
+        if on_result is not None:
+            on_result(results, ceilings)
     return results, ceilings
 
 
@@ -241,15 +244,26 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "cpu" and backend.get_backend() == "sim":
         print("kernels.py: the simulator runs ~150 us per thread; use --tiny, or NBCOLL_BACKEND=numpy", file=sys.stderr)
         return 2
-    results, ceilings = benchmark(SIZES[kind])
-    print(format_table(results, ceilings), flush=True)
     env = environment()
     command = f"NBCOLL_BACKEND={env['backend']} python benchmarks/kernels.py" + (" --tiny" if args.tiny else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"kernels_{env['backend']}{'_tiny' if args.tiny else ''}"
-    report = {"env": env, "sizes": asdict(SIZES[kind]), "ceilings": ceilings, "results": [asdict(r) for r in results]}
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+
+    def write_json(results: list[Result], ceilings: dict, complete: bool = False) -> None:
+        """Rewritten after every kernel, so that a run stopped early still leaves what it measured."""
+        if not complete:
+            r = results[-1]
+            print(f"# {r.kernel}: {r.rate:.4g} {r.what}, {r.percent:.1f}% of the ceiling", flush=True)
+        report = {"env": env, "sizes": asdict(SIZES[kind]), "ceilings": ceilings, "complete": complete}
+        report["results"] = [asdict(r) for r in results]
+        partial = stem.with_suffix(".json.partial")
+        partial.write_text(json.dumps(report, indent=2))
+        partial.replace(stem.with_suffix(".json"))
+
+    results, ceilings = benchmark(SIZES[kind], on_result=write_json)
+    print(format_table(results, ceilings), flush=True)
+    write_json(results, ceilings, complete=True)
     stem.with_suffix(".rst").write_text(format_rst(results, ceilings, env, command))
     print(f"# wrote {stem}.json, .rst")
     return 0

@@ -44,7 +44,7 @@ from nbcoll.datasets import load_digits  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SETTINGS = {
-    "full": {"hidden": 128, "batches": (32, 256), "rounds": 9, "steps_per_round": 10, "warmup": 5},
+    "full": {"hidden": 128, "batches": (32, 256), "rounds": 21, "steps_per_round": 10, "warmup": 5},
     "tiny": {"hidden": 8, "batches": (8,), "rounds": 2, "steps_per_round": 1, "warmup": 1},
 }
 LR, BETAS, EPS = 3e-3, (0.9, 0.999), 1e-8

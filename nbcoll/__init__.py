@@ -10,7 +10,7 @@ Example::
 
 # The backend module must be imported before anything imports numba.cuda: it decides whether the simulator is on.
 from nbcoll.backend import BACKENDS, BackendError, get_backend, set_backend, use_backend  # isort: skip
-from nbcoll.memory import DTYPES, empty, to_device, to_host, zeros
+from nbcoll.memory import DTYPES, empty, synchronize, to_device, to_host, zeros
 
 from nbcoll import autograd, functional  # isort: skip
 from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
@@ -78,6 +78,7 @@ __all__ = [
     "empty",
     "get_backend",
     "set_backend",
+    "synchronize",
     "to_device",
     "to_host",
     "use_backend",

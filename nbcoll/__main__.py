@@ -121,6 +121,53 @@ def calibrate(args: argparse.Namespace) -> int:
     return calibration.main(max_bytes=args.max_bytes, repeats=args.repeats)
 
 
+def _exercise_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="the exercise; without it, the list of exercises")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--check", metavar="FILE", help="run the exercise's checks on your file")
+    what.add_argument("--solution", action="store_true", help="print the reference solution")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing starter file")
+    parser.add_argument("--dir", default=".", help="where to write the starter (default: the current directory)")
+    parser.add_argument("--no-ptx", action="store_true", help="skip the PTX compile of a kernel that passes")
+    parser.add_argument(
+        "--trace-dir", default=".", help="where an algorithm exercise writes its trace diagrams (default: here)"
+    )
+
+
+@subcommand("exercise", "list the exercises, start one, check your solution or show the reference", _exercise_arguments)
+def exercise(args: argparse.Namespace) -> int:
+    from nbcoll import exercises
+
+    if args.name is None:
+        if args.check or args.solution:
+            raise UsageError("name an exercise: python -m nbcoll exercise NAME --check FILE")
+        print("Exercises, in the order of the tutorials (python -m nbcoll exercise NAME starts one):")
+        for entry in exercises.EXERCISES.values():
+            print(f"  {entry.name:17s} {entry.summary}  [after tutorials/{entry.tutorial}]")
+        return 0
+    try:
+        entry = exercises.get(args.name)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    if args.solution:
+        print(entry.solution.read_text(encoding="utf-8"), end="")
+        return 0
+    if args.check:
+        try:
+            report = exercises.check(entry.name, args.check, ptx=not args.no_ptx, trace_dir=args.trace_dir)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+        print(report.format())
+        return 0 if report.passed else 1
+    try:
+        target = exercises.copy_starter(entry.name, args.dir, force=args.force)
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {target}: fill in {entry.entry}, then run")
+    print(f"  python -m nbcoll exercise {entry.name} --check {target}")
+    return 0
+
+
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     for name, default, what in [
         ("layers", 4, "transformer blocks"),

@@ -144,22 +144,41 @@ _gpu_checked = False
 def cuda() -> ModuleType:
     """``numba.cuda``, imported only when a kernel is first needed.
 
-    On the ``cuda`` backend with no usable GPU this raises :class:`BackendError` naming the other backends.
+    On the ``cuda`` backend the first call also selects this process's GPU (:func:`select_device`). With no
+    usable GPU it raises :class:`BackendError` naming the other backends.
     """
-    global _gpu_checked
     if _startup_error is not None:
         raise _startup_error
     from numba import cuda as numba_cuda
 
     if _device_backend == "cuda" and not _gpu_checked:
-        if not numba_cuda.is_available():
-            raise BackendError(
-                "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
-                "use NBCOLL_BACKEND=sim (the same kernels on Numba's simulator) or NBCOLL_BACKEND=numpy "
-                "(the NumPy references)"
-            )
-        _gpu_checked = True
+        select_device()
     return numba_cuda
+
+
+def select_device(local_rank: int | None = None) -> int | None:
+    """On ``cuda``: make GPU ``local_rank % device count`` current for this process; return its number.
+
+    It must run before anything is allocated on the GPU, so :func:`cuda` calls it first, with the local rank the
+    launcher announced (see :mod:`nbcoll.device`); the communicator calls it with the rank it measured, which
+    counts only when nothing chose a GPU before. Returns ``None`` on ``sim``, where there is no GPU to choose.
+    """
+    global _gpu_checked
+    if _device_backend != "cuda":
+        return None
+    from numba import cuda as numba_cuda
+
+    from nbcoll import device
+
+    if not _gpu_checked and not numba_cuda.is_available():
+        raise BackendError(
+            "backend 'cuda' was chosen but no CUDA GPU or driver was found; "
+            "use NBCOLL_BACKEND=sim (the same kernels on Numba's simulator) or NBCOLL_BACKEND=numpy "
+            "(the NumPy references)"
+        )
+    chosen = device.select(numba_cuda, local_rank)
+    _gpu_checked = True
+    return chosen
 
 
 def is_simulator() -> bool:

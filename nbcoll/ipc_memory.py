@@ -1,10 +1,11 @@
 """IPC-exportable buffers: memory one process creates and other processes on the same node use live.
 
 This is what the ``ipc`` transport stands on. On ``cuda`` a buffer is device memory shared by a CUDA IPC handle
-(``DeviceNDArray.get_ipc_handle()`` in the owner, ``IpcArrayHandle.open()`` in a peer), and a kernel reads the
-peer's memory directly. On ``sim`` and ``numpy`` it is POSIX shared memory (``/dev/shm``), wrapped without a copy:
-a NumPy array, or a simulator device array over the same bytes, so a simulated kernel's writes are seen by the
-other processes at once. ``host=True`` asks for a shared host page on every backend (step counters, flags).
+(the 64 bytes of the allocation's ``CUipcMemHandle``, sent as plain data: see :mod:`nbcoll.cuda_ipc`), and a
+kernel reads the peer's memory directly. On ``sim`` and ``numpy`` it is POSIX shared memory (``/dev/shm``),
+wrapped without a copy: a NumPy array, or a simulator device array over the same bytes, so a simulated
+kernel's writes are seen by the other processes at once. ``host=True`` asks for a shared host page on every
+backend (step counters, flags).
 
 The lifetime of a name in ``/dev/shm``, and how nothing leaks:
 
@@ -28,6 +29,7 @@ import gc
 import itertools
 import math
 import os
+import pickle
 import re
 import signal
 import sys
@@ -42,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll import backend, memory
+from nbcoll.cuda_ipc import CudaIpcHandle, export_array, open_array
 
 NAME_PREFIX = "nbcoll_"
 MAX_NAME_LENGTH = 30
@@ -70,8 +73,8 @@ class IpcHandleInfo:
     dtype: str
     host: bool = False
     """True when the buffer is a NumPy array on every backend (a shared host page)."""
-    cuda_handle: Any = None
-    """For ``"cuda"``: Numba's ``IpcArrayHandle`` of the allocation."""
+    cuda_handle: CudaIpcHandle | None = None
+    """For ``"cuda"``: the allocation's CUDA IPC handle as bytes, size and offset (no Numba object)."""
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -202,14 +205,14 @@ def _close_mapping(shm: SharedMemory) -> None:
         shm._fd = -1
 
 
-def _release(shm: SharedMemory | None, owner_pid: int | None, cuda_handle: Any) -> None:
+def _release(shm: SharedMemory | None, owner_pid: int | None, cuda_mapping: Any) -> None:
     """What closing a buffer does; also run when the buffer is garbage-collected and at interpreter exit."""
     if shm is not None:
         if owner_pid == os.getpid():  # never in a forked child, which shares the owner's objects
             _unlink(shm)
         _close_mapping(shm)
-    if cuda_handle is not None:
-        cuda_handle.close()
+    if cuda_mapping is not None:
+        cuda_mapping.close()
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -260,13 +263,13 @@ class IpcBuffer:
     ``array`` is a device array of the current backend (a NumPy array on ``numpy`` or with ``host=True``).
     """
 
-    def __init__(self, handle: IpcHandleInfo, array: Any, shm: SharedMemory | None, owner: bool, cuda_handle: Any):
-        """Use :meth:`create` or :meth:`open`."""
+    def __init__(self, handle: IpcHandleInfo, array: Any, shm: SharedMemory | None, owner: bool, cuda_mapping: Any):
+        """Use :meth:`create` or :meth:`open`; ``cuda_mapping`` is the opened CUDA IPC mapping of a peer."""
         self._handle = handle
         self._array = array
         self._shm = shm
         self._owner = owner
-        self._release = weakref.finalize(self, _release, shm, os.getpid() if owner else None, cuda_handle)
+        self._release = weakref.finalize(self, _release, shm, os.getpid() if owner else None, cuda_mapping)
 
     @classmethod
     def create(cls, shape: Any, dtype: Any, tag: str = "", host: bool = False) -> IpcBuffer:
@@ -288,13 +291,13 @@ class IpcBuffer:
             _linked[shm.name] = shm
         _install_sigterm_handler()
         handle = IpcHandleInfo("shm", shm.name, shape, dt.name, host)
-        return cls(handle, _wrap_shared(shm, shape, dt, host), shm, owner=True, cuda_handle=None)
+        return cls(handle, _wrap_shared(shm, shape, dt, host), shm, owner=True, cuda_mapping=None)
 
     @classmethod
     def _create_cuda(cls, shape: tuple[int, ...], dtype: np.dtype, tag: str) -> IpcBuffer:
         flat = backend.cuda().device_array(max(math.prod(shape), 1), dtype)
-        handle = IpcHandleInfo("cuda", _new_name(tag), shape, dtype.name, False, flat.get_ipc_handle())
-        return cls(handle, _shaped(flat, shape), None, owner=True, cuda_handle=None)
+        handle = IpcHandleInfo("cuda", _new_name(tag), shape, dtype.name, False, export_array(flat))
+        return cls(handle, _shaped(flat, shape), None, owner=True, cuda_mapping=None)
 
     @classmethod
     def open(cls, handle: IpcHandleInfo) -> IpcBuffer:
@@ -307,8 +310,11 @@ class IpcBuffer:
         if handle.kind == "cuda":
             if backend.get_backend() != "cuda":
                 raise ValueError(f"handle: a CUDA IPC buffer needs the 'cuda' backend, not {backend.get_backend()!r}")
-            flat = handle.cuda_handle.open()
-            return cls(handle, _shaped(flat, handle.shape), None, owner=False, cuda_handle=handle.cuda_handle)
+            if not isinstance(handle.cuda_handle, CudaIpcHandle):
+                got = type(handle.cuda_handle).__name__
+                raise TypeError(f"handle.cuda_handle: expected a CudaIpcHandle (from IpcBuffer.create), got {got}")
+            flat, mapping = open_array(handle.cuda_handle, max(math.prod(handle.shape), 1), dtype)
+            return cls(handle, _shaped(flat, handle.shape), None, owner=False, cuda_mapping=mapping)
         try:
             shm = _attach(handle.name)
         except FileNotFoundError:
@@ -316,7 +322,7 @@ class IpcBuffer:
                 f"handle: no shared memory named {handle.name!r}; its owner has closed or unlinked it "
                 "(peers must open before the owner unlinks)"
             ) from None
-        return cls(handle, _wrap_shared(shm, handle.shape, dtype, handle.host), shm, owner=False, cuda_handle=None)
+        return cls(handle, _wrap_shared(shm, handle.shape, dtype, handle.host), shm, owner=False, cuda_mapping=None)
 
     @property
     def handle(self) -> IpcHandleInfo:
@@ -380,12 +386,14 @@ def share(comm: Any, shape: Any, dtype: Any, *, root: int = 0, tag: str = "", ho
     """
     buffer: IpcBuffer | None = None
     problem = ""
+    message: Any = None
     if comm.rank == root:
         try:
             buffer = IpcBuffer.create(shape, dtype, tag=tag, host=host)
+            message = pickle.loads(pickle.dumps(buffer.handle))  # what bcast sends: fail here, not inside bcast
         except Exception as exc:
             problem = f"rank {root} could not create the buffer: {exc!r}"
-    handle = comm.bcast(buffer.handle if buffer is not None else problem, root=root)
+    handle = comm.bcast(message if message is not None else problem, root=root)
     if comm.rank != root and isinstance(handle, IpcHandleInfo):
         try:
             buffer = IpcBuffer.open(handle)

@@ -1,4 +1,4 @@
-"""Device memory on every backend: ``to_device``, ``to_host``, ``empty``, ``zeros``.
+"""Device memory on every backend: ``to_device``, ``to_host``, ``empty``, ``zeros``, ``synchronize``.
 
 A *device array* is what kernels take:
 
@@ -237,6 +237,16 @@ def zeros(shape: Any, dtype: Any = np.float32) -> Any:
     if backend.get_backend() == "numpy":
         return track(np.zeros(shape, dt))
     return track(backend.cuda().to_device(np.zeros(shape, dt)))
+
+
+def synchronize() -> None:
+    """Wait until every kernel and copy this process launched has finished (nothing to wait for off the GPU).
+
+    Kernels run asynchronously on a GPU. Call this before telling another process (a barrier, a flag) that
+    memory it shares with this one holds what a kernel wrote.
+    """
+    if backend.get_backend() == "cuda":
+        backend.cuda().synchronize()
 
 
 def is_contiguous(x: Any) -> bool:

@@ -256,7 +256,13 @@ class FrameErrorMeter:
 
 @dataclass(frozen=True)
 class EditCounts:
-    """The edits that turn a target sequence into an output sequence, with the fewest edits in total."""
+    """The edits that turn a target sequence into an output sequence, with the fewest edits in total.
+
+    Example::
+
+        counts = edit_distance("sitting", "kitten")     # EditCounts(insertions=1, deletions=0, substitutions=2)
+        counts.total                                     # 3, the Levenshtein distance
+    """
 
     insertions: int  # tokens of the output that the target lacks
     deletions: int  # tokens of the target that the output lacks
@@ -303,7 +309,13 @@ def edit_distance(output: Sequence[Any], target: Sequence[Any]) -> EditCounts:
 
 @dataclass(frozen=True)
 class EditDistanceValue:
-    """What :meth:`EditDistanceMeter.value` returns: rates in percent of the target length, and the counts."""
+    """What :meth:`EditDistanceMeter.value` returns: the error rate in percent of the target length, and counts.
+
+    Example::
+
+        value = meter.value()
+        print(f"WER {value.error_rate:.1f}% ({value.substitutions} substitutions of {value.target_length} words)")
+    """
 
     error_rate: float
     insertions: int

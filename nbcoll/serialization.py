@@ -52,7 +52,15 @@ PathLike = str | os.PathLike
 
 
 class CheckpointError(ValueError):
-    """A file is not a readable nbcoll checkpoint: not an npz, truncated, corrupt, or of an unknown version."""
+    """A file is not a readable nbcoll checkpoint: not an npz, truncated, corrupt, or of an unknown version.
+
+    Example::
+
+        try:
+            state = nbcoll.load("ckpt.npz")
+        except CheckpointError as error:    # the message names the file and what is wrong with it
+            print(error)
+    """
 
 
 # ---------------------------------------------------------------------------------------------------------------

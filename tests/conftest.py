@@ -21,10 +21,19 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def runs_on_cuda(item) -> bool:
+    """Whether a test uses the GPU: its ``backend`` fixture's parameter, or else this process's device backend."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("backend", DEVICE) == "cuda"
+
+
 def pytest_collection_modifyitems(config, items):
-    if DEVICE == "cuda":
-        return
+    """``gpu`` tests run only on cuda; ``sim_only`` tests (and cases) are skipped there, saying why."""
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (get_backend() != 'cuda')")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and DEVICE != "cuda":
             item.add_marker(skip_gpu)
+        sim_only = item.get_closest_marker("sim_only")
+        if sim_only is not None and runs_on_cuda(item):
+            reason = sim_only.kwargs.get("reason") or (sim_only.args[0] if sim_only.args else "")
+            item.add_marker(pytest.mark.skip(reason=f"simulator semantics only: {reason}"))

@@ -1,7 +1,9 @@
 """The benchmark scripts run end to end at tiny sizes (their numbers are reported, never asserted)."""
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,17 +60,27 @@ def test_training_benchmark_runs_at_tiny_sizes(backend, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
-    done = _run(["bash", str(BENCHMARKS / "gpu_check.sh"), "--dry-run", str(tmp_path)], env={"PYTHON": sys.executable})
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("setsid") is None, reason="needs bash and setsid")
+def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
+    done = _run(["bash", str(BENCHMARKS / "gpu_check.sh"), "--dry-run", str(tmp_path)], env={"PYTHON": sys.executable},
+                timeout=300)  # fmt: skip
     summary = (tmp_path / "summary.txt").read_text()
     assert done.returncode == 0, summary + done.stdout + done.stderr
     assert "all steps passed" in summary
+    planned = re.search(r"plan total: (\d+) s of a (\d+) s budget", summary)
+    assert planned and int(planned[1]) <= int(planned[2]) == 7 * 60, summary
+    report = json.loads((tmp_path / "summary.json").read_text())
+    steps = {step["step"]: step for step in report["steps"]}
+    order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "all_reduce_2ranks", "all_reduce_4ranks"]
+    assert list(steps)[: len(order)] == order
+    assert all(steps[name]["verdict"] == "PASS" for name in order), report
+    assert steps["smoke"]["kernel"]["ok"] and steps["smoke"]["all_reduce"]["ok"]
     for nranks in (2, 4):
-        for collective in ("all_reduce", "all_gather"):
-            report = json.loads((tmp_path / f"perf_{collective}_{nranks}ranks.json").read_text())
-            assert report["backend"] == "sim" and report["wrong"] == 0 and report["nranks"] == nranks
-    assert (tmp_path / "kernels_sim_tiny.json").exists()
+        perf = json.loads((tmp_path / f"all_reduce_{nranks}ranks.json").read_text())
+        assert perf["complete"] and perf["wrong"] == 0 and perf["nranks"] == nranks
+        assert (tmp_path / f"all_reduce_{nranks}ranks.log").exists()
+    assert json.loads((tmp_path / "kernels_numpy_tiny.json").read_text())["complete"]
+    assert steps["kill_drill"]["verdict"] == "TIMEOUT" and "kill_drill: ok" in summary  # killed, nothing left
 
 
 def test_gpu_check_names_what_is_missing(tmp_path):
@@ -110,3 +122,23 @@ def test_profile_splits_the_time_into_categories(tmp_path):
     text = (tmp_path / "profile_all_reduce_ring_2ranks.txt").read_text()
     assert "## 8 bytes" in text and "## 4096 bytes" in text
     assert "waiting for a peer" in text and "Python bookkeeping" in text
+
+
+def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    (tmp_path / "suite.log").write_text(
+        "tests/test_a.py::test_one PASSED [ 10%]\ntests/test_a.py::test_two FAILED [ 20%]\n"
+        "tests/test_b.py::test_three[cuda] SKIPPED (simulator semantics only) [ 30%]\n"
+    )  # cut by the step's limit before pytest's last line
+    assert steps.figures_of(tmp_path, "suite") == {
+        "passed": 1, "failed": 1, "skipped": 1, "error": 0, "stopped_early": True, "failures": [],
+    }  # fmt: skip
+    (tmp_path / "gpu_tests.log").write_text("FAILED tests/test_x.py::test_y - boom\n=== 1 failed, 5 passed in 9s ===\n")
+    expected = {"failed": 1, "passed": 5, "failures": ["tests/test_x.py::test_y"]}
+    assert steps.figures_of(tmp_path, "gpu_tests") == expected
+    assert steps.figures_of(tmp_path, "all_reduce_2ranks") == {}  # killed before its first row
+    assert steps.main(["report", str(tmp_path), "suite", "TIMEOUT", "75", "75"]) == 0
+    report = json.loads((tmp_path / "summary.json").read_text())
+    assert report["steps"][0]["verdict"] == "TIMEOUT" and report["steps"][0]["stopped_early"]

@@ -57,9 +57,9 @@ def test_p2p_on_the_simulator(nprocs):
 
 @pytest.mark.gpu
 def test_p2p_over_cuda_ipc_and_staged_mpi_on_a_gpu():
-    result = run(2, P2P, NBCOLL_BACKEND="cuda")
+    result = run(2, P2P, NBCOLL_BACKEND="cuda", timeout=45)  # both runs fit gpu_check.sh's 120 s for gpu tests
     every_rank_says(result, "p2p ok")
-    result = run(2, P2P, "mpi|mpi", NBCOLL_BACKEND="cuda", NBCOLL_TRANSPORT="mpi")
+    result = run(2, P2P, "mpi|mpi", NBCOLL_BACKEND="cuda", NBCOLL_TRANSPORT="mpi", timeout=45)
     every_rank_says(result, "p2p ok")
 
 

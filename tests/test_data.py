@@ -19,7 +19,6 @@ def prefetch_threads():
 def no_thread_left():
     assert not prefetch_threads()
     yield
-    gc.collect()
     assert not prefetch_threads(), "a prefetch thread outlived its loop"
 
 
@@ -65,6 +64,16 @@ def test_shuffle_is_a_new_permutation_each_epoch_reproducible_by_seed():
     np.testing.assert_array_equal(np.concatenate([y for _, y in b]), epoch0)
     b.set_epoch(1)
     np.testing.assert_array_equal(np.concatenate([y for _, y in b]), epoch1)
+
+
+def test_without_a_seed_manual_seed_makes_the_order_reproducible():
+    def first_epoch():
+        return np.concatenate([y for _, y in DataLoader(dataset(), batch_size=5, shuffle=True, device=False)])
+
+    nbcoll.manual_seed(11)
+    a = first_epoch()
+    nbcoll.manual_seed(11)
+    np.testing.assert_array_equal(first_epoch(), a)
 
 
 def test_generic_dataset_is_collated():

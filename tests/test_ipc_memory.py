@@ -154,6 +154,40 @@ def test_bad_arguments_are_named():
         IpcBuffer.open(IpcHandleInfo("cuda", "nbcoll_1_0", (2,), "float32"))
 
 
+class OneRankComm:
+    """What share() needs of an MPI communicator, for a single rank: records what would be broadcast."""
+
+    rank = 0
+
+    def __init__(self):
+        self.sent = []
+
+    def bcast(self, message, root):
+        self.sent.append(pickle.loads(pickle.dumps(message)))  # what MPI would do to it
+        return self.sent[-1]
+
+    def allgather(self, value):
+        return [value]
+
+    def barrier(self):
+        pass
+
+
+def test_share_reports_a_handle_that_cannot_be_sent_instead_of_failing_inside_bcast(monkeypatch):
+    create = IpcBuffer.create
+
+    def create_with_an_unpicklable_handle(*args, **kwargs):
+        buffer = create(*args, **kwargs)
+        buffer._handle = IpcHandleInfo("cuda", buffer.name, (2,), "int8", cuda_handle=lambda: None)
+        return buffer
+
+    monkeypatch.setattr(IpcBuffer, "create", create_with_an_unpicklable_handle)
+    comm = OneRankComm()
+    with nbcoll.use_backend("numpy"), pytest.raises(RuntimeError, match="share: rank 0 could not create the buffer"):
+        ipc_memory.share(comm, 2, np.int8, host=True)
+    assert isinstance(comm.sent[0], str) and "could not create" in comm.sent[0]  # the other ranks learn it too
+
+
 # -------------------------------------------------------------------------------------------------------------
 # Across processes, and how processes end.
 
@@ -212,7 +246,7 @@ def test_cleanup_stale_removes_a_segment_left_by_a_killed_process():
     process.communicate(timeout=120)
     time.sleep(0.2)
     assert segment_exists(name), "the segment should be left behind by SIGKILL before unlink"
-    with IpcBuffer.create(1, np.int8) as alive:
+    with IpcBuffer.create(1, np.int8, host=True) as alive:  # host: a named segment on every backend, cuda too
         removed = cleanup_stale()
         assert name in removed
         assert alive.name not in removed and segment_exists(alive.name)
@@ -239,5 +273,5 @@ def test_share_across_ranks_with_kernel_writes(nprocs):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_cuda_ipc_across_ranks(nprocs):
-    result = run_ranks(nprocs, MPI_SCRIPTS / "ipc_share.py", "257", env={"NBCOLL_BACKEND": "cuda"}, timeout=300)
+    result = run_ranks(nprocs, MPI_SCRIPTS / "ipc_share.py", "257", env={"NBCOLL_BACKEND": "cuda"}, timeout=50)
     assert all(f"rank {rank} ok" in output for rank, output in enumerate(result.outputs))

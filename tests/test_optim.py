@@ -198,3 +198,32 @@ def test_clip_grad_norm(backend):
     a.grad = nbcoll.tensor([math.inf, 0.0])
     with pytest.raises(RuntimeError, match="total norm"):
         optim.clip_grad_norm_([a], 1.0, error_if_nonfinite=True)
+
+
+def test_optimizer_and_scheduler_state_survive_a_checkpoint_file(tmp_path, rng):
+    params = make_params(rng)
+    twin = [nbcoll.tensor(p.numpy(), requires_grad=True) for p in params]
+    grads = random_grads(rng, params, steps=4)
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)
+    sched = optim.StepLR(opt, step_size=1, gamma=0.5)
+    for step_grads in grads[:2]:
+        run(opt, params, [step_grads])
+        sched.step()
+    nbcoll.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}, tmp_path / "opt.npz")
+    for p, q in zip(params, twin, strict=True):
+        q.data = nbcoll.tensor(p.numpy()).data
+
+    state = nbcoll.load(tmp_path / "opt.npz")
+    assert list(state["optimizer"]["state"]) == [0, 1, 2]  # integer keys stay integers
+    other = optim.SGD(twin, lr=1.0, momentum=0.9)
+    other_sched = optim.StepLR(other, step_size=1, gamma=0.5)
+    other.load_state_dict(state["optimizer"])
+    other_sched.load_state_dict(state["scheduler"])
+    assert other.param_groups[0]["lr"] == opt.param_groups[0]["lr"] == 0.025
+    for step_grads in grads[2:]:
+        run(opt, params, [step_grads])
+        run(other, twin, [step_grads])
+        sched.step()
+        other_sched.step()
+    for p, q in zip(params, twin, strict=True):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())

@@ -1,6 +1,7 @@
 """The perf tool: busbw factors, size sweeps, exact inputs, and nccl-tests' table printed by real runs."""
 
 import json
+import textwrap
 
 import numpy as np
 import pytest
@@ -164,3 +165,32 @@ def test_tiny_sizes_on_the_simulator(collective, tmp_path):
     output, report = _perf(2, "sim", f"{collective} -b 8 -e 128 -f 16 -n 1 -w 0", tmp_path)
     assert report["backend"] == "sim"
     _check_report(output, report, collective, 2, 2)
+
+
+@pytest.mark.mpi
+def test_the_json_report_grows_row_by_row_so_a_killed_sweep_leaves_its_rows(tmp_path):
+    report = tmp_path / "perf.json"
+    # The rank dies at once (as under SIGKILL) right after its second row is shown.
+    code = textwrap.dedent(
+        """
+        import os, sys
+        import nbcoll.perf.__main__ as perf
+
+        def run(comm, world, options, on_row):
+            shown = []
+            def show_then_die(row, algo):
+                on_row(row, algo)
+                shown.append(row)
+                if len(shown) == 2:
+                    os._exit(9)
+            return real_run(comm, world, options, on_row=show_then_die)
+
+        real_run, perf.run = perf.run, run
+        sys.exit(perf.main(sys.argv[1:]))
+        """
+    )
+    args = ["all_reduce", "-b", "8", "-e", "8K", "-f", "4", "-n", "1", "-w", "0", "-J", str(report)]
+    result = launch(1, code=code, args=args, env={"NBCOLL_BACKEND": "numpy"}, timeout=120)
+    assert not result.ok, result.report()
+    partial = json.loads(report.read_text())
+    assert partial["complete"] is False and [row["nbytes"] for row in partial["rows"]] == [8, 32]

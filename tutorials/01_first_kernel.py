@@ -187,4 +187,5 @@ for size in (1, 255, 256, 257, 1000, 1_000_000):
     total = grid_blocks * THREADS_PER_BLOCK
     print(f"   {size:8d}  {grid_blocks:6d}  {total:7d}  {total - size:12d}")
 print()
+print("Try it yourself: python -m nbcoll exercise map_kernel, then python -m nbcoll exercise stencil_2d")
 print("Done: every kernel matched NumPy.")

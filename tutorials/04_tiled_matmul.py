@@ -224,4 +224,5 @@ for size in (64, 256, 1024, 4096):
         f"{naive * 4 / 2**30:11.3f} GiB  {tiled * 4 / 2**30:11.3f} GiB"
     )
 print()
+print("Try it yourself, with 4 x 4 tiles: python -m nbcoll exercise tiled_matmul")
 print("Done: every kernel matched NumPy and every count matched its formula.")

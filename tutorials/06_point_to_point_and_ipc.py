@@ -59,9 +59,10 @@ mpi.Barrier()
 if rank == 0:
     owner.unlink()
     print(f"2. my IPC handle: kind={handle.kind!r}, name={handle.name!r}, shape={handle.shape}, dtype={handle.dtype}")
-    print("   (on a GPU the handle wraps cudaIpcGetMemHandle's 64 bytes; a peer's kernel then writes into my memory)")
+    print("   (on a GPU the handle carries cuIpcGetMemHandle's 64 bytes; a peer's kernel then writes into my memory)")
 else:
     copy_kernels.copy(shared.array, nbcoll.to_device(np.array([7, 8, 9, 10], np.int32)))
+    nbcoll.synchronize()  # a GPU kernel runs asynchronously: it must be done before the barrier lets rank 0 read
     print("2. opened rank 0's buffer from its handle and wrote [7 8 9 10] into it with the copy kernel")
 mpi.Barrier()
 if rank == 0:

@@ -169,5 +169,6 @@ if rank == 0:
     print("   one row per rank, one box per step, one arrow per chunk; the same picture from the command line:")
     print(f"   python -m nbcoll trace view {trace_dir} -o ring.png --seq 1")
 
+say("Try it yourself: python -m nbcoll exercise ring_all_reduce, then python -m nbcoll exercise ddp_buckets")
 comm.destroy()
 print(f"rank {rank}: Done: ok")

@@ -209,4 +209,5 @@ else:
     say("   The tuner picked the fastest algorithm at every size: a model only needs to rank the algorithms, not")
     say("   to predict their times exactly. To keep it so on another machine:")
 say("   calibrate it with 'mpiexec -n 2 python -m nbcoll calibrate', or force a choice with algo= or NBCOLL_ALGO.")
+say("Try it yourself: python -m nbcoll exercise tree_broadcast")
 print(f"Done: rank {rank} ok")

@@ -133,5 +133,7 @@ print(f"   I send    {outgoing[::SMALL].tolist()} (first element of each block)"
 print(f"   I receive {received[::SMALL].tolist()}: my column of the matrix: ok")
 print()
 
+if rank == 0:
+    print("Try it yourself: python -m nbcoll exercise batched_copy (the copy that packs buffers)")
 comm.destroy()
 print(f"Done: rank {rank} ok")

@@ -197,7 +197,8 @@ class CharLSTM(nn.Module):
     Example::
 
         model = CharLSTM(vocabulary=60)
-        scores = model(nbcoll.tensor(ids))      # (batch, window, 60)
+        scores = model(nbcoll.tensor(ids))                  # (batch, window, 60)
+        scores, state = model.step(nbcoll.tensor(ids), state)  # and the LSTM's state, to continue from
     """
 
     def __init__(self, vocabulary, embedding=16, hidden=64):
@@ -206,10 +207,12 @@ class CharLSTM(nn.Module):
         self.lstm = nn.LSTM(embedding, hidden, batch_first=True)
         self.head = nn.Linear(hidden, vocabulary)
 
-    def forward(self, ids, state=None):
+    def step(self, ids, state=None):
         outputs, state = self.lstm(self.embed(ids), state)
-        self.state = state  # kept for sampling one character at a time
-        return self.head(outputs)
+        return self.head(outputs), state
+
+    def forward(self, ids):
+        return self.step(ids)[0]
 
 
 def windows(ids, step):
@@ -250,8 +253,8 @@ def sample(model, prompt, length):
     out, ids, state = prompt, [alphabet.index(c) for c in prompt], None
     with nbcoll.no_grad():
         for _ in range(length):
-            scores = model(nbcoll.tensor(np.array([ids])), state)[0, -1].numpy()
-            state = model.state
+            scores, state = model.step(nbcoll.tensor(np.array([ids])), state)
+            scores = scores[0, -1].numpy()
             p = np.exp(scores - scores.max())
             ids = [int(rng.choice(len(alphabet), p=p / p.sum()))]
             out += alphabet[ids[0]]
@@ -261,7 +264,7 @@ def sample(model, prompt, length):
 print(f"   {len(text)} characters, an alphabet of {len(alphabet)}, windows of {window}")
 print(f"   cross-entropy {lstm_losses[0]:.3f} -> {lstm_losses[-1]:.3f} nats per character")
 print(f"   held-out next-character error: {errors.value():.1f}%")
-print(f"   sample: {sample(lstm_model, 'Alice ', 5 if TINY else 120)!r}")
+print(f"   sample: {sample(lstm_model, 'Alice ', 2 if TINY else 120)!r}")
 print(f"   loss curve: {plot_curves({'train': lstm_losses}, os.path.join(OUT, 'char_lstm.png'), 'char LSTM', 'epoch')}")
 print()
 print(f"Done: four models trained; digits test accuracy {mlp_accuracy:.1f}%.")

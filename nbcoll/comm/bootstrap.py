@@ -7,7 +7,8 @@ run it among the survivors only):
    collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
 2. check that every rank runs with the same FIFO settings and backend;
 3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
-   ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`);
+   ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`); on
+   ``cuda``, each rank uses GPU ``local rank % device count`` (:mod:`nbcoll.device`);
 4. map one control page per machine (created by the machine's first rank, attached by the others, unlinked
    as soon as all have it);
 5. for every ipc pair, the receiver allocates the FIFO, the handles are exchanged, the sender opens the
@@ -25,13 +26,14 @@ Example::
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from nbcoll import backend
+from nbcoll import backend, device
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.control import ControlPage
@@ -71,6 +73,22 @@ def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
     return ControlPage(page, machine.Get_size(), config.steps)
 
 
+def _choose_gpu(local_rank: int, log: Logger, world_order: bool) -> None:
+    """On ``cuda``: use GPU ``local_rank % device count``, unless this process already chose one.
+
+    ``world_order``: the ranks are those of ``MPI.COMM_WORLD`` in its order, so ``local_rank`` is the process's
+    rank on its machine, and a GPU chosen before that does not match it gets a warning. (In a split-off
+    communicator the local rank is another number, and the GPU chosen first stays.)
+    """
+    if backend.get_backend() != "cuda":
+        return
+    chosen = backend.select_device(local_rank)
+    problem = device.mismatch(local_rank, len(backend.cuda().gpus)) if world_order else ""
+    if problem:
+        warnings.warn(f"nbcoll: {problem}", RuntimeWarning, stacklevel=3)
+    log.info("INIT", f"local rank {local_rank} uses GPU {chosen}")
+
+
 def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any = None) -> Wiring:
     """Collective over ``parent``: build the wiring of a new communicator of the same ranks."""
     data, ctrl = parent.Dup(), parent.Dup()
@@ -83,6 +101,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
+        world_order = parent.Compare(MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+        _choose_gpu(machine.Get_rank(), log, world_order)  # before the FIFOs: an allocation binds the GPU
         machine_key = machine.bcast(MPI.COMM_WORLD.Get_rank(), root=0)
         if node_key is None:
             k = config.ranks_per_node

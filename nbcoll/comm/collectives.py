@@ -27,7 +27,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,6 +39,7 @@ from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.refusal import numbered
 from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work
@@ -56,30 +56,6 @@ def _nbytes(x: Any) -> int:
 _address_range = memory.address_range
 
 
-def _numbered(method: Callable) -> Callable:
-    """Number every call of a collective the same way on every rank, and announce it when this rank refuses it.
-
-    A call whose arguments fail the checks here raises before anything moves; its peers may still run it, so
-    the refusal is told to them (:mod:`nbcoll.comm.refusal`).
-    """
-    name = method.__name__
-
-    @functools.wraps(method)
-    def call(self: Collectives, *args: Any, **kwargs: Any) -> Any:
-        self._check_usable()
-        self._settle_refusals()
-        seq = self._refusals.number()
-        self._call_seq = seq
-        try:
-            return method(self, *args, **kwargs)
-        except Exception:
-            if self._refusals.is_open(seq):  # it failed before it was run or queued: a refusal
-                self._refuse(seq, name)
-            raise
-
-    return call
-
-
 class Collectives:
     """The collective operations of :class:`~nbcoll.comm.communicator.Communicator` (a mixin).
 
@@ -93,7 +69,7 @@ class Collectives:
 
     # -- the public collectives ---------------------------------------------------------------------------------
 
-    @_numbered
+    @numbered
     def all_reduce(
         self, sendbuf: Any, recvbuf: Any = None, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -117,7 +93,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
-    @_numbered
+    @numbered
     def broadcast(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -139,7 +115,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
-    @_numbered
+    @numbered
     def reduce(
         self,
         sendbuf: Any,
@@ -172,7 +148,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
-    @_numbered
+    @numbered
     def all_gather(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
         """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``."""
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -192,7 +168,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
-    @_numbered
+    @numbered
     def reduce_scatter(
         self, sendbuf: Any, recvbuf: Any, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -217,7 +193,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
-    @_numbered
+    @numbered
     def all_to_all(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
         """``recvbuf[p*count:(p+1)*count] = sendbuf[rank*count:(rank+1)*count] of rank p``."""
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -237,7 +213,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
-    @_numbered
+    @numbered
     def gather(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -265,7 +241,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
-    @_numbered
+    @numbered
     def scatter(
         self, sendbuf: Any, recvbuf: Any, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -293,7 +269,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
-    @_numbered
+    @numbered
     def barrier(self, async_op: bool = False) -> Any:
         """Return only when every rank has called it."""
         token = memory.zeros(1, np.uint8)
@@ -461,7 +437,7 @@ class Collectives:
 
         Making them is collective, like the one-shot collective that asks for them: every rank gets here.
         """
-        state = self.__dict__.setdefault("_collective_state", {})
+        state = self.__dict__.setdefault("_collective_state", {"seq": 0})
         if "windows" not in state:
             local = self.size > 1 and all(self.transport_to(p) == "ipc" for p in range(self.size) if p != self.rank)
             state["windows"] = DirectWindows(self._wiring.ctrl, self.config.buffsize) if local else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import threading
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -72,6 +73,7 @@ class Communicator(Collectives):
         self._destroyed = False
         machine_pids = {p: self._wiring.pids[p] for p in self.topology.machine_ranks if p != rank}
         self._refusals = Refusals(self._wiring.ctrl, self.config.timeout)
+        self._connecting = threading.Lock()
         self.watchdog = Watchdog(rank, self.config.timeout, self.aborted_by, machine_pids, self.recorder, self.log)
         # Every operation, of every kind, runs through this one queue in issue order (see :mod:`.work`).
         self._progress = Progress(self._drive_now, f"nbcoll-progress-rank{rank}")
@@ -183,21 +185,23 @@ class Communicator(Collectives):
     def send_connection(self, peer: int) -> SendConnection:
         """The connection this rank sends to ``peer`` through; mpi ones are made at first use."""
         peer = self._check_peer(peer)
-        if peer not in self._wiring.send:
-            self._wiring.send[peer] = MpiSendConnection(
-                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
-            )
-            self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
+        with self._connecting:  # the caller's thread and the progress thread may both ask for it first
+            if peer not in self._wiring.send:
+                self._wiring.send[peer] = MpiSendConnection(
+                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                )
+                self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
         return self._wiring.send[peer]
 
     def recv_connection(self, peer: int) -> RecvConnection:
         """The connection this rank receives from ``peer`` through; mpi ones are made at first use."""
         peer = self._check_peer(peer)
-        if peer not in self._wiring.recv:
-            self._wiring.recv[peer] = MpiRecvConnection(
-                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
-            )
-            self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
+        with self._connecting:
+            if peer not in self._wiring.recv:
+                self._wiring.recv[peer] = MpiRecvConnection(
+                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                )
+                self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
         return self._wiring.recv[peer]
 
     def peer_counters(self, peer: int) -> PeerCounters:
@@ -260,8 +264,7 @@ class Communicator(Collectives):
         except CommAbortedError as exc:
             self._cancel_batch(ops, works, exc)
             raise
-        what = ops[0].headline() if len(ops) == 1 else f"group of {len(ops)} operations"
-        self._progress.submit(ops, [*works, Work(f"{what} on rank {self.rank}", None)], wait=True)
+        self._progress.submit(ops, works, wait=True)
 
     def _cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
         """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""

@@ -31,9 +31,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import secrets
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -45,19 +48,47 @@ TAG_REFUSED = TAG_ABORT + 2
 """Tag of a refusal note on the control communicator (``TAG_ABORT + 1`` is shrink's)."""
 
 
+def numbered(method: Callable) -> Callable:
+    """Decorate a collective of the communicator: number each call, and announce it when this rank refuses it.
+
+    A call whose arguments fail the checks raises before anything moves, but its peers may still run it: the
+    refusal is told to them (``comm._refuse``). An error raised before the call is run or queued in a group is
+    such a refusal; one raised later (a timeout, a mismatch found by ``NBCOLL_CHECK``) is not.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(comm: Any, *args: Any, **kwargs: Any) -> Any:
+        comm._check_usable()
+        comm._settle_refusals()
+        seq = comm._refusals.number()
+        comm._call_seq = seq
+        try:
+            return method(comm, *args, **kwargs)
+        except Exception:
+            if comm._refusals.is_open(seq):  # it failed before it was run or queued: a refusal
+                comm._refuse(seq, name)
+            raise
+
+    return call
+
+
 class Refusals:
     """The refusal notes of one communicator on one rank: sent, received, and what they mean here."""
 
     def __init__(self, ctrl: MPI.Comm, timeout: float) -> None:
         self._ctrl = ctrl
         self._rank, self._size = ctrl.Get_rank(), ctrl.Get_size()
+        # MPI reuses a freed communicator's context for a new one, so a note that arrives after its communicator
+        # was destroyed could reach the next one: every note carries its communicator's random identity.
+        self._identity = ctrl.bcast(secrets.randbits(62) if self._rank == 0 else None, root=0)
         self._timeout = timeout
         self._lock = threading.Lock()
         self._calls = 0  # collective calls numbered so far
         self._open: set[int] = set()  # numbered, but not yet run or refused here (being checked, or in a group)
         self._mine: dict[int, str] = {}  # refused here, waiting for every peer's word
         self._heard: dict[int, set[int]] = {}  # call -> peers that refused it
-        self._requests: list[MPI.Request] = []
+        self._sends: list[tuple[MPI.Request, np.ndarray]] = []
         self.conflict: str | None = None  # why this communicator must be aborted, once known
 
     def number(self) -> int:
@@ -73,14 +104,14 @@ class Refusals:
 
     def refuse(self, seq: int, what: str) -> None:
         """This rank will not run call ``seq``: tell every peer, without waiting."""
-        note = np.array([seq], np.int64)
+        note = np.array([self._identity, seq], np.int64)
         with self._lock:
             self._open.discard(seq)
             self._mine[seq] = what
-            self._requests = [r for r in self._requests if not r.Test()]
+            self._sends = [(request, buf) for request, buf in self._sends if not request.Test()]
             for peer in range(self._size):
-                if peer != self._rank:
-                    self._requests.append(self._ctrl.Isend([note, MPI.INT64_T], dest=peer, tag=TAG_REFUSED))
+                if peer != self._rank:  # the note's array lives as long as its send
+                    self._sends.append((self._ctrl.Isend([note, MPI.INT64_T], dest=peer, tag=TAG_REFUSED), note))
 
     def skipped(self, seq: int) -> None:
         """No rank runs call ``seq``, and every rank knows it (the ``NBCOLL_CHECK`` exchange said so)."""
@@ -100,16 +131,21 @@ class Refusals:
 
     def poll(self) -> str | None:
         """Receive the notes that have arrived; return why the communicator must be aborted, if it must."""
-        status = MPI.Status()
-        note = np.empty(1, np.int64)
         with self._lock:
-            while (message := self._ctrl.Improbe(MPI.ANY_SOURCE, TAG_REFUSED, status)) is not None:
-                message.Recv([note, MPI.INT64_T])
-                seq, peer = int(note[0]), status.Get_source()
+            for peer, seq in self._receive():
                 self._heard.setdefault(seq, set()).add(peer)
                 if seq <= self._calls and seq not in self._open and seq not in self._mine:
                     self._note_conflict(seq)  # this rank ran (or queued) the call the peer refused
             return self.conflict
+
+    def _receive(self) -> list[tuple[int, int]]:
+        """Every note of this communicator that has arrived, as (peer, call); notes of an older one are dropped."""
+        status, note, notes = MPI.Status(), np.empty(2, np.int64), []
+        while (message := self._ctrl.Improbe(MPI.ANY_SOURCE, TAG_REFUSED, status)) is not None:
+            message.Recv([note, MPI.INT64_T])
+            if note[0] == self._identity:
+                notes.append((status.Get_source(), int(note[1])))
+        return notes
 
     def _note_conflict(self, seq: int) -> None:
         if self.conflict is None:
@@ -135,7 +171,7 @@ class Refusals:
                 peers = self._size - 1
                 for seq in [s for s in self._mine if len(self._heard.get(s, ())) == peers]:
                     del self._mine[seq]
-                    del self._heard[seq]
+                    self._heard.pop(seq, None)  # a communicator of one rank hears from nobody
                 waiting = dict(self._mine)
             if not waiting:
                 return
@@ -159,5 +195,7 @@ class Refusals:
             time.sleep(1e-3)
 
     def close(self) -> None:
-        """Drop the notes still in flight (small and sent eagerly, they complete on their own)."""
-        self._requests.clear()
+        """Receive the notes that have arrived, so none is left for a later communicator, and drop the sends."""
+        with self._lock:
+            self._receive()
+            self._sends.clear()  # small and sent eagerly, they complete on their own

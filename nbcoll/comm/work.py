@@ -97,6 +97,8 @@ class Progress:
             if inline:
                 self._busy = True
             else:
+                if wait:
+                    works = [*works, Work(f"{len(ops)} operation(s) on {self._name}", None)]  # to wait on
                 self._queue.append((ops, works))
                 if self._thread is None:  # cleared under this lock by a thread that has left its loop
                     self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)

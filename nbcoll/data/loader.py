@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll.data.dataset import Dataset
+from nbcoll.seed import next_seed
 from nbcoll.tensors import Tensor
 
 _POLL_SECONDS = 0.05
@@ -63,9 +64,10 @@ class DataLoader:
             ...
 
     ``shuffle`` draws a new order every epoch from ``(seed, epoch)``, so two loaders with one seed agree; with
-    ``seed=None`` the seed is drawn from the operating system once. ``sampler`` (a :class:`DistributedSampler`,
-    or any iterable of indices) replaces the loader's own order. ``device=False`` keeps batches as host NumPy
-    arrays; otherwise they become Tensors. ``prefetch=N`` prepares ``N`` batches ahead in a background thread.
+    ``seed=None`` the seed is drawn once from nbcoll's generator, which ``nbcoll.manual_seed`` restarts.
+    ``sampler`` (a :class:`DistributedSampler`, or any iterable of indices) replaces the loader's own order.
+    ``device=False`` keeps batches as host NumPy arrays; otherwise they become Tensors. ``prefetch=N`` prepares
+    ``N`` batches ahead in a background thread.
     """
 
     def __init__(
@@ -88,7 +90,7 @@ class DataLoader:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset: expected a Dataset (len() and indexing), got {type(dataset).__name__}")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, int(batch_size), shuffle, drop_last
-        self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)
+        self.seed = next_seed() if seed is None else int(seed)
         self.sampler, self.prefetch, self.device = sampler, int(prefetch), device
         self.epoch = 0
 

@@ -267,7 +267,7 @@ def storage_view(x: Any, arg: str = "src") -> tuple[Any, int, tuple[int, ...]]:
     lowest = sum((n - 1) * s for n, s in zip(x.shape, strides, strict=True) if s < 0)
     highest = sum((n - 1) * s for n, s in zip(x.shape, strides, strict=True) if s > 0)
     span = highest - lowest + 1
-    if backend.get_backend() == "cuda":
+    if backend.get_backend() == "cuda" and not isinstance(x, np.ndarray):
         if lowest < 0:
             raise ValueError(
                 f"{arg}: negative strides {tuple(x.strides)} are not supported on the cuda backend; "
@@ -277,7 +277,8 @@ def storage_view(x: Any, arg: str = "src") -> tuple[Any, int, tuple[int, ...]]:
 
         storage = DeviceNDArray(shape=(span,), strides=(itemsize,), dtype=x.dtype, gpu_data=x.gpu_data)
         return storage, 0, strides
-    # sim (and numpy): a NumPy view that starts at the lowest address x reaches, flipped where strides are negative.
+    # sim, numpy, and host arrays on every backend: a NumPy view that starts at the lowest address x reaches,
+    # flipped where strides are negative.
     host = x if isinstance(x, np.ndarray) else x._ary
     forward = host[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in host.strides)]
     flat = np.lib.stride_tricks.as_strided(forward, shape=(span,), strides=(itemsize,))

@@ -146,9 +146,8 @@ def col2im_reference(cols: np.ndarray, g: ConvGeometry) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels. Arrays arrive flattened; the geometry arrives as tuples of int64.
 
-_GEOMETRY = "UniTuple(int64, 4), UniTuple(int64, 2), UniTuple(int64, 2), UniTuple(int64, 2), UniTuple(int64, 2), " + (
-    "UniTuple(int64, 2)"
-)
+GEOMETRY_SIGNATURE = ", ".join(["UniTuple(int64, 4)"] + ["UniTuple(int64, 2)"] * 5)
+"""The Numba types of :meth:`ConvGeometry.launch_args` (shape, kernel, stride, padding, dilation, out_hw)."""
 
 
 @cuda.jit(device=True)
@@ -172,10 +171,10 @@ def _source_offset(i, shape, kernel, stride, padding, dilation, out_hw):
 
 
 @register(
-    f"void(float32[::1], {_GEOMETRY}, float32[::1])",
-    f"void(float64[::1], {_GEOMETRY}, float64[::1])",
-    f"void(float16[::1], {_GEOMETRY}, float16[::1])",
-    f"void(int8[::1], {_GEOMETRY}, int8[::1])",
+    f"void(float32[::1], {GEOMETRY_SIGNATURE}, float32[::1])",
+    f"void(float64[::1], {GEOMETRY_SIGNATURE}, float64[::1])",
+    f"void(float16[::1], {GEOMETRY_SIGNATURE}, float16[::1])",
+    f"void(int8[::1], {GEOMETRY_SIGNATURE}, int8[::1])",
 )
 @cuda.jit
 def im2col_kernel(x, shape, kernel, stride, padding, dilation, out_hw, cols):
@@ -190,9 +189,9 @@ def im2col_kernel(x, shape, kernel, stride, padding, dilation, out_hw, cols):
 
 
 @register(
-    f"void(float32[::1], {_GEOMETRY}, float32[::1])",
-    f"void(float64[::1], {_GEOMETRY}, float64[::1])",
-    f"void(float32[::1], {_GEOMETRY}, float16[::1])",
+    f"void(float32[::1], {GEOMETRY_SIGNATURE}, float32[::1])",
+    f"void(float64[::1], {GEOMETRY_SIGNATURE}, float64[::1])",
+    f"void(float32[::1], {GEOMETRY_SIGNATURE}, float16[::1])",
 )
 @cuda.jit
 def col2im_kernel(acc, shape, kernel, stride, padding, dilation, out_hw, cols):

@@ -31,7 +31,7 @@ import numpy as np
 from numba import cuda, int64
 
 from nbcoll import backend, memory
-from nbcoll.kernels.im2col import _GEOMETRY, ConvGeometry, narrow_kernel
+from nbcoll.kernels.im2col import GEOMETRY_SIGNATURE, ConvGeometry, narrow_kernel
 from nbcoll.kernels.indexing import launch_1d, size_of
 from nbcoll.kernels.registry import register
 
@@ -73,10 +73,10 @@ def max_pool2d_backward_reference(dy: np.ndarray, argmax: np.ndarray, g: ConvGeo
 
 
 @register(
-    f"void(float32[::1], {_GEOMETRY}, float32[::1], int64[::1])",
-    f"void(float64[::1], {_GEOMETRY}, float64[::1], int64[::1])",
-    f"void(float16[::1], {_GEOMETRY}, float16[::1], int64[::1])",
-    f"void(int32[::1], {_GEOMETRY}, int32[::1], int64[::1])",
+    f"void(float32[::1], {GEOMETRY_SIGNATURE}, float32[::1], int64[::1])",
+    f"void(float64[::1], {GEOMETRY_SIGNATURE}, float64[::1], int64[::1])",
+    f"void(float16[::1], {GEOMETRY_SIGNATURE}, float16[::1], int64[::1])",
+    f"void(int32[::1], {GEOMETRY_SIGNATURE}, int32[::1], int64[::1])",
 )
 @cuda.jit
 def max_pool2d_kernel(x, shape, kernel, stride, padding, dilation, out_hw, out, argmax):

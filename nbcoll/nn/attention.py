@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from nbcoll.nn.activation import GELU
 from nbcoll.nn.dropout import Dropout
 from nbcoll.nn.linear import Linear
 from nbcoll.nn.module import Module
@@ -187,16 +188,19 @@ class FeedForward(Module):
         mlp = nn.FeedForward(32, 128)
         y = mlp(x)                         # x (*, 32) -> (*, 32)
 
-    GELU is the tanh form (PyTorch's ``approximate="tanh"``, GPT-2's).
+    GELU is the tanh form by default (GPT-2's); ``approximate="none"`` gives the exact one.
     """
 
-    def __init__(self, embed_dim: int, hidden_dim: int, bias: bool = True, dtype: Any = None) -> None:
+    def __init__(
+        self, embed_dim: int, hidden_dim: int, bias: bool = True, approximate: str = "tanh", dtype: Any = None
+    ) -> None:
         super().__init__()
         self.fc_in = Linear(embed_dim, hidden_dim, bias=bias, dtype=dtype)
+        self.act = GELU(approximate)
         self.fc_out = Linear(hidden_dim, embed_dim, bias=bias, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc_out(self.fc_in(x).gelu())
+        return self.fc_out(self.act(self.fc_in(x)))
 
 
 class TransformerBlock(Module):

@@ -136,7 +136,8 @@ class MaxPool2d(Module):
         pool = nn.MaxPool2d(2)                 # stride defaults to the kernel size
         y = pool(x)                            # (N, C, 8, 8) -> (N, C, 4, 4)
 
-    ``padding`` may be at most half the kernel size (as in PyTorch), so every window holds an input.
+    ``padding`` may be at most half the kernel size (as in PyTorch), so every window holds an input. PyTorch's
+    ``ceil_mode`` and ``return_indices`` are not provided.
     """
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> None:

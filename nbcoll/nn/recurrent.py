@@ -35,7 +35,7 @@ from nbcoll.nn.dropout import Dropout
 from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.module import Module
 from nbcoll.nn.parameter import Parameter
-from nbcoll.nn.shapes import check_input, positive_int
+from nbcoll.nn.shapes import check_input, describe, positive_int
 from nbcoll.tensors import Tensor
 
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -81,10 +81,6 @@ def _uniform_parameter(shape: tuple[int, ...], bound: float, dtype: Any) -> Para
     return init.uniform_(Parameter(np.zeros(shape, parameter_dtype(dtype))), -bound, bound)
 
 
-def _zeros(shape: tuple[int, ...], like: Tensor) -> Tensor:
-    return Tensor(np.zeros(shape, like.dtype))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Cells.
 
@@ -110,17 +106,17 @@ class _Cell(Module):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
 
-    def _check(self, x: Any, hx: Any, name: str = "hx") -> tuple[Tensor, Tensor | None, bool]:
-        """The input as (batch, input) and whether it came unbatched; the state checked against it."""
-        dtype = self.weight_ih.dtype
-        x = check_input(self, x, [("batch", self.input_size), (self.input_size,)], dtype=dtype)
-        batched = x.ndim == 2
-        if not batched:
-            x = x.reshape(1, self.input_size)
-        if hx is not None:
-            want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
-            hx = check_input(self, hx, want, name=name, dtype=dtype).reshape(x.shape[0], self.hidden_size)
-        return x, hx, batched
+    def _input(self, x: Any) -> tuple[Tensor, bool]:
+        """The input as (batch, input_size), and whether it came batched (an unbatched one is (input_size,))."""
+        x = check_input(self, x, [("batch", self.input_size), (self.input_size,)], dtype=self.weight_ih.dtype)
+        return (x, True) if x.ndim == 2 else (x.reshape(1, self.input_size), False)
+
+    def _state(self, hx: Any, x: Tensor, batched: bool, name: str) -> Tensor:
+        """A state as (batch, hidden_size): zeros when None, else checked against the input's batch."""
+        if hx is None:
+            return Tensor(np.zeros((x.shape[0], self.hidden_size), x.dtype))
+        want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
+        return check_input(self, hx, want, name=name, dtype=x.dtype).reshape(x.shape[0], self.hidden_size)
 
     def _input_part(self, x: Tensor) -> Tensor:
         return _affine(x, self.weight_ih.T, self.bias_ih)
@@ -152,9 +148,10 @@ class RNNCell(_Cell):
         return super().extra_repr() + f", nonlinearity={self.nonlinearity}"
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
-        x, h, batched = self._check(x, hx)
-        h = _zeros((x.shape[0], self.hidden_size), x) if h is None else h
-        h = rnn_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh, self.nonlinearity)
+        x, batched = self._input(x)
+        h = rnn_step(
+            self._input_part(x), self._state(hx, x, batched, "hx"), self.weight_hh.T, self.bias_hh, self.nonlinearity
+        )
         return self._unbatch(h, batched)
 
 
@@ -172,11 +169,9 @@ class LSTMCell(_Cell):
         super().__init__(input_size, hidden_size, bias, "LSTM", dtype)
 
     def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        x, batched = self._input(x)
         h, c = (None, None) if hx is None else hx
-        x, h, batched = self._check(x, h, "hx[0]")
-        _, c, _ = self._check(x if batched else x.reshape(self.input_size), c, "hx[1]")
-        zeros = _zeros((x.shape[0], self.hidden_size), x)
-        state = (zeros if h is None else h, zeros if c is None else c)
+        state = (self._state(h, x, batched, "hx[0]"), self._state(c, x, batched, "hx[1]"))
         h, c = lstm_step(self._input_part(x), state, self.weight_hh.T, self.bias_hh)
         return self._unbatch(h, batched), self._unbatch(c, batched)
 
@@ -195,9 +190,9 @@ class GRUCell(_Cell):
         super().__init__(input_size, hidden_size, bias, "GRU", dtype)
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
-        x, h, batched = self._check(x, hx)
-        h = _zeros((x.shape[0], self.hidden_size), x) if h is None else h
-        return self._unbatch(gru_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh), batched)
+        x, batched = self._input(x)
+        h = gru_step(self._input_part(x), self._state(hx, x, batched, "hx"), self.weight_hh.T, self.bias_hh)
+        return self._unbatch(h, batched)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -252,7 +247,7 @@ class _Recurrent(Module):
         batched_shape = ("batch", "seq", self.input_size) if self.batch_first else ("seq", "batch", self.input_size)
         x = check_input(self, x, [batched_shape, ("seq", self.input_size)], dtype=self.weight_ih_l0.dtype)
         if x.shape[0 if x.ndim == 2 or not self.batch_first else 1] == 0:
-            raise ValueError(f"{type(self).__name__}: the sequence is empty (input shape {x.shape})")
+            raise ValueError(f"{describe(self)}: the sequence is empty (input shape {x.shape})")
         if x.ndim == 2:
             return x.reshape(x.shape[0], 1, self.input_size), False
         return (x.transpose(1, 0, 2) if self.batch_first else x), True
@@ -261,7 +256,7 @@ class _Recurrent(Module):
         """One (B, H) state per layer: zeros, or the slices of ``hx`` (num_layers, B, H) / (num_layers, H)."""
         batch = x.shape[1]
         if hx is None:
-            return [_zeros((batch, self.hidden_size), x)] * self.num_layers
+            return [Tensor(np.zeros((batch, self.hidden_size), x.dtype))] * self.num_layers
         want = (self.num_layers, batch, self.hidden_size) if batched else (self.num_layers, self.hidden_size)
         hx = check_input(self, hx, want, name=name, dtype=x.dtype)
         hx = hx.reshape(self.num_layers, batch, self.hidden_size)

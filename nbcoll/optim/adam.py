@@ -30,6 +30,8 @@ class Adam(Optimizer):
         optimizer.step()
 
     ``state[param]`` holds ``step`` (an int), ``exp_avg`` and ``exp_avg_sq`` (the two moment estimates).
+    PyTorch's ``amsgrad`` and ``maximize`` variants are not offered, and its ``foreach``/``fused`` switches have
+    no counterpart: the one fused kernel per parameter is the only implementation.
     """
 
     decoupled = False

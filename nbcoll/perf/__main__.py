@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -161,9 +162,18 @@ def _command_line(nranks: int, argv: Sequence[str]) -> str:
     return f"mpiexec -n {nranks} {command}" if under_mpi() else command
 
 
-def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace) -> dict:
+def _write_json(path: str, report: dict) -> None:
+    """Replace ``path`` in one step: a reader never sees half a file."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(partial, path)
+
+
+def _json_report(rows: list[table.Row], comm: object, args: argparse.Namespace, complete: bool = True) -> dict:
     return {
         "tool": "nbcoll.perf",
+        "complete": complete,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
         "backend": nbcoll.get_backend(),
@@ -218,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("#")
         print(table.header(), flush=True)
     current = {"algo": object()}
+    so_far: list[table.Row] = []
 
     def show(row: table.Row, algo: str | None) -> None:
         if not lead:
@@ -226,6 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"# algo: {row.algo}")
         current["algo"] = algo
         print(table.row(row), flush=True)
+        so_far.append(row)
+        if args.output_file:  # after every size, so that a run stopped early still leaves its rows
+            _write_json(args.output_file, _json_report(so_far, comm, args, complete=False))
 
     try:
         rows = run(comm, world, options, on_row=show)
@@ -237,8 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if lead:
         print(table.footer(rows), flush=True)
         if args.output_file:
-            with open(args.output_file, "w") as f:
-                json.dump(_json_report(rows, comm, args), f, indent=2)
+            _write_json(args.output_file, _json_report(rows, comm, args, complete=True))
             print(f"# wrote {args.output_file}")
         if args.plot:
             from nbcoll.perf import plot

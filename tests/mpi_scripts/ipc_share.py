@@ -23,6 +23,7 @@ assert not os.path.exists(os.path.join(ipc_memory.SHM_DIR, buffer.name)), "share
 # Kernel writes into the shared memory, row `rank` = rank + 1 (negated twice: a kernel computes it).
 source = nbcoll.to_device(np.full(columns, -(comm.rank + 1), dtype=np.int32))
 elementwise.unary("neg", source, out=buffer.array[comm.rank])
+nbcoll.synchronize()  # on a GPU the kernel may still run: finish it before the barrier tells the others to read
 comm.Barrier()
 
 seen = nbcoll.to_host(buffer.array)

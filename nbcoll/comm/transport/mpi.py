@@ -148,6 +148,8 @@ class MpiRecvConnection(RecvConnection):
         # posted for step s gets chunk s. None is posted beyond what the caller expects, so that no receive is
         # left pending when a message ends.
         wanted = max(self.expected, self.step + 1)
+        if self.slots.direct and self.posted < wanted and self.posted - self.step < self.steps:
+            synchronize()  # MPI writes the device slot itself: kernels still reading its last chunk must be done
         while self.posted < wanted and self.posted - self.step < self.steps:
             index = self.posted % self.steps
             self.requests[index] = self.mpi_comm.Irecv(

@@ -1,0 +1,185 @@
+"""The Python side of gpu_check.sh: what the machine lacks, and each step's figures.
+
+    python benchmarks/gpu_check_steps.py preflight gpu|dry INFO_FILE
+    python benchmarks/gpu_check_steps.py report OUTDIR STEP VERDICT SECONDS LIMIT
+
+``preflight`` prints one ``MISSING: ...`` line per missing piece (exit 3 if any) and ``note: ...`` lines for
+optional ones, and writes ``python -m nbcoll info`` into INFO_FILE. ``report`` prints one line of figures for the
+summary (``-`` when the step left none) and rewrites ``OUTDIR/summary.json`` with every step reported so far. It
+reads only files: a step that was killed still gets the figures it wrote as it went.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def preflight(mode: str, info_file: str) -> int:
+    """Check what the GPU check needs; gpu_check.sh bounds it like every step."""
+    missing, notes = [], []
+    for module, install in (("numpy", "numpy"), ("numba", "numba"), ("mpi4py", "mpi4py")):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            missing.append(f"python package '{module}' (pip install {install}): {exc!r}")
+    # numba itself still ships a numba.cuda package: only numba_cuda says that numba-cuda is installed.
+    if importlib.util.find_spec("numba_cuda") is None:
+        missing.append("python package 'numba-cuda' (pip install 'numba-cuda[cu13]')")
+    try:
+        from cuda import bindings
+
+        notes.append(f"cuda-bindings {bindings.__version__}")
+    except Exception as exc:
+        missing.append(f"python package 'cuda-bindings' (comes with numba-cuda[cu13]): {exc!r}")
+    if importlib.util.find_spec("pytest") is None:
+        notes.append("no pytest: the test steps are skipped")
+    elif importlib.util.find_spec("pytest_timeout") is None:
+        notes.append("no pytest-timeout: a test that hangs holds its step until the step's limit")
+    if not any("'mpi4py'" in line for line in missing):
+        try:
+            from mpi4py import MPI
+
+            notes.append(f"MPI: {MPI.Get_library_version().splitlines()[0]}")
+        except Exception as exc:
+            missing.append(f"mpi4py cannot load an MPI library (pip install mpich, or install MPICH): {exc!r}")
+    try:
+        from nbcoll.launch import find_mpiexec
+
+        mpiexec = find_mpiexec()
+        if not (os.path.isfile(mpiexec) and os.access(mpiexec, os.X_OK)):
+            raise RuntimeError(f"{mpiexec} is not an executable file")
+        notes.append(f"mpiexec: {mpiexec}")
+    except Exception as exc:
+        missing.append(f"no MPI runtime: {exc} (pip install mpich, or install MPICH or Open MPI)")
+    if mode == "gpu":
+        try:
+            from nbcoll.backend import gpu_count
+
+            count = gpu_count()
+        except Exception as exc:
+            count, notes = 0, [*notes, f"nbcoll does not import: {exc!r}"]
+        if count == 0:
+            missing.append("no CUDA GPU or driver found (run with --dry-run to rehearse on the CPU)")
+        else:
+            notes.append(f"{count} GPU(s)")
+    if not missing:
+        with open(info_file, "w") as info:
+            done = subprocess.run([sys.executable, "-m", "nbcoll", "info"], stdout=info, stderr=subprocess.STDOUT)
+        notes.append(
+            f"wrote {Path(info_file).name} (backend, device, versions)"
+            if done.returncode == 0
+            else f"python -m nbcoll info failed (exit {done.returncode}): see {Path(info_file).name}"
+        )
+    for note in notes:
+        print(f"note: {note}")
+    for line in missing:
+        print(f"MISSING: {line}")
+    return 3 if missing else 0
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _figure(value: float) -> float:
+    """Four significant digits: enough for a summary line, whatever the scale."""
+    return float(f"{value:.4g}")
+
+
+def _pytest_figures(log: Path) -> dict:
+    """The counts of pytest's last line, or, for a run stopped before it, the verdicts printed so far (-v)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    counts = {}
+    last = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+    if last:
+        for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", last[-1]):
+            counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
+    else:
+        for word in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
+            counts[word.lower() if word != "ERROR" else "error"] = len(re.findall(rf"\b{word}\b", text))
+        counts["stopped_early"] = True
+    counts["failures"] = re.findall(r"^FAILED (\S+)", text, flags=re.M)[:20]
+    return counts
+
+
+def figures_of(outdir: Path, step: str) -> dict:
+    if step == "smoke":
+        report = _json(outdir / "smoke.json") or {}
+        return {name: check for name, check in report.get("checks", {}).items()} | {"gpu": report.get("gpu")}
+    if step in ("gpu_tests", "suite"):
+        return _pytest_figures(outdir / f"{step}.log")
+    if step == "kernels":
+        reports = sorted(outdir.glob("kernels_*.json"))
+        report = _json(reports[-1]) if reports else None
+        if not report:
+            return {}
+        rates = {r["kernel"]: f"{r['rate']:.4g} {r['what']} ({r['percent']:.0f}%)" for r in report["results"]}
+        copy_ceiling = _figure(report["ceilings"]["copy GB/s"])
+        return {"copy_ceiling_GBps": copy_ceiling, "complete": report.get("complete"), "rates": rates}
+    if step.startswith("all_reduce"):
+        report = _json(outdir / f"{step}.json")
+        if not report:
+            return {}
+        busbw = [m["busbw"] for r in report["rows"] for m in (r["out_of_place"], r["in_place"]) if m]
+        return {
+            "avg_busbw_GBps": _figure(report["avg_busbw"]),
+            "max_busbw_GBps": _figure(max(busbw)) if busbw else None,
+            "largest_bytes": max((r["nbytes"] for r in report["rows"]), default=0),
+            "wrong": report["wrong"],
+            "complete": report.get("complete"),
+        }
+    if step == "kill_drill":
+        return _json(outdir / "kill_drill.json") or {}
+    return {}
+
+
+def _short(figures: dict) -> str:
+    parts = []
+    for key, value in figures.items():
+        if value in (None, [], {}):
+            continue
+        if key == "rates":
+            value = "; ".join(f"{kernel} {rate}" for kernel, rate in value.items())
+        elif key == "failures":
+            value = " ".join(value)
+        elif isinstance(value, dict):
+            value = "ok" if value.get("ok") else "FAILED" if "ok" in value else value
+        parts.append(f"{key}={value}")
+    return ", ".join(parts) or "-"
+
+
+def report(argv: list[str]) -> int:
+    outdir, step, verdict, seconds, limit = Path(argv[0]), argv[1], argv[2], int(argv[3]), int(argv[4])
+    figures = figures_of(outdir, step)
+    summary_path = outdir / "summary.json"
+    summary = _json(summary_path) or {"steps": []}
+    summary["steps"] = [s for s in summary["steps"] if s["step"] != step]
+    summary["steps"].append({"step": step, "verdict": verdict, "seconds": seconds, "limit": limit, **figures})
+    partial = summary_path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(summary, indent=2))
+    partial.replace(summary_path)
+    print(_short(figures))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["preflight"] and len(argv) == 3:
+        return preflight(argv[1], argv[2])
+    if argv[:1] == ["report"] and len(argv) == 6:
+        return report(argv[1:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,257 @@
+"""Exercises: the learner writes a kernel or an algorithm, and nbcoll's own checks say whether it is right.
+
+Example::
+
+    python -m nbcoll exercise                          # the list
+    python -m nbcoll exercise map_kernel               # copies map_kernel.py here, to fill in
+    python -m nbcoll exercise map_kernel --check map_kernel.py
+    python -m nbcoll exercise map_kernel --solution    # the reference solution
+
+From Python::
+
+    from nbcoll import exercises
+    report = exercises.check("map_kernel", "map_kernel.py")
+    print(report.format())
+
+Each exercise is a starter file (docstring, signature, a plan in comments, no body) and a reference solution,
+both kept as files under ``starters/`` and ``solutions/`` (not modules of the package, so their kernels are not
+part of nbcoll's kernel registry), and a check in one of the checker modules: kernels run on the simulator
+(``kernel_checks``, ``block_checks``), NumPy functions in-process (``function_checks``), algorithms on 2, 3
+and 4 ranks through :mod:`nbcoll.launch` (``algorithm_checks``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import shutil
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from nbcoll.backend import device_backend
+from nbcoll.exercises.report import Report
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: what the learner writes (``entry``, in a file named ``NAME.py``) and which check grades it."""
+
+    name: str
+    summary: str
+    entry: str  # the kernel or function the learner's file must define
+    checker: str  # "module:function" under nbcoll.exercises
+    tutorial: str  # the tutorial it follows
+    kind: str  # "kernel", "function" or "algorithm"
+    ptx_signature: str = ""  # kernels: the signature compiled to PTX for sm_90
+
+    @property
+    def starter(self) -> Path:
+        return HERE / "starters" / f"{self.name}.py"
+
+    @property
+    def solution(self) -> Path:
+        return HERE / "solutions" / f"{self.name}.py"
+
+
+_F32 = "float32[::1]"
+_F32_2D = "float32[:, ::1]"
+
+EXERCISES: dict[str, Exercise] = {
+    e.name: e
+    for e in (
+        Exercise(
+            name="map_kernel",
+            summary="a map kernel with a bounds check: out[i] = a * x[i] + b",
+            entry="axpb_kernel",
+            checker="kernel_checks:check_map",
+            tutorial="01_first_kernel.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32}, {_F32}, float32, float32)",
+        ),
+        Exercise(
+            name="stencil_2d",
+            summary="a 2-D stencil: out[r, c] = sum of x[r + a, c + b] * w[a, b]",
+            entry="conv2d_kernel",
+            checker="kernel_checks:check_stencil",
+            tutorial="01_first_kernel.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32_2D}, {_F32_2D}, {_F32_2D})",
+        ),
+        Exercise(
+            name="block_reduce",
+            summary="a shared-memory tree reduction: one partial sum per block",
+            entry="block_sum_kernel",
+            checker="kernel_checks:check_block_reduce",
+            tutorial="03_reductions.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32}, {_F32})",
+        ),
+        Exercise(
+            name="tiled_matmul",
+            summary="a tiled matmul through shared memory",
+            entry="matmul_tiled_kernel",
+            checker="block_checks:check_tiled_matmul",
+            tutorial="04_tiled_matmul.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32_2D}, {_F32_2D}, {_F32_2D})",
+        ),
+        Exercise(
+            name="fused_softmax",
+            summary="a fused row softmax: max, sum and divide in one kernel",
+            entry="softmax_rows_kernel",
+            checker="block_checks:check_fused_softmax",
+            tutorial="03_reductions.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32_2D}, {_F32_2D})",
+        ),
+        Exercise(
+            name="scatter_add",
+            summary="scatter_add with atomics: out[index[i]] += src[i]",
+            entry="scatter_add_kernel",
+            checker="kernel_checks:check_scatter_add",
+            tutorial="11_autograd_from_scratch.py",
+            kind="kernel",
+            ptx_signature=f"void(int64[::1], {_F32}, {_F32})",
+        ),
+        Exercise(
+            name="batched_copy",
+            summary="a copy through a descriptor table (one launch, many segments)",
+            entry="batched_copy_kernel",
+            checker="kernel_checks:check_batched_copy",
+            tutorial="10_all_gather_reduce_scatter_all_to_all.py",
+            kind="kernel",
+            ptx_signature=f"void({_F32}, {_F32}, int64[::1], int64[::1], int64[::1], int64)",
+        ),
+        Exercise(
+            name="matmul_backward",
+            summary="the backward of matmul: grad_a and grad_b from grad_out",
+            entry="matmul_backward",
+            checker="function_checks:check_matmul_backward",
+            tutorial="11_autograd_from_scratch.py",
+            kind="function",
+        ),
+        Exercise(
+            name="softmax_backward",
+            summary="the backward of softmax along the last axis",
+            entry="softmax_backward",
+            checker="function_checks:check_softmax_backward",
+            tutorial="11_autograd_from_scratch.py",
+            kind="function",
+        ),
+        Exercise(
+            name="ring_all_reduce",
+            summary="the ring all-reduce, written in nbcoll's primitives",
+            entry="all_reduce",
+            checker="algorithm_checks:check_ring_all_reduce",
+            tutorial="08_ring_all_reduce.py",
+            kind="algorithm",
+        ),
+        Exercise(
+            name="tree_broadcast",
+            summary="a broadcast down a binary tree, written in nbcoll's primitives",
+            entry="broadcast",
+            checker="algorithm_checks:check_tree_broadcast",
+            tutorial="09_trees_and_algorithm_choice.py",
+            kind="algorithm",
+        ),
+        Exercise(
+            name="ddp_buckets",
+            summary="DDP's gradient buckets: parameters grouped, last registered first",
+            entry="ddp_buckets",
+            checker="function_checks:check_ddp_buckets",
+            tutorial="08_ring_all_reduce.py",
+            kind="function",
+        ),
+    )
+}
+"""Every exercise, in the order of the tutorial path."""
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name``; a ``KeyError`` lists the ones there are."""
+    if name not in EXERCISES:
+        raise KeyError(f"exercise: unknown name {name!r}; expected one of {', '.join(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def copy_starter(name: str, directory: str | Path = ".", force: bool = False) -> Path:
+    """Copy the starter of ``name`` to ``directory/NAME.py``; a ``FileExistsError`` unless ``force``."""
+    exercise = get(name)
+    target = Path(directory) / exercise.starter.name
+    if target.resolve().parent == HERE or HERE in target.resolve().parents:
+        raise ValueError(f"directory: {directory} is inside the installed nbcoll package; copy to your own folder")
+    if target.exists() and not force:
+        raise FileExistsError(f"{target} exists; pass --force to overwrite it with a fresh starter")
+    shutil.copyfile(exercise.starter, target)
+    return target
+
+
+_loaded = itertools.count()
+
+
+def load_learner(path: str | Path) -> ModuleType:
+    """Import the learner's file as a fresh module (a new name each time, so a second check sees the edits)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"FILE: no such file {str(path)!r}")
+    name = f"nbcoll_exercise_{path.stem}_{next(_loaded)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def learner_entry(report: Report, exercise: Exercise, path: str | Path) -> Any:
+    """The learner's kernel or function, or ``None`` after recording in ``report`` why it could not be loaded."""
+    try:
+        module = load_learner(path)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # the learner's file does not import: say where
+        mine = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path).resolve()]
+        where = f" (line {mine[-1].lineno})" if mine and not isinstance(exc, SyntaxError) else ""
+        report.fail("import", f"{path} does not import: {type(exc).__name__}: {exc}{where}")
+        return None
+    entry = getattr(module, exercise.entry, None)
+    if entry is None:
+        report.fail("import", f"{path} defines no {exercise.entry!r}: keep the name the starter gives it")
+    return entry
+
+
+def check(name: str, path: str | Path, ptx: bool = True, trace_dir: str | Path | None = None) -> Report:
+    """Run the checks of exercise ``name`` on the learner's file ``path`` and return the report.
+
+    Kernels run on the simulator: in this process when its device backend is ``sim``, else in a subprocess.
+
+    ``ptx``: also compile a kernel that passes on the simulator to PTX for sm_90 (in a subprocess).
+    ``trace_dir``: where an algorithm exercise writes the trace diagrams of the learner's run and the reference's.
+    """
+    exercise = get(name)
+    if exercise.kind == "kernel" and device_backend() != "sim":
+        from nbcoll.exercises import in_simulator  # a GPU machine: the checks are written for the simulator
+
+        return in_simulator.run(name, path, ptx)
+    module_name, function = exercise.checker.split(":")
+    checker = getattr(importlib.import_module(f"nbcoll.exercises.{module_name}"), function)
+    report = Report(name)
+    entry = learner_entry(report, exercise, path)
+    if entry is None:
+        return report
+    if exercise.kind == "algorithm":
+        checker(report, path, trace_dir)
+        return report
+    checker(report, entry)
+    if ptx and exercise.kind == "kernel" and report.passed:
+        from nbcoll.exercises import ptx as ptx_check
+
+        for _, ok, message in ptx_check.compile_files([(name, str(path))]):
+            report.add("compiles to PTX for sm_90", ok, "" if ok else ptx_check.explain(message))
+    return report
