@@ -44,14 +44,15 @@ def test_tensor_pipeline_and_expert_parallel_equal_one_process(nprocs, tmp_path)
 
 
 @pytest.mark.mpi
-def test_tensor_parallel_on_the_simulator_in_float32_at_toy_size():
-    """Column -> row parallel MLP into the vocabulary-parallel loss, float32, 2 ranks: loss and input gradient
-    equal the full layers' within rtol 1e-5."""
+def test_each_strategy_on_the_simulator_in_float32_at_toy_size():
+    """2 ranks, float32, rtol 1e-5 against the unsplit computation: a column -> row MLP into a split head and the
+    vocabulary-parallel loss (loss and input gradient), one 1F1B pipeline step (every stage's gradients), and the
+    mixture of experts spread against local (input gradient)."""
     env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
-    script = SCRIPT.parent / "tensor_parallel.py"
-    result = run_ranks(2, script, "--toy", env=env, timeout=600)
+    result = run_ranks(2, SCRIPT, "--toy", env=env, timeout=600)
     for rank in range(2):
-        assert "tensor parallel ok: 1 cases" in result.outputs[rank], result.report()
+        for name in ("tensor", "pipeline", "expert"):
+            assert f"{name} float32 toy ok: 1 cases" in result.outputs[rank], result.report()
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -117,6 +117,26 @@ def expect_error(fn, words):
         raise AssertionError(f"no error for bad use ({words})")
 
 
+def check_toy_float32(comm) -> int:
+    """Spread against local experts in float32 at toy size (for the simulator): rtol 1e-5."""
+    nbcoll.set_default_dtype(np.float32)
+    solo = comm.split(comm.rank)
+    nbcoll.manual_seed(35)
+    local = MixtureOfExperts(3, 4, 2 * comm.size, solo, top_k=2, capacity_factor=1.0)
+    spread = MixtureOfExperts(3, 4, 2 * comm.size, comm, top_k=2, capacity_factor=1.0)
+    load_expert_state(spread, local.state_dict(), comm)
+    x = np.random.default_rng([36, comm.rank]).standard_normal((4, 3)).astype(np.float32)
+    results = []
+    for layer in (local, spread):
+        xt = nbcoll.tensor(x, requires_grad=True)
+        layer(xt).sum().backward()
+        results.append(xt.grad.numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6, err_msg="float32 input gradient")
+    solo.destroy()
+    nbcoll.set_default_dtype(np.float64)
+    return 1
+
+
 def run(comm, steps: int = 3) -> int:
     solo = comm.split(comm.rank)
     cases = 0

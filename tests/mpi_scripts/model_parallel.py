@@ -21,9 +21,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", default="", help="a folder for the pipeline timelines rank 0 draws")
+    parser.add_argument("--toy", action="store_true", help="the float32 toy case of each strategy (simulator)")
     args = parser.parse_args()
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
+    if args.toy:
+        for name, module in [("tensor", tensor_parallel), ("pipeline", pipeline), ("expert", expert_parallel)]:
+            print(f"rank {comm.rank}: {name} float32 toy ok: {module.check_toy_float32(comm)} cases", flush=True)
+        comm.destroy()
+        return
     for name, run in [
         ("tensor parallel", lambda: tensor_parallel.run(comm, args.steps)),
         ("pipeline", lambda: pipeline.run(comm, args.steps, args.out)),
