@@ -4,8 +4,8 @@ measured step times side by side, and the median error.
     python benchmarks/plan_fit.py                 # launches itself on 4 ranks, numpy backend
     mpiexec -n 4 python benchmarks/plan_fit.py --steps 3
 
-The launching process first times one block alone (``measure_rates``; under a plain ``mpiexec`` rank 0 does,
-while the others wait); the model knows the ranks share ``--cores`` CPUs.
+Every rank first times one block at the same moment (``measure_rates``, under the machine's load of the run),
+scaled to one rank with a core of its own, since the model knows the ranks share ``--cores`` CPUs.
 Then, for every layout the planner lists, the LM is built (tensor-parallel layers over ``mesh["tp"]``,
 DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``), trained one warm-up step and
 ``--steps`` timed steps; rank 0 keeps the median step.
@@ -50,14 +50,20 @@ def run_rank(args: argparse.Namespace) -> int:
     comm = nbcoll.init()
     # Rank 0 times a block alone (the others wait), so the rate is one rank's with a core to itself; every rank
     # then ranks the layouts with rank 0's figures. The ranks share this machine's cores.
-    if args.flops:  # measured by the launching process, alone on the machine
+    if args.flops:  # given on the command line
         rates = dataclasses.replace(
             default_rates(args.cores), flops_per_second=args.flops, block_overhead=args.overhead
         )
     else:
-        rates = measure_rates(SPEC, cores=args.cores) if comm.rank == 0 else default_rates(args.cores)
+        # Every rank times a block at the same moment, under the machine's load of now; with the ranks sharing
+        # fewer cores than there are ranks, each had cores / ranks of a core, so its figures are scaled back to
+        # one rank's with a core of its own. Rank 0's figures are used everywhere, so every rank ranks alike.
+        comm.barrier()
+        rates = measure_rates(SPEC, cores=args.cores)
+        share = min(1.0, args.cores / comm.size) if args.cores else 1.0
+        timed = np.array([rates.flops_per_second / share, rates.block_overhead * share])
         measured_rates = nbcoll.empty(2, np.float64)
-        comm.broadcast(nbcoll.to_device(np.array([rates.flops_per_second, rates.block_overhead])), measured_rates)
+        comm.broadcast(nbcoll.to_device(timed), measured_rates)
         flops, overhead = nbcoll.to_host(measured_rates)
         rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
     rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))
@@ -97,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if under_mpi():
         return run_rank(args)
-    rates = measure_rates(SPEC, repeats=5)  # here, before the ranks start: one process alone
-    argv = (sys.argv[1:] if argv is None else argv) + ["--flops", str(rates.flops_per_second)]
-    argv += ["--overhead", str(rates.block_overhead)]
+    argv = sys.argv[1:] if argv is None else argv
     result = launch(args.ranks, __file__, args=argv, timeout=1800)
     print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
     return 0 if result.ok else 1
