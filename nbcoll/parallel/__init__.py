@@ -25,3 +25,27 @@ __all__ = [
     "load_sharded",
     "save_sharded",
 ]
+
+# Model parallelism: meshes, tensor, pipeline and expert parallel.
+from nbcoll.parallel.experts import MixtureOfExperts  # noqa: E402
+from nbcoll.parallel.mesh import DeviceMesh  # noqa: E402
+from nbcoll.parallel.pipeline import Pipeline  # noqa: E402
+from nbcoll.parallel.tensor_parallel import (  # noqa: E402
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
+from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock, tensor_parallel_block  # noqa: E402
+
+__all__ += [
+    "ColumnParallelLinear",
+    "DeviceMesh",
+    "MixtureOfExperts",
+    "ParallelTransformerBlock",
+    "Pipeline",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "tensor_parallel_block",
+    "vocab_parallel_cross_entropy",
+]
