@@ -5,7 +5,8 @@ run it among the survivors only):
 
 1. duplicate the MPI communicator twice: ``data`` carries chunks, ``ctrl`` carries abort messages and the
    collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
-2. check that every rank runs with the same FIFO settings and backend;
+2. check that every rank runs with the same FIFO settings and backend, and hand rank 0's tuner calibration to
+   every rank, so that all of them choose the same algorithms;
 3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
    ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`);
 4. map one control page per machine (created by the machine's first rank, attached by the others, unlinked
@@ -32,6 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import backend
+from nbcoll.comm import tuner
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.control import ControlPage
@@ -52,6 +54,8 @@ class Wiring:
     pids: list[int]
     control: ControlPage
     machine_index: dict[int, int]
+    link_models: dict[str, dict[str, tuner.LinkModel]] = field(default_factory=dict)
+    """backend -> transport -> rank 0's calibration, the same on every rank (see :mod:`nbcoll.comm.tuner`)."""
     send: dict[int, SendConnection] = field(default_factory=dict)
     recv: dict[int, RecvConnection] = field(default_factory=dict)
 
@@ -80,6 +84,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
         (config.buffsize, config.steps, config.transport, backend.get_backend()),
     )
+    link_models = data.bcast({backend.get_backend(): tuner.load_models()} if rank == 0 else None, root=0)
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
@@ -92,7 +97,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         machine_ranks = machine.allgather(rank)
         machine_index = {r: i for i, r in enumerate(machine_ranks)}
         control = _map_control_page(machine, config)
-        wiring = Wiring(data, ctrl, topology, node_key, [e[2] for e in everyone], control, machine_index)
+        pids = [e[2] for e in everyone]
+        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models)
         _connect_ipc(wiring, machine, config, log)
     finally:
         machine.Free()

@@ -105,16 +105,19 @@ class Watchdog:
         )
 
     def check_peers(self, ops: Sequence[Any]) -> None:
+        """Raise if any peer an operation waits for has exited: every peer of its step, not only the first."""
         for op in ops:
-            pid = self.peer_pids.get(op.peer)
-            if pid is not None and not process_alive(pid):
-                op.record.finish("failed")
-                raise self._report(
-                    CommPeerLostError(
-                        f"rank {self.rank}: {op.headline()} failed: peer rank {op.peer} (pid {pid}) has exited "
-                        f"during {op.describe()}:\n" + self._context(ops)
+            waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
+            for peer in waiting:
+                pid = self.peer_pids.get(peer)
+                if pid is not None and not process_alive(pid):
+                    op.record.finish("failed")
+                    raise self._report(
+                        CommPeerLostError(
+                            f"rank {self.rank}: {op.headline()} failed: peer rank {peer} (pid {pid}) has exited "
+                            f"during {op.describe()}:\n" + self._context(ops)
+                        )
                     )
-                )
 
     def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
         try:
