@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from nbcoll.comm.topology import Topology
-from nbcoll.comm.tuner import LinkModel, choose, slowest
 from nbcoll.launch import find_mpiexec, launch
 from nbcoll.testing import run_ranks
 
