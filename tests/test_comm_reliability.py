@@ -164,3 +164,41 @@ def test_a_dead_peer_anywhere_in_the_step_is_noticed(algo, mpiexec_keeping_survi
     assert "CommPeerLostError" in result.outputs[0]
     if algo == "direct":
         assert "CommPeerLostError" in result.outputs[1]
+
+
+# -- fault injection: a seeded sample; benchmarks/fault_sweep.py runs every case ----------------------------------
+
+FAULT_SCRIPT = Path(__file__).parent / "mpi_scripts" / "fault_inject.py"
+
+
+def _rank_alive(pid):
+    return pid is not None and not _ended(pid)
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "seed", "env"),
+    [
+        (4, 11, {}),  # ipc; the exits take it down to 2 ranks
+        (3, 12, {"NBCOLL_TRANSPORT": "mpi"}),
+        (4, 13, {"NBCOLL_RANKS_PER_NODE": 2}),  # ipc inside pretend nodes, mpi between them
+    ],
+    ids=["ipc", "mpi", "fake-nodes"],
+)
+def test_a_rank_that_exits_stops_or_raises_never_hangs_the_others(
+    nprocs, seed, env, tmp_path, mpiexec_keeping_survivors
+):
+    """Every survivor finishes or raises a clear error within NBCOLL_TIMEOUT + 3 s; no name is left in /dev/shm;
+    every process ends (the script asserts the first two on each rank, case by case)."""
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "1.5", "NBCOLL_BUFFSIZE": "256", **env}
+    args = ["--seed", seed, "--cases", 7, "--margin", 3, "--marker-dir", tmp_path]
+    result = launch(nprocs, FAULT_SCRIPT, args=args, env={k: str(v) for k, v in env.items()}, timeout=120)
+    assert not result.timed_out, result.report()
+    finished = [r for r, out in enumerate(result.outputs) if "fault cases ok" in out]
+    assert len(finished) >= 2, result.report()
+    for rank, status in enumerate(result.statuses):
+        # A rank either finished every case, or was the victim of an exit (and has no status).
+        assert status == 0 if rank in finished else status is None, result.report()
+    assert not [pid for pid in result.pids if _rank_alive(pid)], "a rank is still running"
+    assert_no_shared_memory_left(result.outputs)
+    cases = {line.split(" rank ")[0] for out in result.outputs for line in out.splitlines() if line.startswith("case ")}
+    assert len(cases) == 7, cases

@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
+from nbcoll.ipc_memory import unlink_names_of
 
 TAG_ABORT = 77
 """Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
@@ -111,6 +112,7 @@ class Watchdog:
             for peer in waiting:
                 pid = self.peer_pids.get(peer)
                 if pid is not None and not process_alive(pid):
+                    unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
                     op.record.finish("failed")
                     raise self._report(
                         CommPeerLostError(
