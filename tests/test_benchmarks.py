@@ -98,3 +98,13 @@ def test_profile_splits_the_time_into_categories(tmp_path):
     text = (tmp_path / "profile_all_reduce_ring_2ranks.txt").read_text()
     assert "## 8 bytes" in text and "## 4096 bytes" in text
     assert "waiting for a peer" in text and "Python bookkeeping" in text
+
+
+@pytest.mark.mpi
+def test_fault_sweep_prints_one_row_per_case():
+    script = str(BENCHMARKS / "fault_sweep.py")
+    done = _run([sys.executable, script, "--quick", "--ops", "barrier:pairwise", "--kinds", "raise,exit",
+                 "--transports", "ipc"])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "barrier:pairwise raise 0 2" in done.stdout and "barrier:pairwise exit 0 2" in done.stdout
+    assert "cases held: 2 of 2" in done.stdout

@@ -1,7 +1,8 @@
 """Fault injection: one rank exits, stops or raises at a chosen point of a collective, and the others must cope.
 
 ``mpiexec -n N python fault_inject.py --seed S --cases K [--ops all_reduce:ring,...] [--kinds exit,stop,raise]``
-runs ``K`` cases drawn with seed ``S`` (every rank draws the same ones). A case picks an operation (a collective
+runs ``K`` cases drawn with seed ``S`` (every rank draws the same ones); ``--plan op/fault/point/victim;...``
+runs the cases listed instead (``benchmarks/fault_sweep.py`` sweeps them all). A case picks an operation (a collective
 with one of its algorithms, a ring of sends and receives, or a group of two collectives), a victim rank, a
 fault and a point:
 
@@ -259,11 +260,20 @@ def main() -> None:
     parser.add_argument("--exits", type=int, default=None, help="how many exit cases at most (default: size - 2)")
     parser.add_argument("--margin", type=float, default=3.0)
     parser.add_argument("--marker-dir", default=os.environ.get("TMPDIR", "/tmp"))
+    parser.add_argument("--plan", default="", help="cases to run instead: op/fault/point/victim;...")
     args = parser.parse_args()
+    world = MPI.COMM_WORLD
+    if args.plan:
+        for index, case in enumerate(args.plan.split(";")):
+            op, fault, point, victim = case.split("/")
+            if world.Get_size() < 2:
+                break
+            world = run_case(world, index, op, fault, int(victim) % world.Get_size(), int(point), args)
+        finish()
+        return
     ops = OPS if args.ops == "all" else args.ops.split(",")
     kinds = args.kinds.split(",")
     points = [int(p) for p in args.points.split(",")]
-    world = MPI.COMM_WORLD
     exits_left = world.Get_size() - 2 if args.exits is None else args.exits
     rng = random.Random(args.seed)  # every rank draws the same cases
     for index in range(args.cases):
@@ -281,6 +291,10 @@ def main() -> None:
         if fault == "exit":
             exits_left -= 1
         world = run_case(world, index, op, fault, victim, point, args)
+    finish()
+
+
+def finish() -> None:
     print("fault cases ok", flush=True)
     sys.stdout.flush()
     atexit.register(os._exit, 0)  # MPI_Finalize would wait for the ranks that are gone
