@@ -3,6 +3,8 @@
 Every step is collective over the MPI communicator given, and over nothing else (so that :meth:`shrink` can
 run it among the survivors only):
 
+0. wait, polling, until every rank has arrived (:func:`rendezvous`): the MPI calls below block inside MPI, where
+   neither ``NBCOLL_TIMEOUT`` nor a ``SIGTERM`` handler could end the wait for a rank that never comes;
 1. duplicate the MPI communicator twice: ``data`` carries chunks, ``ctrl`` carries abort messages and the
    collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
 2. check that every rank runs with the same FIFO settings and backend, and hand rank 0's tuner calibration to
@@ -26,6 +28,8 @@ Example::
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +42,7 @@ from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.control import ControlPage
 from nbcoll.comm.debug import Logger
+from nbcoll.comm.errors import CommTimeoutError
 from nbcoll.comm.topology import Topology
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
 from nbcoll.ipc_memory import share
@@ -60,6 +65,34 @@ class Wiring:
     recv: dict[int, RecvConnection] = field(default_factory=dict)
 
 
+_PENDING: list[MPI.Request] = []
+"""Barriers a rank gave up on: MPI needs them kept until the others arrive, which may be never."""
+
+
+def rendezvous(comm: MPI.Comm, what: str, timeout: float, check: Callable[[], None] | None = None) -> None:
+    """Return once every rank of ``comm`` has called this; raise ``CommTimeoutError`` after ``timeout`` seconds.
+
+    A non-blocking barrier, polled with short sleeps: signal handlers run, and ``check()`` (an abort, a dead
+    peer) may raise. Once it returns, the blocking MPI calls that follow find every rank there.
+    """
+    request = comm.Ibarrier()
+    start = time.monotonic()
+    while not request.Test():
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                _PENDING.append(request)
+                raise
+        if time.monotonic() - start > timeout:
+            _PENDING.append(request)
+            raise CommTimeoutError(
+                f"rank {comm.Get_rank()}: {what} waited {timeout:g} s (NBCOLL_TIMEOUT) for the other "
+                f"{comm.Get_size() - 1} ranks to call it too; at least one never did"
+            )
+        time.sleep(0.001)
+
+
 def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
     everyone = comm.allgather(mine)
     if any(other != mine for other in everyone):
@@ -77,6 +110,7 @@ def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
 
 def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any = None) -> Wiring:
     """Collective over ``parent``: build the wiring of a new communicator of the same ranks."""
+    rendezvous(parent, "creating a communicator", config.timeout)
     data, ctrl = parent.Dup(), parent.Dup()
     rank = data.Get_rank()
     _agree(

@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import memory
-from nbcoll.comm.bootstrap import Wiring, bootstrap
+from nbcoll.comm.bootstrap import Wiring, bootstrap, rendezvous
 from nbcoll.comm.collectives import Collectives
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
@@ -232,6 +232,7 @@ class Communicator(Collectives):
         if not isinstance(key, numbers.Integral):
             raise TypeError(f"key: expected an int, got {type(key).__name__}")
         mpi_color = MPI.UNDEFINED if color == NOCOLOR else int(color)
+        self._rendezvous("split")
         child = self._wiring.ctrl.Split(mpi_color, int(key))
         if child == MPI.COMM_NULL:
             return None
@@ -240,7 +241,17 @@ class Communicator(Collectives):
     def dup(self) -> Communicator:
         """Collective: a new communicator of the same ranks, with its own connections and counters."""
         self._check_usable()
+        self._rendezvous("dup")
         return self._derive(self._wiring.ctrl.Dup())
+
+    def _rendezvous(self, what: str) -> None:
+        """Wait, bounded, for every rank to reach ``what``: MPI's Split and Dup block where nothing can stop them."""
+
+        def check() -> None:
+            self.watchdog.check_aborted()
+            self.watchdog.check_peer_processes(what)
+
+        rendezvous(self._wiring.ctrl, f"{what} of {self!r}", self.config.timeout, check)
 
     def shrink(self, exclude_ranks: Iterable[int]) -> Communicator:
         """A new communicator of every rank but ``exclude_ranks``, built without them.

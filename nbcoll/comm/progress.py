@@ -121,6 +121,15 @@ class Watchdog:
                         )
                     )
 
+    def check_peer_processes(self, what: str) -> None:
+        """Raise if any peer on this machine has exited (for waits that are not operations: split, dup)."""
+        for peer, pid in sorted(self.peer_pids.items()):
+            if not process_alive(pid):
+                unlink_names_of(pid)
+                raise self._report(
+                    CommPeerLostError(f"rank {self.rank}: {what} failed: peer rank {peer} (pid {pid}) has exited")
+                )
+
     def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
         try:
             return op.progress()

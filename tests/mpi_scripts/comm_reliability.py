@@ -115,12 +115,13 @@ def section_algo_mask() -> None:
 
 
 def section_window_timeout() -> None:
-    """The last rank never calls the first one-shot collective: the others raise within NBCOLL_TIMEOUT, and
-    their window segments are gone at once (not only at exit)."""
+    """The last rank never calls the first one-shot collective, nor dup: the others raise within NBCOLL_TIMEOUT
+    each time, and their window segments are gone at once (not only at exit)."""
+    others = WORLD.Split(int(WORLD.rank == WORLD.size - 1))  # the ranks that do come, to leave together
     comm = init()
     timeout = comm.config.timeout
     if comm.rank == comm.size - 1:
-        time.sleep(timeout + 8)  # never joins; leaves once the others have given up
+        time.sleep(2 * timeout + 10)  # never joins; leaves once the others have given up twice
         leave_now()
     start = time.monotonic()
     try:
@@ -140,7 +141,18 @@ def section_window_timeout() -> None:
         assert "could not be set up earlier" in str(err), err
     else:
         raise AssertionError("a second one-shot all-reduce tried the failed setup again")
+    # MPI's Dup blocks inside MPI until every rank calls it: nbcoll waits for them first, polling, and gives up.
+    start = time.monotonic()
+    try:
+        comm.dup()
+    except CommTimeoutError as err:
+        elapsed = time.monotonic() - start
+        assert "dup of Communicator(rank" in str(err) and f"rank {comm.rank}" in str(err), err
+        assert timeout <= elapsed < timeout + 5, elapsed
+    else:
+        raise AssertionError("dup returned without the last rank")
     print("window_timeout ok", flush=True)
+    others.Barrier()  # a rank that left early would be a dead peer to one still waiting in dup
     leave_now()
 
 
