@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def all_ops() -> list[str]:
     text = SCRIPT.read_text()
     block = text[text.index("OPS = [") : text.index("]", text.index("OPS = ["))]
-    return re.findall(r'"([a-z_]+:[a-z_+]+)"', block)
+    return re.findall(r'"([a-z0-9_]+:[a-z_+]+)"', block)
 
 
 def mpiexec_keeping_survivors(directory: str) -> str:
