@@ -194,7 +194,8 @@ def test_a_rank_that_exits_stops_or_raises_never_hangs_the_others(
     result = launch(nprocs, FAULT_SCRIPT, args=args, env={k: str(v) for k, v in env.items()}, timeout=120)
     assert not result.timed_out, result.report()
     finished = [r for r, out in enumerate(result.outputs) if "fault cases ok" in out]
-    assert len(finished) >= 2, result.report()
+    assert len(finished) == 2, result.report()  # every exit took one rank away, down to 2
+    assert "Traceback" not in "".join(result.outputs), result.report()
     for rank, status in enumerate(result.statuses):
         # A rank either finished every case, or was the victim of an exit (and has no status).
         assert status == 0 if rank in finished else status is None, result.report()
@@ -202,3 +203,6 @@ def test_a_rank_that_exits_stops_or_raises_never_hangs_the_others(
     assert_no_shared_memory_left(result.outputs)
     cases = {line.split(" rank ")[0] for out in result.outputs for line in out.splitlines() if line.startswith("case ")}
     assert len(cases) == 7, cases
+    assert {f"n={n}" for case in cases for n in range(2, nprocs + 1) if f" n={n} " in case} == {
+        f"n={n}" for n in range(2, nprocs + 1)
+    }, cases

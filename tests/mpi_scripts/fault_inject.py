@@ -274,22 +274,18 @@ def main() -> None:
     ops = OPS if args.ops == "all" else args.ops.split(",")
     kinds = args.kinds.split(",")
     points = [int(p) for p in args.points.split(",")]
-    exits_left = world.Get_size() - 2 if args.exits is None else args.exits
+    others = [k for k in kinds if k != "exit"]
+    exits = 0 if "exit" not in kinds else min(args.cases, world.Get_size() - 2)
+    if args.exits is not None:
+        exits = min(exits, args.exits)
+    # Each exit ends a rank for good: spread them, so that every rank count from N down to N - exits gets cases.
+    exit_at = set(range(exits)) if not others else {round((k + 1) * args.cases / (exits + 1)) - 1 for k in range(exits)}
     rng = random.Random(args.seed)  # every rank draws the same cases
     for index in range(args.cases):
-        size = world.Get_size()
-        if size < 2:
+        if world.Get_size() < 2 or (not others and index not in exit_at):
             break
-        choices = [k for k in kinds if k != "exit" or (exits_left > 0 and size > 2)]
-        # Exits end a rank for good: keep them for the end of the run, one per remaining rank count.
-        fault = (
-            "exit"
-            if "exit" in choices and args.cases - index <= exits_left
-            else rng.choice([k for k in choices if k != "exit"] or choices)
-        )
-        op, victim, point = rng.choice(ops), rng.randrange(size), rng.choice(points)
-        if fault == "exit":
-            exits_left -= 1
+        fault = "exit" if index in exit_at else rng.choice(others)
+        op, victim, point = rng.choice(ops), rng.randrange(world.Get_size()), rng.choice(points)
         world = run_case(world, index, op, fault, victim, point, args)
     finish()
 
