@@ -161,9 +161,6 @@ def section_sigterm() -> None:
     SIGTERM (``READY_DIR/rank<r>`` holds each waiting rank's pid) and times how long they take to end."""
     comm = init()
     if comm.rank == comm.size - 1:
-        time.sleep(2.0)  # the others are in the window setup by now
-        with open(os.path.join(os.environ["READY_DIR"], "ready"), "w") as ready:
-            ready.write("waiting")
         time.sleep(120)
         leave_now()
     with open(os.path.join(os.environ["READY_DIR"], f"rank{comm.rank}"), "w") as mine:
