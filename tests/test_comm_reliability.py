@@ -139,11 +139,12 @@ def test_sigterm_ends_ranks_waiting_in_window_setup_promptly_and_unlinks(tmp_pat
     outcome = []
     job.start()
     pids, windows, deadline = [], [], time.monotonic() + 60
-    while len(windows) < 2 and time.monotonic() < deadline:  # both waiting ranks are in the window setup
+    while (len(pids) < 2 or not windows) and time.monotonic() < deadline:  # the waiting ranks are in the setup
         time.sleep(0.05)
         pids = [int(path.read_text()) for path in sorted(tmp_path.glob("rank*")) if path.read_text().isdigit()]
         windows = [name for pid in pids for name in glob.glob(f"/dev/shm/nbcoll_{pid}_*win*")]
     assert len(pids) == 2 and windows, f"the ranks never reached the window setup: {pids}, {windows}"
+    time.sleep(0.5)  # the other one too
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
     start = time.monotonic()
