@@ -121,7 +121,9 @@ def section_window_timeout() -> None:
     comm = init()
     timeout = comm.config.timeout
     if comm.rank == comm.size - 1:
-        time.sleep(2 * timeout + 10)  # never joins; leaves once the others have given up twice
+        deadline = time.monotonic() + 2 * timeout + 20  # never joins; leaves once the others have given up twice
+        while not WORLD.Iprobe(source=0, tag=99) and time.monotonic() < deadline:
+            time.sleep(0.05)
         leave_now()
     start = time.monotonic()
     try:
@@ -153,6 +155,8 @@ def section_window_timeout() -> None:
         raise AssertionError("dup returned without the last rank")
     print("window_timeout ok", flush=True)
     others.Barrier()  # a rank that left early would be a dead peer to one still waiting in dup
+    if comm.rank == 0:
+        WORLD.send(b"", dest=comm.size - 1, tag=99)  # the last rank may go
     leave_now()
 
 
