@@ -45,8 +45,9 @@ from nbcoll.comm.debug import FlightRecorder, OperationRecord
 from nbcoll.ipc_memory import IpcBuffer
 from nbcoll.kernels import combine as combine_kernels
 
-TAG_WINDOWS = 79
-"""Tag of the setup messages on the control communicator (77 is the abort message, 78 shrink's)."""
+TAG_WINDOWS = 91
+"""Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
+78 shrink's, and the few after them)."""
 
 
 @dataclass
