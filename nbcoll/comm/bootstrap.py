@@ -61,6 +61,8 @@ class Wiring:
     machine_index: dict[int, int]
     link_models: dict[str, dict[str, tuner.LinkModel]] = field(default_factory=dict)
     """backend -> transport -> rank 0's calibration, the same on every rank (see :mod:`nbcoll.comm.tuner`)."""
+    uid: int = 0
+    """A number drawn by rank 0 for this communicator alone: its control messages carry it (see :func:`release`)."""
     send: dict[int, SendConnection] = field(default_factory=dict)
     recv: dict[int, RecvConnection] = field(default_factory=dict)
 
@@ -93,6 +95,28 @@ def rendezvous(comm: MPI.Comm, what: str, timeout: float, check: Callable[[], No
         time.sleep(0.001)
 
 
+_KEPT: list[MPI.Comm] = []
+"""MPI communicators of failed communicators, never freed (see :func:`release`)."""
+
+
+def release(wiring: Wiring, failed: bool) -> None:
+    """Free the MPI communicators of a communicator; after a failure, drain them and keep them instead.
+
+    MPI hands a freed communicator's context to the next communicator made, and a message still on its way to
+    the old one (a chunk or a control message a peer sent before it gave up) would then match a receive of the
+    new one. So what has arrived is received and dropped, and after a failure, when more may still come, the
+    communicators are kept, unused, for as long as the process lives.
+    """
+    for comm in (wiring.data, wiring.ctrl):
+        status = MPI.Status()
+        while (message := comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)) is not None:
+            message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+        if failed:
+            _KEPT.append(comm)
+        else:
+            comm.Free()
+
+
 def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
     everyone = comm.allgather(mine)
     if any(other != mine for other in everyone):
@@ -118,7 +142,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
         (config.buffsize, config.steps, config.transport, backend.get_backend()),
     )
-    link_models = data.bcast({backend.get_backend(): tuner.load_models()} if rank == 0 else None, root=0)
+    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models()})
+    uid, link_models = data.bcast(mine if rank == 0 else None, root=0)
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
@@ -132,7 +157,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         machine_index = {r: i for i, r in enumerate(machine_ranks)}
         control = _map_control_page(machine, config)
         pids = [e[2] for e in everyone]
-        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models)
+        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models, uid)
         _connect_ipc(wiring, machine, config, log)
     finally:
         machine.Free()

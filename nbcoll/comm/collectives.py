@@ -421,7 +421,7 @@ class Collectives:
                 return None
             try:
                 state["windows"] = DirectWindows(
-                    self._wiring.ctrl, self.config.buffsize, self.watchdog.drive, self.recorder
+                    self._wiring.ctrl, self.config.buffsize, self.watchdog.drive, self.recorder, self._wiring.uid
                 )
             except BaseException as exc:
                 state["windows_failed"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

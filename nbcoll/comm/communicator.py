@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import memory
-from nbcoll.comm.bootstrap import Wiring, bootstrap, rendezvous
+from nbcoll.comm.bootstrap import Wiring, bootstrap, release, rendezvous
 from nbcoll.comm.collectives import Collectives
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
@@ -251,7 +251,11 @@ class Communicator(Collectives):
             self.watchdog.check_aborted()
             self.watchdog.check_peer_processes(what)
 
-        rendezvous(self._wiring.ctrl, f"{what} of {self!r}", self.config.timeout, check)
+        try:
+            rendezvous(self._wiring.ctrl, f"{what} of {self!r}", self.config.timeout, check)
+        except BaseException:
+            self.watchdog.failed = True  # its barrier stays pending on the MPI communicator
+            raise
 
     def shrink(self, exclude_ranks: Iterable[int]) -> Communicator:
         """A new communicator of every rank but ``exclude_ranks``, built without them.
@@ -308,8 +312,7 @@ class Communicator(Collectives):
         # Abort messages are empty and sent eagerly: they complete on their own, so they are simply dropped.
         self._abort_requests.clear()
         if not MPI.Is_finalized():
-            self._wiring.data.Free()
-            self._wiring.ctrl.Free()
+            release(self._wiring, failed=self.watchdog.failed or self._aborted_by is not None)
 
     def __enter__(self) -> Communicator:
         return self

@@ -81,6 +81,7 @@ class Watchdog:
         self.peer_pids = peer_pids
         self.recorder = recorder
         self.log = log
+        self.failed = False  # an operation ended in an error: messages may still be on their way
 
     def _report(self, error: Exception) -> Exception:
         self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
@@ -152,6 +153,13 @@ class Watchdog:
         ``progress() -> bool`` (took a step), ``headline()``, ``describe()`` and ``waiting_for()``: the
         collective primitives drive their own operations through this same loop.
         """
+        try:
+            self._drive(ops)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _drive(self, ops: Sequence[Any]) -> None:
         pending = [op for op in ops if not op.done]
         last_move = time.monotonic()
         next_health_check = last_move

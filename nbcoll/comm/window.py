@@ -61,9 +61,12 @@ class DirectWindows:
     """The windows of every rank of a communicator that lives on one machine, and their flags."""
 
     def __init__(
-        self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder
+        self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0
     ) -> None:
-        """Collective over ``mpi_comm``; ``drive([op])`` runs an operation to its end under the watchdog."""
+        """Collective over ``mpi_comm``; ``drive([op])`` runs an operation to its end under the watchdog.
+
+        ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
+        """
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
@@ -78,7 +81,7 @@ class DirectWindows:
                     own[1].array[:] = 0  # zeroed before its handle leaves this rank
             except Exception as exc:
                 problem = f"rank {self.rank} could not create its window: {exc!r}"
-            handles = _exchange(mpi_comm, problem or [b.handle for b in own], "handles", drive, recorder)
+            handles = _exchange(mpi_comm, uid, problem or [b.handle for b in own], "handles", drive, recorder)
             problems = [h for h in handles if isinstance(h, str)]
             if not problems:
                 try:
@@ -90,7 +93,7 @@ class DirectWindows:
                 except Exception as exc:
                     problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
             # Every rank has mapped every window: the names can go.
-            problems += [s for s in _exchange(mpi_comm, problem, "mapped", drive, recorder) if s]
+            problems += [s for s in _exchange(mpi_comm, uid, problem, "mapped", drive, recorder) if s]
             for buffer in own:
                 buffer.unlink()
             if problems:
@@ -128,9 +131,9 @@ class DirectWindows:
             buffer.close()
 
 
-def _exchange(mpi_comm: Any, value: Any, what: str, drive: Callable, recorder: FlightRecorder) -> list[Any]:
+def _exchange(mpi_comm: Any, uid: int, value: Any, what: str, drive: Callable, recorder: FlightRecorder) -> list:
     """Every rank's ``value``, in rank order, exchanged in messages that the watchdog polls."""
-    op = _Exchange(mpi_comm, value, what, recorder.record("window_setup", -1, 0, what))
+    op = _Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what))
     drive([op])
     return [op.values[p] for p in range(op.nranks)]
 
@@ -143,12 +146,12 @@ class _Exchange:
 
     kind = "collective"
 
-    def __init__(self, mpi_comm: Any, value: Any, what: str, record: OperationRecord) -> None:
-        self.mpi_comm, self.what, self.record = mpi_comm, what, record
+    def __init__(self, mpi_comm: Any, uid: int, value: Any, what: str, record: OperationRecord) -> None:
+        self.mpi_comm, self.uid, self.what, self.record = mpi_comm, uid, what, record
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.others = [p for p in range(self.nranks) if p != self.rank]
         self.values: dict[int, Any] = {self.rank: value}
-        self.sends = [mpi_comm.isend(value, dest=p, tag=TAG_WINDOWS) for p in self.others]
+        self.sends = [mpi_comm.isend((uid, what, value), dest=p, tag=TAG_WINDOWS) for p in self.others]
         self.step = 0
         self.done = False
 
@@ -167,10 +170,12 @@ class _Exchange:
     def progress(self) -> bool:
         moved = False
         for p in self.waiting_peers():
-            if self.mpi_comm.Iprobe(source=p, tag=TAG_WINDOWS):
-                self.values[p] = self.mpi_comm.recv(source=p, tag=TAG_WINDOWS)  # arrived: returns at once
-                self.step += 1
-                moved = True
+            while p not in self.values and self.mpi_comm.Iprobe(source=p, tag=TAG_WINDOWS):
+                uid, what, value = self.mpi_comm.recv(source=p, tag=TAG_WINDOWS)  # arrived: returns at once
+                if (uid, what) == (self.uid, self.what):  # else left over from an earlier communicator's setup
+                    self.values[p] = value
+                    self.step += 1
+                    moved = True
         if not self.waiting_peers() and MPI.Request.Testall(self.sends):
             self.done = True
             self.record.finish()

@@ -206,8 +206,6 @@ def run_case(world: MPI.Comm, index: int, op: str, fault: str, victim: int, poin
             if point < 0:
                 fire()
         run_op(comm, op)
-        if Trigger.fault is not None:  # the victim's part ended before its point: the fault comes after it
-            fire()
         outcome = "finished"
     except FaultInjected as err:
         assert me == victim, f"rank {me}: {label}: a survivor saw the injected fault: {err}"
@@ -217,8 +215,11 @@ def run_case(world: MPI.Comm, index: int, op: str, fault: str, victim: int, poin
         first = str(err).splitlines()[0]
         assert f"rank {me}" in first, f"rank {me}: {label}: the error does not name this rank:\n{err}"
         outcome = f"{type(err).__name__}: {first[:110]}"
-    finally:
-        Trigger.disarm()
+    if Trigger.fault is not None:  # the victim's part ended before its point: the fault comes after it
+        try:
+            fire()
+        except FaultInjected as err:
+            outcome = f"victim, {err} (after its part)"
     elapsed = time.monotonic() - start
     print(f"{label} rank {me}: {outcome} after {elapsed:.2f} s", flush=True)
     if me != victim:
@@ -241,6 +242,10 @@ def run_case(world: MPI.Comm, index: int, op: str, fault: str, victim: int, poin
     if fault == "exit":
         if me == victim:
             raise AssertionError(f"rank {me}: {label}: the victim outlived its exit")
+        # A survivor that left now could take with it chunks the victim has still to receive: wait for its end.
+        deadline = time.monotonic() + timeout + args.margin + 10
+        while state_of(pids[victim]) not in "XZ" and time.monotonic() < deadline:
+            time.sleep(0.01)
         remaining = world.Create_group(world.Get_group().Excl([victim]), tag=12)
         assert not leftovers([pids[victim]]), f"{label}: the dead victim's names are left: {leftovers(pids)}"
         world = remaining
