@@ -420,6 +420,26 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def unlink_names_of(pid: int, prefix: str = NAME_PREFIX) -> list[str]:
+    """Remove every ``/dev/shm`` name that process ``pid`` created; return them. Only once ``pid`` has exited.
+
+    A peer that dies between creating a buffer and unlinking it (``os._exit``, ``SIGKILL``) cannot remove the name
+    itself; the communicator that notices the death does it for it.
+    """
+    if not os.path.isdir(SHM_DIR):
+        return []
+    removed = []
+    for name in sorted(os.listdir(SHM_DIR)):
+        if creator_pid(name, prefix) != pid:
+            continue
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except (FileNotFoundError, PermissionError):
+            continue
+        removed.append(name)
+    return removed
+
+
 def cleanup_stale(prefix: str = NAME_PREFIX) -> list[str]:
     """Remove ``/dev/shm`` segments named ``<prefix><pid>_...`` whose creator process is dead; return their names.
 

@@ -135,6 +135,8 @@ class RankResult:
     elapsed: float = 0.0
     returns: list[Any] = field(default_factory=list)
     """For a launched function, index ``r``: the value rank ``r`` returned (``None`` if it did not finish)."""
+    pids: list[int | None] = field(default_factory=list)
+    """Index ``r``: rank ``r``'s process id (``None`` if it never started): its ``/dev/shm`` names hold it."""
 
     @property
     def ok(self) -> bool:
@@ -398,6 +400,7 @@ def _collect(
 
     outputs = [read(f"rank{r}.out") or "" for r in range(nprocs)]
     statuses = [int(text) if (text := read(f"rank{r}.status")) else None for r in range(nprocs)]
+    pids = [int(text) if (text := (read(f"rank{r}.pid") or "").strip()).isdigit() else None for r in range(nprocs)]
     returns = []
     if kind == "function":
         returns = [ast.literal_eval(text) if (text := read(f"rank{r}.return")) else None for r in range(nprocs)]
@@ -412,6 +415,7 @@ def _collect(
         timeout=timeout,
         elapsed=elapsed,
         returns=returns,
+        pids=pids,
     )
 
 

@@ -142,3 +142,13 @@ def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
     assert steps.main(["report", str(tmp_path), "suite", "TIMEOUT", "75", "75"]) == 0
     report = json.loads((tmp_path / "summary.json").read_text())
     assert report["steps"][0]["verdict"] == "TIMEOUT" and report["steps"][0]["stopped_early"]
+
+
+@pytest.mark.mpi
+def test_fault_sweep_prints_one_row_per_case():
+    script = str(BENCHMARKS / "fault_sweep.py")
+    done = _run([sys.executable, script, "--quick", "--ops", "barrier:pairwise", "--kinds", "raise,exit",
+                 "--transports", "ipc"])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "barrier:pairwise raise 0 2" in done.stdout and "barrier:pairwise exit 0 2" in done.stdout
+    assert "cases held: 2 of 2" in done.stdout

@@ -8,29 +8,40 @@ The heavy lifting is in ``mpi_scripts/coll_check.py`` (results, traffic) and ``m
 import glob
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from nbcoll import testing
 from nbcoll.comm.algorithms import ALGORITHMS, parse_algo_setting
 from nbcoll.comm.tuner import LinkModel, choose, cost_terms, fit
-from nbcoll.testing import run_ranks
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 SMALL_FIFO = {"NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "60"}
 
 pytestmark = pytest.mark.mpi
 
+_launched_pids: list[int] = []
 
-def _leaked_segments() -> set[str]:
-    return set(glob.glob("/dev/shm/nbcoll_*"))
+
+def run_ranks(*args, **kwargs):
+    """:func:`nbcoll.testing.run_ranks`, remembering the ranks' pids for the leak check."""
+    result = testing.run_ranks(*args, **kwargs)
+    _launched_pids.extend(pid for pid in result.pids if pid is not None)
+    return result
+
+
+def leaked_segments(pids) -> list[str]:
+    """The ``/dev/shm`` names of these processes: other programs on the machine have segments of their own."""
+    return [name for pid in pids for name in glob.glob(f"/dev/shm/nbcoll_{pid}_*")]
 
 
 @pytest.fixture(autouse=True)
 def no_shared_memory_leak():
-    before = _leaked_segments()
+    _launched_pids.clear()
     yield
-    assert _leaked_segments() - before == set(), "a /dev/shm segment of nbcoll was left behind"
+    assert not leaked_segments(_launched_pids), "a /dev/shm segment of nbcoll was left behind"
 
 
 def _check(nprocs: int, backend: str, preset: str, big: int, collectives: str | None = None, **env: str) -> str:
@@ -140,7 +151,6 @@ def test_a_rank_that_never_joins_makes_the_others_time_out():
 
 def test_nbcoll_algo_syntax():
     assert parse_algo_setting("ring")["all_reduce"] == {"ring"}
-    assert parse_algo_setting("ring")["all_to_all"] == set()
     assert parse_algo_setting("^tree")["all_reduce"] == {"ring", "direct", "halving_doubling"}
     setting = parse_algo_setting("allreduce:tree,direct;broadcast:ring")
     assert setting["all_reduce"] == {"tree", "direct"} and setting["broadcast"] == {"ring"}
@@ -149,6 +159,28 @@ def test_nbcoll_algo_syntax():
         parse_algo_setting("rings")
     with pytest.raises(ValueError, match="NBCOLL_ALGO: unknown collective 'allsum'"):
         parse_algo_setting("allsum:ring")
+
+
+@pytest.mark.parametrize("setting", ["ring,tree", "^direct", "ring", "^ring,tree,direct,halving_doubling"])
+def test_nbcoll_algo_list_narrows_only_the_collectives_it_leaves_an_algorithm(setting):
+    """As NCCL_ALGO: a list for every collective leaves gather, scatter, all-to-all and barrier their only one."""
+    table = parse_algo_setting(setting)
+    for collective in ("all_to_all", "gather", "scatter", "barrier"):
+        assert table[collective] == set(ALGORITHMS[collective]), collective
+    assert all(table[collective] for collective in ALGORITHMS)
+    if setting == "ring,tree":
+        assert table["all_reduce"] == {"ring", "tree"} and table["all_gather"] == {"ring"}
+    if setting == "^direct":
+        assert table["all_reduce"] == {"ring", "tree", "halving_doubling"} and table["all_gather"] == {"ring"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("gather:^direct", "gather"), ("allreduce:pairwise", "all_reduce"), ("barrier:ring", "barrier")],
+)
+def test_nbcoll_algo_for_one_collective_must_leave_it_an_algorithm(setting, named):
+    with pytest.raises(ValueError, match=re.escape(f"NBCOLL_ALGO: '{setting}' excludes every algorithm of {named}")):
+        parse_algo_setting(setting)
 
 
 def test_cost_model_prefers_few_steps_for_small_and_ring_for_large():

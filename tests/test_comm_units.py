@@ -48,7 +48,7 @@ def test_config_reads_every_variable():
     [
         ("NBCOLL_TIMEOUT", "soon", "number"),
         ("NBCOLL_TIMEOUT", "0", "> 0"),
-        ("NBCOLL_STEPS", "0", ">= 1"),
+        ("NBCOLL_STEPS", "1", ">= 2"),
         ("NBCOLL_TRANSPORT", "tcp", "ipc, mpi"),
         ("NBCOLL_DEBUG", "LOUD", "WARN"),
         ("NBCOLL_BUFFSIZE", "1000", "multiple of 8"),

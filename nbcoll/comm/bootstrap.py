@@ -3,9 +3,12 @@
 Every step is collective over the MPI communicator given, and over nothing else (so that :meth:`shrink` can
 run it among the survivors only):
 
+0. wait, polling, until every rank has arrived (:func:`rendezvous`): the MPI calls below block inside MPI, where
+   neither ``NBCOLL_TIMEOUT`` nor a ``SIGTERM`` handler could end the wait for a rank that never comes;
 1. duplicate the MPI communicator twice: ``data`` carries chunks, ``ctrl`` carries abort messages and the
    collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
-2. check that every rank runs with the same FIFO settings and backend;
+2. check that every rank runs with the same FIFO settings and backend, and hand rank 0's tuner calibration to
+   every rank, so that all of them choose the same algorithms;
 3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
    ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`); on
    ``cuda``, each rank uses GPU ``local rank % device count`` (:mod:`nbcoll.device`);
@@ -26,7 +29,9 @@ Example::
 from __future__ import annotations
 
 import os
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +39,12 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import backend, device
+from nbcoll.comm import tuner
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.control import ControlPage
 from nbcoll.comm.debug import Logger
+from nbcoll.comm.errors import CommTimeoutError
 from nbcoll.comm.topology import Topology
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
 from nbcoll.ipc_memory import share
@@ -54,8 +61,62 @@ class Wiring:
     pids: list[int]
     control: ControlPage
     machine_index: dict[int, int]
+    link_models: dict[str, dict[str, tuner.LinkModel]] = field(default_factory=dict)
+    """backend -> transport -> rank 0's calibration, the same on every rank (see :mod:`nbcoll.comm.tuner`)."""
+    uid: int = 0
+    """A number drawn by rank 0 for this communicator alone: its control messages carry it (see :func:`release`)."""
     send: dict[int, SendConnection] = field(default_factory=dict)
     recv: dict[int, RecvConnection] = field(default_factory=dict)
+
+
+_PENDING: list[MPI.Request] = []
+"""Barriers a rank gave up on: MPI needs them kept until the others arrive, which may be never."""
+
+
+def rendezvous(comm: MPI.Comm, what: str, timeout: float, check: Callable[[], None] | None = None) -> None:
+    """Return once every rank of ``comm`` has called this; raise ``CommTimeoutError`` after ``timeout`` seconds.
+
+    A non-blocking barrier, polled with short sleeps: signal handlers run, and ``check()`` (an abort, a dead
+    peer) may raise. Once it returns, the blocking MPI calls that follow find every rank there.
+    """
+    request = comm.Ibarrier()
+    start = time.monotonic()
+    while not request.Test():
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                _PENDING.append(request)
+                raise
+        if time.monotonic() - start > timeout:
+            _PENDING.append(request)
+            raise CommTimeoutError(
+                f"rank {comm.Get_rank()}: {what} waited {timeout:g} s (NBCOLL_TIMEOUT) for the other "
+                f"{comm.Get_size() - 1} ranks to call it too; at least one never did"
+            )
+        time.sleep(0.001)
+
+
+_KEPT: list[MPI.Comm] = []
+"""MPI communicators of failed communicators, never freed (see :func:`release`)."""
+
+
+def release(wiring: Wiring, failed: bool) -> None:
+    """Free the MPI communicators of a communicator; after a failure, drain them and keep them instead.
+
+    MPI hands a freed communicator's context to the next communicator made, and a message still on its way to
+    the old one (a chunk or a control message a peer sent before it gave up) would then match a receive of the
+    new one. So what has arrived is received and dropped, and after a failure, when more may still come, the
+    communicators are kept, unused, for as long as the process lives.
+    """
+    for comm in (wiring.data, wiring.ctrl):
+        status = MPI.Status()
+        while (message := comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)) is not None:
+            message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+        if failed:
+            _KEPT.append(comm)
+        else:
+            comm.Free()
 
 
 def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
@@ -91,6 +152,7 @@ def _choose_gpu(local_rank: int, log: Logger, world_order: bool) -> None:
 
 def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any = None) -> Wiring:
     """Collective over ``parent``: build the wiring of a new communicator of the same ranks."""
+    rendezvous(parent, "creating a communicator", config.timeout)
     data, ctrl = parent.Dup(), parent.Dup()
     rank = data.Get_rank()
     _agree(
@@ -98,6 +160,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
         (config.buffsize, config.steps, config.transport, backend.get_backend()),
     )
+    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models()})
+    uid, link_models = data.bcast(mine if rank == 0 else None, root=0)
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
@@ -112,7 +176,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         machine_ranks = machine.allgather(rank)
         machine_index = {r: i for i, r in enumerate(machine_ranks)}
         control = _map_control_page(machine, config)
-        wiring = Wiring(data, ctrl, topology, node_key, [e[2] for e in everyone], control, machine_index)
+        pids = [e[2] for e in everyone]
+        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models, uid)
         _connect_ipc(wiring, machine, config, log)
     finally:
         machine.Free()

@@ -62,6 +62,10 @@ class CollectiveOp:
         peers = self.current[1].peers if self.current else []
         return peers[0] if peers else -1
 
+    def waiting_peers(self) -> list[int]:
+        """Every peer the current step waits for (a direct step waits for all of them, a tree root for two)."""
+        return self.current[1].waiting_peers() if self.current else []
+
     def fuse(self, other: CollectiveOp) -> None:
         """Append ``other``'s steps after this operation's (a group of collectives)."""
         offset = len(self.parts)

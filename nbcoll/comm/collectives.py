@@ -38,6 +38,7 @@ from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
+from nbcoll.comm.errors import CommError
 from nbcoll.comm.primitives import Primitive
 from nbcoll.comm.refusal import numbered
 from nbcoll.comm.trace import Tracer
@@ -340,13 +341,16 @@ class Collectives:
         return scratch
 
     def _link_model(self) -> tuner.LinkModel:
-        """The slowest link this rank uses, from the calibration file, read once per communicator and backend."""
+        """The slowest link of the whole communicator, with rank 0's calibration: the same on every rank.
+
+        A rank that modelled only its own links would choose differently from a rank with faster ones (ranks
+        0-1 sharing a node, rank 2 alone), and the collective would hang with each running another algorithm.
+        """
         cache = self.__dict__.setdefault("_link_models", {})
         current = backend.get_backend()
         if current not in cache:
-            models = tuner.load_models()
-            transports = {self.transport_to(p) for p in range(self.size) if p != self.rank} or {"ipc"}
-            cache[current] = max((models[t] for t in transports), key=lambda m: m.alpha)
+            models = self._wiring.link_models.get(current) or tuner.default_models(current)
+            cache[current] = tuner.slowest(models, self.topology.transports() or {"ipc"})
         return cache[current]
 
     def _allowed(self, collective: str) -> list[str]:
@@ -439,8 +443,22 @@ class Collectives:
         """
         state = self.__dict__.setdefault("_collective_state", {"seq": 0})
         if "windows" not in state:
+            if "windows_failed" in state:
+                raise CommError(
+                    f"rank {self.rank}: the direct windows of this communicator could not be set up earlier "
+                    f"({state['windows_failed']}); abort or shrink the communicator"
+                )
             local = self.size > 1 and all(self.transport_to(p) == "ipc" for p in range(self.size) if p != self.rank)
-            state["windows"] = DirectWindows(self._wiring.ctrl, self.config.buffsize) if local else None
+            if not local:
+                state["windows"] = None
+                return None
+            try:
+                state["windows"] = DirectWindows(
+                    self._wiring.ctrl, self.config.buffsize, self.watchdog.drive, self.recorder, self._wiring.uid
+                )
+            except BaseException as exc:
+                state["windows_failed"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                raise
         return state["windows"]
 
     def _close_collectives(self) -> None:

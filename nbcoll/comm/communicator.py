@@ -27,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll import memory
-from nbcoll.comm.bootstrap import Wiring, bootstrap
+from nbcoll.comm.bootstrap import Wiring, bootstrap, release, rendezvous
 from nbcoll.comm.collectives import Collectives
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
@@ -311,6 +311,7 @@ class Communicator(Collectives):
         if not isinstance(key, numbers.Integral):
             raise TypeError(f"key: expected an int, got {type(key).__name__}")
         mpi_color = MPI.UNDEFINED if color == NOCOLOR else int(color)
+        self._rendezvous("split")
         child = self._wiring.ctrl.Split(mpi_color, int(key))
         if child == MPI.COMM_NULL:
             return None
@@ -319,7 +320,21 @@ class Communicator(Collectives):
     def dup(self) -> Communicator:
         """Collective: a new communicator of the same ranks, with its own connections and counters."""
         self._check_usable()
+        self._rendezvous("dup")
         return self._derive(self._wiring.ctrl.Dup())
+
+    def _rendezvous(self, what: str) -> None:
+        """Wait, bounded, for every rank to reach ``what``: MPI's Split and Dup block where nothing can stop them."""
+
+        def check() -> None:
+            self.watchdog.check_aborted()
+            self.watchdog.check_peer_processes(what)
+
+        try:
+            rendezvous(self._wiring.ctrl, f"{what} of {self!r}", self.config.timeout, check)
+        except BaseException:
+            self.watchdog.failed = True  # its barrier stays pending on the MPI communicator
+            raise
 
     def shrink(self, exclude_ranks: Iterable[int]) -> Communicator:
         """A new communicator of every rank but ``exclude_ranks``, built without them.
@@ -385,8 +400,7 @@ class Communicator(Collectives):
         # Abort messages are empty and sent eagerly: they complete on their own, so they are simply dropped.
         self._abort_requests.clear()
         if not MPI.Is_finalized():
-            self._wiring.data.Free()
-            self._wiring.ctrl.Free()
+            release(self._wiring, failed=self.watchdog.failed or self._aborted_by is not None)
 
     def __enter__(self) -> Communicator:
         return self

@@ -11,7 +11,7 @@ variable                   default   meaning
 ========================== ========= ===================================================================
 ``NBCOLL_TIMEOUT``         300       seconds a wait may make no progress before ``CommTimeoutError``
 ``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE)
-``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS); a slot holds one chunk
+``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk
 ``NBCOLL_TRANSPORT``       (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
 ``NBCOLL_RANKS_PER_NODE``  (real)    pretend that every k consecutive ranks of a machine form a node
 ``NBCOLL_MPI_CUDA_AWARE``  0         1: hand device pointers to MPI instead of staging through the host
@@ -29,6 +29,11 @@ from dataclasses import dataclass
 
 TRANSPORTS = ("ipc", "mpi")
 DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
+
+MIN_STEPS = 2
+"""A ring needs two slots per connection: with one, every rank fills its next neighbour's only slot with its
+first chunk, then waits for that slot to free up before it takes its previous neighbour's chunk, and so does
+every other rank around the ring."""
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -82,6 +87,11 @@ class CommConfig:
     flight_recorder: int = 32
 
     def __post_init__(self) -> None:
+        if self.steps < MIN_STEPS:
+            raise ValueError(
+                f"NBCOLL_STEPS: must be >= {MIN_STEPS} (a ring deadlocks with a single FIFO slot per connection), "
+                f"got {self.steps}"
+            )
         if self.buffsize % (8 * self.steps):
             raise ValueError(
                 f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
@@ -100,7 +110,7 @@ class CommConfig:
         return cls(
             timeout=_float(env, "NBCOLL_TIMEOUT", 300.0),
             buffsize=_int(env, "NBCOLL_BUFFSIZE", 4 << 20, 8),
-            steps=_int(env, "NBCOLL_STEPS", 8, 1),
+            steps=_int(env, "NBCOLL_STEPS", 8, MIN_STEPS),
             transport=_choice(env, "NBCOLL_TRANSPORT", TRANSPORTS),
             ranks_per_node=_int(env, "NBCOLL_RANKS_PER_NODE", 0, 1) or None,
             mpi_cuda_aware=env.get("NBCOLL_MPI_CUDA_AWARE", "0").strip() == "1",

@@ -109,6 +109,10 @@ class Primitive:
     def peers(self) -> list[int]:
         return [conn.peer for conn in self.recv] + [conn.peer for conn in self.send]
 
+    def waiting_peers(self) -> list[int]:
+        """Every peer this step still waits for: each one whose chunk has not arrived or whose slot is full."""
+        return [conn.peer for conn in [*self.recv, *self.send] if not conn.ready()]
+
     def describe(self) -> str:
         frm = ",".join(str(c.peer) for c in self.recv) or "-"
         to = ",".join(str(c.peer) for c in self.send) or "-"

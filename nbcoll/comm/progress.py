@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
+from nbcoll.ipc_memory import unlink_names_of
 
 TAG_ABORT = 77
 """Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
@@ -80,6 +81,7 @@ class Watchdog:
         self.peer_pids = peer_pids
         self.recorder = recorder
         self.log = log
+        self.failed = False  # an operation ended in an error: messages may still be on their way
 
     def _report(self, error: Exception) -> Exception:
         self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
@@ -105,15 +107,28 @@ class Watchdog:
         )
 
     def check_peers(self, ops: Sequence[Any]) -> None:
+        """Raise if any peer an operation waits for has exited: every peer of its step, not only the first."""
         for op in ops:
-            pid = self.peer_pids.get(op.peer)
-            if pid is not None and not process_alive(pid):
-                op.record.finish("failed")
-                raise self._report(
-                    CommPeerLostError(
-                        f"rank {self.rank}: {op.headline()} failed: peer rank {op.peer} (pid {pid}) has exited "
-                        f"during {op.describe()}:\n" + self._context(ops)
+            waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
+            for peer in waiting:
+                pid = self.peer_pids.get(peer)
+                if pid is not None and not process_alive(pid):
+                    unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
+                    op.record.finish("failed")
+                    raise self._report(
+                        CommPeerLostError(
+                            f"rank {self.rank}: {op.headline()} failed: peer rank {peer} (pid {pid}) has exited "
+                            f"during {op.describe()}:\n" + self._context(ops)
+                        )
                     )
+
+    def check_peer_processes(self, what: str) -> None:
+        """Raise if any peer on this machine has exited (for waits that are not operations: split, dup)."""
+        for peer, pid in sorted(self.peer_pids.items()):
+            if not process_alive(pid):
+                unlink_names_of(pid)
+                raise self._report(
+                    CommPeerLostError(f"rank {self.rank}: {what} failed: peer rank {peer} (pid {pid}) has exited")
                 )
 
     def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
@@ -138,6 +153,13 @@ class Watchdog:
         ``progress() -> bool`` (took a step), ``headline()``, ``describe()`` and ``waiting_for()``: the
         collective primitives drive their own operations through this same loop.
         """
+        try:
+            self._drive(ops)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _drive(self, ops: Sequence[Any]) -> None:
         pending = [op for op in ops if not op.done]
         last_move = time.monotonic()
         next_health_check = last_move

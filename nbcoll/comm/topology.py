@@ -70,6 +70,19 @@ class Topology:
             return self.forced_transport
         return "ipc" if self.node_of[peer] == self.node else "mpi"
 
+    def transports(self) -> set[str]:
+        """The transports of every pair of ranks, not only this rank's: the same set on every rank."""
+        if self.size == 1:
+            return set()
+        if self.forced_transport is not None:
+            return {self.forced_transport}
+        used = set()
+        if self.nnodes < self.size:  # some node holds two ranks
+            used.add("ipc")
+        if self.nnodes > 1:
+            used.add("mpi")
+        return used
+
     def describe(self) -> str:
         peers = ", ".join(f"{p}:{self.transport_to(p)}" for p in range(self.size) if p != self.rank) or "none"
         return (

@@ -10,9 +10,13 @@ the bytes it sends::
     direct all-reduce        2 steps per chunk;                   (n-1) x S bytes
     halving-doubling         2 log2(n) exchanges;                 2(n-1)/n x S bytes
 
-The estimate is ``steps x alpha + bytes / beta`` with the parameters of the slowest transport the collective
-uses. ``python -m nbcoll calibrate`` measures ``alpha`` and ``beta`` per transport with a ping-pong and stores
-them per machine and backend; without a calibration the defaults below apply.
+The estimate is ``steps x alpha + bytes / beta`` with the parameters of the slowest transport used anywhere in
+the communicator (:func:`slowest`). ``python -m nbcoll calibrate`` measures ``alpha`` and ``beta`` per transport
+with a ping-pong and stores them per machine and backend; without a calibration the defaults below apply.
+
+Every rank must pick the same algorithm, or their steps do not match and the collective hangs. So the choice
+depends only on what every rank knows alike: the topology, and rank 0's calibration, which the communicator
+hands to every rank when it is created (another machine may hold other calibrations, or none).
 
 Example::
 
@@ -57,9 +61,14 @@ def _key() -> str:
     return f"{socket.gethostname()}/{backend.get_backend()}"
 
 
+def default_models(backend_name: str) -> dict[str, LinkModel]:
+    """The uncalibrated models of a backend: the same on every machine."""
+    return {t: LinkModel(*p) for t, p in DEFAULTS[backend_name].items()}
+
+
 def load_models() -> dict[str, LinkModel]:
     """The calibrated models of this machine and backend, or the defaults."""
-    models = {t: LinkModel(*p) for t, p in DEFAULTS[backend.get_backend()].items()}
+    models = default_models(backend.get_backend())
     path = calibration_file()
     if path.exists():
         try:
@@ -79,6 +88,16 @@ def save_models(models: dict[str, LinkModel]) -> Path:
     data[_key()] = {t: asdict(m) for t, m in models.items()}
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+def slowest(models: dict[str, LinkModel], transports: set[str]) -> LinkModel:
+    """One model for links of several transports: the largest ``alpha`` and the smallest ``beta`` among them.
+
+    A collective is as slow as its slowest link, and one transport may have the longer latency while the other
+    has the lower bandwidth; taking the worst of each keeps the result independent of which is which.
+    """
+    used = [models[t] for t in sorted(transports)]
+    return LinkModel(alpha=max(m.alpha for m in used), beta=min(m.beta for m in used))
 
 
 def fit(sizes: list[int], seconds: list[float]) -> LinkModel:

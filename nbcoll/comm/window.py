@@ -18,9 +18,16 @@ One round of a one-shot collective, on every rank ``r``::
 Both waits are steps, so the communicator's watchdog bounds them like every other wait. Windows need every rank
 on one machine with the ipc transport; elsewhere the direct algorithms use the FIFOs instead.
 
+Setting the windows up is collective too, and bounded the same way: each rank creates its own window (rank 0 also
+the flags), the handles go to every peer in non-blocking messages that the watchdog polls (timeout, abort, dead
+peer), each rank maps the others' windows, a second exchange says everyone has, and only then does each owner
+remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that dies, an error while
+mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside MPI, where neither the
+timeout nor a ``SIGTERM`` handler could run.
+
 Example::
 
-    windows = DirectWindows(mpi_comm, nbytes=1 << 20)
+    windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
     steps = [windows.post(round_, x[0:64], (0, 64)), windows.fold(round_, op, out[0:64], (0, 64))]
 """
 
@@ -31,10 +38,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from nbcoll.comm.connection import copy_device, synchronize
-from nbcoll.ipc_memory import share
+from nbcoll.comm.debug import FlightRecorder, OperationRecord
+from nbcoll.ipc_memory import IpcBuffer
 from nbcoll.kernels import combine as combine_kernels
+
+TAG_WINDOWS = 91
+"""Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
+78 shrink's, and the few after them)."""
 
 
 @dataclass
@@ -47,16 +60,51 @@ class _Peer:
 class DirectWindows:
     """The windows of every rank of a communicator that lives on one machine, and their flags."""
 
-    def __init__(self, mpi_comm: Any, nbytes: int) -> None:
+    def __init__(
+        self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0
+    ) -> None:
+        """Collective over ``mpi_comm``; ``drive([op])`` runs an operation to its end under the watchdog.
+
+        ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
+        """
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
-        self.windows = [share(mpi_comm, nbytes, np.uint8, root=p, tag=f"win{p}") for p in range(self.nranks)]
-        self.flags = share(mpi_comm, (2, self.nranks), np.int64, root=0, tag="winflags", host=True)
-        if self.rank == 0:
-            self.flags.array[:] = 0
-        mpi_comm.Barrier()  # zeroed before anyone reads a flag
-        self.posted, self.done = self.flags.array[0], self.flags.array[1]
         self.rounds = 0
+        own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
+        mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
+        try:
+            problem = ""
+            try:
+                own.append(IpcBuffer.create(nbytes, np.uint8, tag=f"win{self.rank}"))
+                if self.rank == 0:
+                    own.append(IpcBuffer.create((2, self.nranks), np.int64, tag="winflags", host=True))
+                    own[1].array[:] = 0  # zeroed before its handle leaves this rank
+            except Exception as exc:
+                problem = f"rank {self.rank} could not create its window: {exc!r}"
+            handles = _exchange(mpi_comm, uid, problem or [b.handle for b in own], "handles", drive, recorder)
+            problems = [h for h in handles if isinstance(h, str)]
+            if not problems:
+                try:
+                    mapped[self.rank] = own[0]
+                    for p in range(self.nranks):
+                        if p != self.rank:
+                            mapped[p] = IpcBuffer.open(handles[p][0])
+                    mapped[-1] = own[1] if self.rank == 0 else IpcBuffer.open(handles[0][1])
+                except Exception as exc:
+                    problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
+            # Every rank has mapped every window: the names can go.
+            problems += [s for s in _exchange(mpi_comm, uid, problem, "mapped", drive, recorder) if s]
+            for buffer in own:
+                buffer.unlink()
+            if problems:
+                raise RuntimeError(f"rank {self.rank}: setting up the direct windows failed: " + "; ".join(problems))
+        except BaseException:
+            for buffer in [*mapped.values(), *own]:
+                buffer.close()  # an owner's close also removes a name not yet unlinked
+            raise
+        self.windows = [mapped[p] for p in range(self.nranks)]
+        self.flags = mapped[-1]
+        self.posted, self.done = self.flags.array[0], self.flags.array[1]
 
     def next_round(self) -> int:
         """The number of the next round: every rank counts the same rounds in the same order."""
@@ -81,6 +129,70 @@ class DirectWindows:
         self.posted = self.done = None
         for buffer in [*self.windows, self.flags]:
             buffer.close()
+
+
+def _exchange(mpi_comm: Any, uid: int, value: Any, what: str, drive: Callable, recorder: FlightRecorder) -> list:
+    """Every rank's ``value``, in rank order, exchanged in messages that the watchdog polls."""
+    op = _Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what))
+    drive([op])
+    return [op.values[p] for p in range(op.nranks)]
+
+
+class _Exchange:
+    """Sends one value to every peer and receives theirs, never blocking: an operation the watchdog drives.
+
+    Point-to-point messages rather than a collective, so that a rank that waits knows which peers are late.
+    """
+
+    kind = "collective"
+
+    def __init__(self, mpi_comm: Any, uid: int, value: Any, what: str, record: OperationRecord) -> None:
+        self.mpi_comm, self.uid, self.what, self.record = mpi_comm, uid, what, record
+        self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        self.others = [p for p in range(self.nranks) if p != self.rank]
+        self.values: dict[int, Any] = {self.rank: value}
+        self.sends = [mpi_comm.isend((uid, what, value), dest=p, tag=TAG_WINDOWS) for p in self.others]
+        self.step = 0
+        self.done = False
+
+    @property
+    def conn(self) -> _Exchange:
+        return self
+
+    @property
+    def peer(self) -> int:
+        late = self.waiting_peers()
+        return late[0] if late else -1
+
+    def waiting_peers(self) -> list[int]:
+        return [p for p in self.others if p not in self.values]
+
+    def progress(self) -> bool:
+        moved = False
+        for p in self.waiting_peers():
+            while p not in self.values and self.mpi_comm.Iprobe(source=p, tag=TAG_WINDOWS):
+                uid, what, value = self.mpi_comm.recv(source=p, tag=TAG_WINDOWS)  # arrived: returns at once
+                if (uid, what) == (self.uid, self.what):  # else left over from an earlier communicator's setup
+                    self.values[p] = value
+                    self.step += 1
+                    moved = True
+        if not self.waiting_peers() and MPI.Request.Testall(self.sends):
+            self.done = True
+            self.record.finish()
+            moved = True
+        return moved
+
+    def headline(self) -> str:
+        return f"direct window setup ({self.what})"
+
+    def describe(self) -> str:
+        return f"{self.headline()}: heard from {len(self.values)} of {self.nranks} ranks"
+
+    def waiting_for(self) -> str:
+        late = self.waiting_peers()
+        if late:
+            return f"ranks {late} to reach their first one-shot collective on this communicator"
+        return "this rank's messages to be delivered"
 
 
 class WindowStep:
@@ -115,6 +227,9 @@ class WindowStep:
 
     def ready(self) -> bool:
         return not self._late()
+
+    def waiting_peers(self) -> list[int]:
+        return self._late()
 
     def waiting_for(self) -> str:
         late = self._late()

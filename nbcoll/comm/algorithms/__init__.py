@@ -13,6 +13,11 @@ Every algorithm is a generator of primitives (:mod:`nbcoll.comm.primitives`), on
 ``NBCOLL_ALGO`` uses NCCL's syntax for ``NCCL_ALGO``: a list of algorithms (``ring,tree``), a list to exclude
 (``^tree``), or per-collective lists separated by ``;`` (``allreduce:tree;broadcast:ring``). Collective names
 may be written with or without the underscore.
+
+As with NCCL, a list for every collective narrows only the collectives it leaves an algorithm to:
+``ring,tree`` makes all-reduce choose between ring and tree, and leaves all-to-all, gather, scatter and the
+barrier with the only algorithm each has. A list given for one collective must leave it an algorithm, or the
+setting is refused when it is read.
 """
 
 from __future__ import annotations
@@ -65,20 +70,33 @@ def _algo_list(text: str) -> tuple[bool, set[str]]:
 
 
 def parse_algo_setting(setting: str | None) -> dict[str, set[str]]:
-    """The algorithms ``NBCOLL_ALGO`` allows, per collective (collectives it does not name allow all)."""
+    """The algorithms ``NBCOLL_ALGO`` allows, per collective (collectives it does not name allow all).
+
+    ``for part in setting.split(";"): for coll in (part's collective, or every one): allowed[coll] = narrowed``,
+    where a part for every collective skips those it would leave without an algorithm.
+    """
     allowed = {coll: set(algos) for coll, algos in ALGORITHMS.items()}
     if not setting or not setting.strip():
         return allowed
     for part in setting.split(";"):
         if not part.strip():
             continue
+        explicit = ":" in part
         colls = list(ALGORITHMS)
-        if ":" in part:
-            coll_text, part = part.split(":", 1)
+        text = part
+        if explicit:
+            coll_text, text = part.split(":", 1)
             colls = [_collective_name(coll_text)]
-        exclude, names = _algo_list(part)
+        exclude, names = _algo_list(text)
         for coll in colls:
-            allowed[coll] = allowed[coll] - names if exclude else allowed[coll] & names
+            narrowed = allowed[coll] - names if exclude else allowed[coll] & names
+            if narrowed:
+                allowed[coll] = narrowed
+            elif explicit:
+                raise ValueError(
+                    f"NBCOLL_ALGO: {part.strip()!r} excludes every algorithm of {coll} "
+                    f"({', '.join(ALGORITHMS[coll])}); name at least one of them"
+                )
     return allowed
 
 
