@@ -19,9 +19,9 @@ the dual of the all-gather. While a unit computes, the next unit's all-gather (t
 already in flight. A layer's forward must be deterministic (no dropout) and take one Tensor.
 
 ``reshard_after_forward=False`` trades memory for communication: a unit keeps the whole parameters it gathered in
-forward (saved on its graph node) until its backward, which uses them instead of gathering again and frees them
-when it is done. Backward then issues no all-gather at all, one per unit per step instead of two, and every rank
-holds the whole model from forward to backward, as DDP does.
+forward until its backward. Its forward then records the layer's graph with them (saved on the unit's node), so
+its backward neither gathers nor recomputes, and frees them when it is done: one all-gather per unit per step
+instead of two, and every rank holds the whole model from forward to backward, as DDP does.
 
 ``model.state_dict()`` of a sharded model moves nothing: it maps each parameter's name to a :class:`Shard`, this
 rank's rows and where they sit in the whole parameter; buffers stay plain arrays. The shards of all ranks put
@@ -229,27 +229,36 @@ class ShardedForward(Function):
         unit.schedule.events.append(("forward", unit.index))
         if unit.next is not None:
             unit.next.prefetch()  # the next layer's parameters travel while this one computes
-        with no_grad(), unit.holding(full):
-            y = layer_forward(Tensor._from_array(x))
-        # By default the whole parameters are not kept: backward gathers them again. Kept, they live on this node
-        # until its backward (or until the graph is dropped), which frees them with the rest of what it saved.
-        kept = not unit.reshard_after_forward and any(ctx.needs_input_grad)
-        ctx.save_for_backward(x, *([t.data for t in full] if kept else []))
+        if not unit.reshard_after_forward and any(ctx.needs_input_grad):
+            # Kept: the graph is recorded now, with the whole parameters as its leaves, and saved on this node
+            # until its backward (or until the graph is dropped): backward needs neither a gather nor a recompute.
+            full = [Tensor._from_array(t.data, requires_grad=True) for t in full]
+            x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
+            with enable_grad(), unit.holding(full):
+                y = layer_forward(x_in)
+            ctx.save_for_backward(x_in, y, *full)
+        else:  # the whole parameters are let go now: backward gathers them again
+            with no_grad(), unit.holding(full):
+                y = layer_forward(Tensor._from_array(x))
+            ctx.save_for_backward(x)
         ctx.unit, ctx.layer_forward = unit, layer_forward
         return y.data
 
     @staticmethod
     def backward(ctx: Context, dy: Any) -> tuple:
-        x, *kept = ctx.saved_tensors
-        unit = ctx.unit
-        full = [Tensor._from_array(a, requires_grad=True) for a in (kept or unit.gather())]
+        saved, unit = ctx.saved_tensors, ctx.unit
+        if len(saved) > 1:  # kept since forward, graph and all
+            x_in, y, *full = saved
+        else:
+            full = [Tensor._from_array(a, requires_grad=True) for a in unit.gather()]
         unit.schedule.last_ran = unit
         unit.schedule.events.append(("backward", unit.index))
-        if unit.previous is not None and not kept:
-            unit.previous.prefetch()  # backward visits the layers in reverse; a kept unit needs no gather
-        x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
-        with enable_grad(), unit.holding(full):
-            y = ctx.layer_forward(x_in)  # recomputed, this time recorded
+        if len(saved) == 1:
+            if unit.previous is not None:
+                unit.previous.prefetch()  # backward visits the layers in reverse
+            x_in = Tensor._from_array(saved[0], requires_grad=ctx.needs_input_grad[0])
+            with enable_grad(), unit.holding(full):
+                y = ctx.layer_forward(x_in)  # recomputed, this time recorded
         backward([y], [Tensor._from_array(dy)])
         shard_grads = unit.reduce_scatter([None if t.grad is None else t.grad.data for t in full])
         dx = x_in.grad.data if x_in.grad is not None else None

@@ -83,9 +83,9 @@ def check_kept_after_forward(comm) -> str:
     """reshard_after_forward=False: the same model as one process, and backward gathers nothing."""
     n, r = comm.size, comm.rank
     reference = make_model(0, HIDDEN)
-    train(reference, optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), n, None, 1)
+    train(reference, optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), n, None, 2)
     model = fully_shard(make_model(100 * r, HIDDEN), comm, reshard_after_forward=False)
-    train(model, optim.SGD(model.parameters(), lr=0.1, momentum=0.9), n, r, 1)
+    train(model, optim.SGD(model.parameters(), lr=0.1, momentum=0.9), n, r, 2)  # two micro-batches accumulate
     # Unit 0's forward gathers, unit 1's finds its gather prefetched; backward uses what forward kept.
     events = model.fully_shard_schedule.events
     assert events == [("gather", 0), ("forward", 0), ("prefetch", 1), ("forward", 1), ("backward", 1), ("backward", 0)]
