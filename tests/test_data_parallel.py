@@ -75,3 +75,18 @@ def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():
     params = [e for e in events if e != "input"]
     assert params == ["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"], events
     assert events.index("input") > events.index("2.weight"), events
+
+
+def test_shards_placed_at_their_offsets_rebuild_the_parameter_and_a_wrong_shape_is_named():
+    """5 rows on 4 ranks: shards of 2 rows; rank 2 holds one real row and one of padding, rank 3 only padding."""
+    from nbcoll.parallel import Shard
+
+    whole = np.arange(10.0).reshape(5, 2)
+    padded = np.concatenate([whole, np.zeros((3, 2))])
+    shards = [Shard(padded[2 * r : 2 * r + 2], 2 * r, max(0, min(2, 5 - 2 * r)), (5, 2)) for r in range(4)]
+    rebuilt = np.full((5, 2), np.nan)
+    for shard in shards:
+        shard.place(rebuilt)
+    assert np.array_equal(rebuilt, whole) and np.array_equal(np.asarray(shards[2]), padded[4:6])
+    with pytest.raises(ValueError, match=r"whole: expected an array of the whole parameter's shape \(5, 2\)"):
+        shards[0].place(np.zeros((4, 2)))
