@@ -27,6 +27,9 @@ def test_ddp_zero_and_fully_shard_train_the_same_model_as_one_process(nprocs):
     for rank in range(nprocs):
         for check in ("data parallel ok", "zero ok", "fully_shard ok"):
             assert f"rank {rank}: {check}" in result.outputs[rank], result.report()
+        # reshard_after_forward=False: backward issues no all-gather; state_dict() issues no collective.
+        assert "all-gathers in forward, backward: kept (2, 0), resharded (2, 2)" in result.outputs[rank]
+        assert "state_dict of 4 shards, 0 collectives" in result.outputs[rank], result.report()
     if nprocs == 3:  # 43 parameters: uneven shards of 15, 15 and 13 + 2 of padding
         assert "stage 2 [30, 45) of 43" in result.outputs[2]
         # float32 with Adam: 16 B per parameter replicated; 4 + 4 + 8/3; 4 + (4 + 8)/3; 16/3, padded.
@@ -36,11 +39,13 @@ def test_ddp_zero_and_fully_shard_train_the_same_model_as_one_process(nprocs):
 
 
 @pytest.mark.mpi
-def test_ddp_zero_2_and_fully_shard_on_the_simulator_in_float32_at_toy_size():
+def test_ddp_zero_1_and_2_and_fully_shard_on_the_simulator_in_float32_at_toy_size():
+    """One step in float32 within 1e-5 relative of one process (the script's TOLERANCE)."""
     env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
     result = run_ranks(2, SCRIPT, "--float32", env=env, timeout=400)
     for rank in range(2):
-        assert "data parallel float32 ok (2 buckets; stage 2" in result.outputs[rank], result.report()
+        assert "data parallel float32 ok (2 buckets; stage 1 [" in result.outputs[rank], result.report()
+        assert "; stage 2 [" in result.outputs[rank], result.report()
         assert "fully_shard SGD: shards of 3 rows" in result.outputs[rank], result.report()
 
 
@@ -70,3 +75,18 @@ def test_backward_accumulates_each_leaf_as_soon_as_its_gradient_is_complete():
     params = [e for e in events if e != "input"]
     assert params == ["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"], events
     assert events.index("input") > events.index("2.weight"), events
+
+
+def test_shards_placed_at_their_offsets_rebuild_the_parameter_and_a_wrong_shape_is_named():
+    """5 rows on 4 ranks: shards of 2 rows; rank 2 holds one real row and one of padding, rank 3 only padding."""
+    from nbcoll.parallel import Shard
+
+    whole = np.arange(10.0).reshape(5, 2)
+    padded = np.concatenate([whole, np.zeros((3, 2))])
+    shards = [Shard(padded[2 * r : 2 * r + 2], 2 * r, max(0, min(2, 5 - 2 * r)), (5, 2)) for r in range(4)]
+    rebuilt = np.full((5, 2), np.nan)
+    for shard in shards:
+        shard.place(rebuilt)
+    assert np.array_equal(rebuilt, whole) and np.array_equal(np.asarray(shards[2]), padded[4:6])
+    with pytest.raises(ValueError, match=r"whole: expected an array of the whole parameter's shape \(5, 2\)"):
+        shards[0].place(np.zeros((4, 2)))

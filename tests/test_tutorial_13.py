@@ -8,8 +8,8 @@ from helpers import TUTORIALS, run_python
 pytestmark = pytest.mark.mpi
 
 
-def test_tutorial_13_on_numpy():
-    proc = run_python([str(TUTORIALS / "13_data_parallel.py")], "numpy", timeout=300)
+def test_tutorial_13_on_numpy(tmp_path):
+    proc = run_python([str(TUTORIALS / "13_data_parallel.py"), "--out", str(tmp_path)], "numpy", timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     blocks = re.split(r"^\[rank (\d+)\]\n", proc.stdout, flags=re.MULTILINE)
     assert [int(r) for r in blocks[1::2]] == [0, 1, 2, 3], proc.stdout
@@ -20,3 +20,5 @@ def test_tutorial_13_on_numpy():
         assert "5 of 6 all-reduces started before backward's last gradient" in out
         assert f"Done: rank {rank} ok" in out
     assert "the weight's gradient on rank 0 equals one process's" in blocks[2]
+    assert f"5. the picture: {tmp_path / 'bucket_timeline.png'}" in blocks[2]
+    assert (tmp_path / "bucket_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -9,10 +9,14 @@ What you learn here:
   the batch, and the ranks average their gradients with all-reduce (here first one all-reduce per parameter);
 - buckets: fewer, larger all-reduces;
 - overlap: each bucket's all-reduce starts the moment its last gradient is accumulated, while backward is still
-  computing the earlier layers. The timeline at the end is drawn from the order of events, not from timing.
+  computing the earlier layers. The timeline at the end is drawn from the order of events, not from timing, as
+  text and as a picture, ``bucket_timeline.png``.
 
-Run it with ``python tutorials/13_data_parallel.py``: it re-launches itself on 4 ranks.
+Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches itself on 4 ranks.
 """
+
+import argparse
+from pathlib import Path
 
 import nbcoll.launch
 
@@ -26,6 +30,9 @@ from nbcoll import nn  # noqa: E402
 from nbcoll.parallel import DistributedDataParallel  # noqa: E402
 from nbcoll.parallel import functional as F  # noqa: E402
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", default=".", help="where to write bucket_timeline.png")
+args = parser.parse_args()
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size
 TOY = nbcoll.get_backend() == "sim"  # the simulator runs one Python thread per CUDA thread: keep it tiny
@@ -131,5 +138,39 @@ last_gradient = max(t for t, (kind, _) in enumerate(events) if kind == "gradient
 early = sum(1 for b in ddp.buckets if events.index(("all_reduce", b.index)) < last_gradient)
 print(f"   {early} of {len(ddp.buckets)} all-reduces started before backward's last gradient")
 print()
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. The same timeline as a picture: the x axis counts events, not seconds. The top row is backward producing
+#    gradients; below it, one bar per bucket from its all-reduce's launch to the moment it is seen done.
+if rank == 0:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 0.5 * len(ddp.buckets) + 2))
+    gradient_times = [t for t, (kind, _) in enumerate(events) if kind == "gradient"]
+    axes.scatter(gradient_times, [0] * len(gradient_times), marker="v", color="black", label="gradient accumulated")
+    for bucket in ddp.buckets:
+        start = events.index(("all_reduce", bucket.index))
+        done = ("all_reduce done", bucket.index)
+        end = events.index(done) if done in events else len(events) - 1
+        row = bucket.index + 1
+        axes.barh(row, max(end - start, 0.3), left=start, height=0.6, color="tab:blue")
+        axes.text(start, row, " L", va="center", color="white")
+    synchronized = max(t for t, (kind, _) in enumerate(events) if kind == "synchronized")
+    axes.axvline(synchronized, color="tab:red", linestyle="--", label="all buckets waited for")
+    axes.axvline(last_gradient, color="gray", linestyle=":", label="backward's last gradient")
+    axes.set_yticks(range(len(ddp.buckets) + 1), ["backward"] + [f"bucket {b.index} {b.names[0]}" for b in ddp.buckets])
+    axes.invert_yaxis()
+    axes.set_xlabel("event number (order of events, not time)")
+    axes.set_title(f"DDP on {n} ranks: bucket all-reduces launch during backward")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize="small")
+    path = Path(args.out) / "bucket_timeline.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    print(f"5. the picture: {path}")
+    print()
 print(f"Done: rank {rank} ok")
 comm.destroy()

@@ -13,17 +13,19 @@ Example::
 from nbcoll.parallel import functional
 from nbcoll.parallel.checkpoint import load_sharded, save_sharded
 from nbcoll.parallel.data_parallel import DistributedDataParallel
-from nbcoll.parallel.fsdp import fully_shard, gathered_parameters
+from nbcoll.parallel.fsdp import Shard, fully_shard, gathered_parameters, sharded_state_dict
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
     "DistributedDataParallel",
+    "Shard",
     "ZeroRedundancyOptimizer",
     "fully_shard",
     "functional",
     "gathered_parameters",
     "load_sharded",
     "save_sharded",
+    "sharded_state_dict",
 ]
 
 # Model parallelism: meshes, tensor, pipeline and expert parallel.

@@ -18,6 +18,15 @@ backward, as activation checkpointing does), and the gradients are averaged over
 the dual of the all-gather. While a unit computes, the next unit's all-gather (the previous one's in backward) is
 already in flight. A layer's forward must be deterministic (no dropout) and take one Tensor.
 
+``reshard_after_forward=False`` trades memory for communication: a unit keeps the whole parameters it gathered in
+forward until its backward. Its forward then records the layer's graph with them (saved on the unit's node), so
+its backward neither gathers nor recomputes, and frees them when it is done: one all-gather per unit per step
+instead of two, and every rank holds the whole model from forward to backward, as DDP does.
+
+``model.state_dict()`` of a sharded model moves nothing: it maps each parameter's name to a :class:`Shard`, this
+rank's rows and where they sit in the whole parameter; buffers stay plain arrays. The shards of all ranks put
+back together (:meth:`Shard.place`) give the one-process state.
+
 Example::
 
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
@@ -26,12 +35,14 @@ Example::
     loss_fn(model(x), y).backward()
     optimizer.step()
     full = gathered_parameters(model)                          # name -> the whole parameter, on every rank
+    model.state_dict()["0.weight"]                             # Shard(local=..., row_offset=..., shape=(16, 8))
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,8 +108,11 @@ class Schedule:
 class Unit:
     """One layer's sharded parameters and how to gather them whole and scatter their gradients."""
 
-    def __init__(self, module: Module, comm: Communicator, index: int, schedule: Schedule) -> None:
+    def __init__(
+        self, module: Module, comm: Communicator, index: int, schedule: Schedule, reshard_after_forward: bool = True
+    ) -> None:
         self.module, self.comm, self.index, self.schedule = module, comm, index, schedule
+        self.reshard_after_forward = reshard_after_forward
         self.next: Unit | None = None  # the units around this one in registration order (forward order)
         self.previous: Unit | None = None
         self._prefetched: tuple[Unit | None, Any, Any] | None = None  # (issued by, work, gathered buffer)
@@ -215,24 +229,36 @@ class ShardedForward(Function):
         unit.schedule.events.append(("forward", unit.index))
         if unit.next is not None:
             unit.next.prefetch()  # the next layer's parameters travel while this one computes
-        with no_grad(), unit.holding(full):
-            y = layer_forward(Tensor._from_array(x))
-        ctx.save_for_backward(x)  # the whole parameters are not kept: they are gathered again in backward
+        if not unit.reshard_after_forward and any(ctx.needs_input_grad):
+            # Kept: the graph is recorded now, with the whole parameters as its leaves, and saved on this node
+            # until its backward (or until the graph is dropped): backward needs neither a gather nor a recompute.
+            full = [Tensor._from_array(t.data, requires_grad=True) for t in full]
+            x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
+            with enable_grad(), unit.holding(full):
+                y = layer_forward(x_in)
+            ctx.save_for_backward(x_in, y, *full)
+        else:  # the whole parameters are let go now: backward gathers them again
+            with no_grad(), unit.holding(full):
+                y = layer_forward(Tensor._from_array(x))
+            ctx.save_for_backward(x)
         ctx.unit, ctx.layer_forward = unit, layer_forward
         return y.data
 
     @staticmethod
     def backward(ctx: Context, dy: Any) -> tuple:
-        (x,) = ctx.saved_tensors
-        unit = ctx.unit
-        full = [Tensor._from_array(a, requires_grad=True) for a in unit.gather()]
+        saved, unit = ctx.saved_tensors, ctx.unit
+        if len(saved) > 1:  # kept since forward, graph and all
+            x_in, y, *full = saved
+        else:
+            full = [Tensor._from_array(a, requires_grad=True) for a in unit.gather()]
         unit.schedule.last_ran = unit
         unit.schedule.events.append(("backward", unit.index))
-        if unit.previous is not None:
-            unit.previous.prefetch()  # backward visits the layers in reverse
-        x_in = Tensor._from_array(x, requires_grad=ctx.needs_input_grad[0])
-        with enable_grad(), unit.holding(full):
-            y = ctx.layer_forward(x_in)  # recomputed, this time recorded
+        if len(saved) == 1:
+            if unit.previous is not None:
+                unit.previous.prefetch()  # backward visits the layers in reverse
+            x_in = Tensor._from_array(saved[0], requires_grad=ctx.needs_input_grad[0])
+            with enable_grad(), unit.holding(full):
+                y = ctx.layer_forward(x_in)  # recomputed, this time recorded
         backward([y], [Tensor._from_array(dy)])
         shard_grads = unit.reduce_scatter([None if t.grad is None else t.grad.data for t in full])
         dx = x_in.grad.data if x_in.grad is not None else None
@@ -243,13 +269,65 @@ def _contiguous(x: Any) -> Any:
     return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
 
 
-def fully_shard(module: Module, comm: Communicator) -> Module:
+@dataclass
+class Shard:
+    """One rank's piece of a sharded parameter, as ``state_dict()`` of a fully sharded model gives it.
+
+    ``local`` is this rank's rows, padding included (the last ranks' shards may be partly or wholly padding);
+    they are rows ``[row_offset, row_offset + valid_rows)`` of the whole parameter of shape ``shape``.
+    ``numpy.asarray(shard)`` is ``local``, so ``load_state_dict`` takes a state dict of shards back unchanged.
+
+    Example::
+
+        whole = np.zeros(shard.shape)
+        for shard in shards_of_every_rank:
+            shard.place(whole)           # whole[row_offset : row_offset + valid_rows] = local[:valid_rows]
+    """
+
+    local: np.ndarray
+    row_offset: int
+    valid_rows: int
+    shape: tuple[int, ...]
+
+    def place(self, whole: np.ndarray) -> None:
+        """Write this rank's rows, without padding, into ``whole`` (an array of the whole parameter's shape)."""
+        if tuple(whole.shape) != self.shape:
+            raise ValueError(f"whole: expected an array of the whole parameter's shape {self.shape}, got {whole.shape}")
+        whole[self.row_offset : self.row_offset + self.valid_rows] = self.local[: self.valid_rows]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.local if dtype is None else self.local.astype(dtype)
+
+
+def sharded_state_dict(module: Module) -> dict[str, Any]:
+    """Name -> :class:`Shard` of each sharded parameter, name -> array of each persistent buffer; no communication.
+
+    ``fully_shard`` makes this the model's ``state_dict()``.
+    """
+    state = {name: tensor.numpy() for name, tensor in Module.state_dict(module, keep_vars=True).items()}
+    for prefix, layer in module.named_modules():
+        unit = getattr(layer, "_fully_sharded", None)
+        if unit is None:
+            continue
+        for name, shard, shape in zip(unit.names, unit.shards, unit.shapes, strict=True):
+            rows = unit.rows(shape)
+            offset = unit.comm.rank * rows
+            key = f"{prefix}.{name}" if prefix else name
+            state[key] = Shard(shard.numpy(), offset, max(0, min(rows, shape[0] - offset)), tuple(shape))
+    return state
+
+
+def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool = True) -> Module:
     """Shard every parameter of ``module`` along dim 0 over ``comm``, one unit per layer that owns parameters.
 
-    Returns ``module``, whose ``parameters()`` are now this rank's shards.
+    Returns ``module``, whose ``parameters()`` are now this rank's shards and whose ``state_dict()`` is
+    :func:`sharded_state_dict`. With ``reshard_after_forward=False`` each unit keeps the parameters it gathered in
+    forward until its backward, which then gathers nothing (see the module docstring).
     """
     if not isinstance(module, Module):
         raise TypeError(f"module: expected an nbcoll.nn.Module, got {type(module).__name__}")
+    if not isinstance(reshard_after_forward, bool):
+        raise TypeError(f"reshard_after_forward: expected True or False, got {reshard_after_forward!r}")
     for name, layer in module.named_modules():
         if getattr(layer, "_fully_sharded", None) is not None:
             raise RuntimeError(f"module: {name or type(layer).__name__!r} is already sharded by fully_shard")
@@ -258,7 +336,7 @@ def fully_shard(module: Module, comm: Communicator) -> Module:
     for _, layer in list(module.named_modules()):
         if not any(p is not None for p in layer._parameters.values()):
             continue
-        unit = Unit(layer, comm, len(units), schedule)
+        unit = Unit(layer, comm, len(units), schedule, reshard_after_forward)
         if units:
             unit.previous, units[-1].next = units[-1], unit
         units.append(unit)
@@ -272,6 +350,11 @@ def fully_shard(module: Module, comm: Communicator) -> Module:
         object.__setattr__(layer, "forward", sharded_forward)
         object.__setattr__(layer, "_fully_sharded", unit)
     object.__setattr__(module, "fully_shard_schedule", schedule)
+
+    def state_dict(keep_vars: bool = False) -> dict[str, Any]:
+        return Module.state_dict(module, keep_vars=True) if keep_vars else sharded_state_dict(module)
+
+    object.__setattr__(module, "state_dict", state_dict)  # shards and offsets; the Tensors with keep_vars
     return module
 
 
@@ -287,4 +370,12 @@ def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
     return result
 
 
-__all__ = ["ShardedAway", "ShardedForward", "Unit", "fully_shard", "gathered_parameters"]
+__all__ = [
+    "Shard",
+    "ShardedAway",
+    "ShardedForward",
+    "Unit",
+    "fully_shard",
+    "gathered_parameters",
+    "sharded_state_dict",
+]

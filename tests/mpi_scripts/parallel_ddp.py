@@ -2,9 +2,9 @@
 
 ``mpiexec -n 3 python parallel_ddp.py``: every rank also trains the single-process reference itself (no
 communication), so each rank compares its replica with it, parameter by parameter, in float64 within 1e-10
-(relative). ``--float32`` (for the simulator) runs toy cases in float32 within 1e-5: DDP (one step, two
-buckets, so the first all-reduce runs on the progress thread while the main thread computes), ZeRO stage 2
-and fully_shard. The two computations add the same numbers in different orders (a mean over the global batch
+(relative). ``--float32`` (for the simulator) runs toy cases in float32 within 1e-5 (relative): DDP (one step,
+two buckets, so the first all-reduce runs on the progress thread while the main thread computes), ZeRO stages 1
+and 2 and fully_shard. The two computations add the same numbers in different orders (a mean over the global batch
 against a mean of the ranks' means).
 """
 
@@ -152,7 +152,7 @@ def main() -> None:
         import parallel_zero
 
         shared.DTYPE, shared.STEPS = np.float32, 1
-        zero = parallel_zero.check_stage(comm, 2, optim.SGD, 1, lr=0.1, momentum=0.9)
+        zero = "; ".join(parallel_zero.check_stage(comm, stage, optim.SGD, 1, lr=0.1, momentum=0.9) for stage in (1, 2))
         fsdp = parallel_fsdp.check(comm, optim.SGD, 1, lr=0.1, momentum=0.9)
         comm.destroy()
         print(f"rank {comm.rank}: data parallel float32 ok ({result}; {zero}; fully_shard {fsdp})")
