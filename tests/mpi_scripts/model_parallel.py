@@ -4,7 +4,7 @@
 cases, the expert-parallel cases and, on 4 ranks, the hybrids; prints ``<name> ok: N cases`` for each on every rank.
 
 ``--toy`` (4 ranks, for the simulator) runs the float32 toy case of each strategy on two pairs of ranks at once
-(tensor parallel on ranks 0-1; pipeline and experts on ranks 2-3), then the TP x PP hybrid on all four
+(tensor and pipeline parallel on ranks 0-1, experts on ranks 2-3), then the TP x PP hybrid on all four
 (``--all-hybrids``: DP x TP and DP x PP too); prints ``<name> float32 toy ok: N cases``.
 """
 
@@ -32,7 +32,7 @@ def main() -> None:
     comm = nbcoll.init()
     if args.toy:  # 4 ranks: two pairs share the 2-rank strategies, then all four run the hybrids
         pair = comm.split(comm.rank // 2)
-        toys = [("tensor", tensor_parallel)] if comm.rank < 2 else [("pipeline", pipeline), ("expert", expert_parallel)]
+        toys = [("tensor", tensor_parallel), ("pipeline", pipeline)] if comm.rank < 2 else [("expert", expert_parallel)]
         for name, module in toys:
             print(f"rank {comm.rank}: {name} float32 toy ok: {module.check_toy_float32(pair)} cases", flush=True)
         pair.destroy()
