@@ -36,8 +36,8 @@ def main() -> None:
         for name, module in toys:
             print(f"rank {comm.rank}: {name} float32 toy ok: {module.check_toy_float32(pair)} cases", flush=True)
         pair.destroy()
-        # TP x PP uses both kinds of split at once; the other two hybrids cost as much again each (about 20 s of CPU
-        # on the simulator), so they run on request.
+        # TP x PP uses both kinds of split at once; the other two hybrids add about 20 s of CPU on the simulator,
+        # so they run on request.
         layouts = [{"tp": 2, "pp": 2}]
         if args.all_hybrids:
             layouts = [{"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}] + layouts
