@@ -66,7 +66,8 @@ rates = default_rates(cores=os.cpu_count())
 flops, overhead = (float(sys.argv[-2]), float(sys.argv[-1])) if len(sys.argv) >= 3 else (2e9, 4e-3)
 rates = dataclasses.replace(rates, flops_per_second=flops, block_overhead=overhead)
 rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))  # pairs of ranks, all at once
-say(f"   one block timed alone: {flops / 1e9:.2f} GFLOP/s and {overhead * 1e3:.1f} ms of fixed cost per forward")
+timed = "not timed on the simulator, NumPy's defaults" if TINY else "one block timed alone"
+say(f"   {timed}: {flops / 1e9:.2f} GFLOP/s and {overhead * 1e3:.1f} ms of fixed cost per forward")
 say(f"   and backward; a collective call costs {rates.call_latency * 1e3:.2f} ms here (rank 0's figures)")
 say(f"   the {comm.size} ranks share {rates.cores} CPU cores")
 predictions = plan(SPEC, comm.size, rates)
@@ -97,6 +98,8 @@ for layout in chosen:
     errors.append(abs(predicted - measured) / measured)
     say(f"   {str(layout):<22} predicted {predicted * 1e3:7.1f} ms, measured {measured * 1e3:7.1f} ms")
 say(f"   median error {statistics.median(errors):.0%} (a 2-core machine shared with other work is a noisy clock)")
+if TINY:
+    say("   (on the simulator every GPU thread runs in Python: the rates above do not describe it)")
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
