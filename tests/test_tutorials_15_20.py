@@ -1,4 +1,5 @@
-"""Tutorials 15 (tensor parallel), 16 (pipeline), 19 (experts) and 20 (planning) run on numpy and check themselves."""
+"""Tutorials 15 (tensor parallel), 16 (pipeline), 19 (experts) and 20 (planning) run on numpy and check themselves;
+tutorial 19 also runs at its toy sizes on the simulator (the others choose toy sizes there the same way)."""
 
 import pytest
 from helpers import TUTORIALS, run_python
@@ -29,8 +30,17 @@ def test_tutorial_19_moves_tokens_and_counts_drops():
     assert "Done: experts on different ranks" in proc.stdout
 
 
+def test_tutorial_19_runs_at_toy_sizes_on_the_simulator():
+    proc = run_python([str(TUTORIALS / "19_experts_and_all_to_all.py")], "sim", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.stdout.startswith("[rank 0]\nTutorial 19 on the 'sim' backend, 2 ranks, 2 experts (1 per rank)")
+    assert "capacity factor 0.5: capacity 3" in proc.stdout
+    assert "Done: experts on different ranks" in proc.stdout
+
+
 def test_tutorial_20_plans_measures_and_trains_a_hybrid():
     proc = run_python([str(TUTORIALS / "20_planning_a_training_run.py")], "numpy", timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stdout.count("predicted") >= 4 and "median error" in proc.stdout
-    assert "3. A hybrid run" in proc.stdout and proc.stdout.count("wins") == 2
+    assert "3. A hybrid run on the 3-D mesh" in proc.stdout and proc.stdout.count("wins") == 2
+    assert "2 x 2 x 2 needs 8 ranks" in proc.stdout

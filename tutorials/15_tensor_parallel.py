@@ -11,7 +11,8 @@ What you learn here:
   block give the same parameters as one process.
 
 Run it with ``python tutorials/15_tensor_parallel.py``: it re-launches itself on 2 ranks, in float64. Rank 0
-narrates; every rank checks.
+narrates; every rank checks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, the
+same steps run at toy sizes (a few features, one training step).
 """
 
 import nbcoll.launch
@@ -38,6 +39,9 @@ from nbcoll.parallel.tensor_parallel_transformer import tensor_parallel_block  #
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size
+TINY = nbcoll.get_backend() == "sim"
+WIDTH, ROWS, VOCAB = (2, 4, 8) if TINY else (8, 64, 512)  # MLP input width; the loss's rows and vocabulary
+DIM, HEADS, SEQ, STEPS = (4, 2, 2, 1) if TINY else (16, 4, 6, 3)  # the transformer block and its training
 
 
 def say(text: str = "") -> None:
@@ -51,13 +55,13 @@ say()
 # ---------------------------------------------------------------------------------------------------------------
 say("1. An MLP split across ranks: column parallel, then row parallel")
 nbcoll.manual_seed(0)
-up, down = nn.Linear(8, 16), nn.Linear(16, 8)  # every rank builds the full layers alike (same seed)
-col = load_full_state(ColumnParallelLinear(8, 16, comm), up.state_dict(), comm)  # rows 8r..8r+7 of up
-row = load_full_state(RowParallelLinear(16, 8, comm), down.state_dict(), comm)  # columns 8r..8r+7 of down
+up, down = nn.Linear(WIDTH, 2 * WIDTH), nn.Linear(2 * WIDTH, WIDTH)  # every rank builds them alike (same seed)
+col = load_full_state(ColumnParallelLinear(WIDTH, 2 * WIDTH, comm), up.state_dict(), comm)  # rank r's rows of up
+row = load_full_state(RowParallelLinear(2 * WIDTH, WIDTH, comm), down.state_dict(), comm)  # its columns of down
 say(
     f"   full weights {up.weight.shape} and {down.weight.shape}; rank 0 holds {col.weight.shape} and {row.weight.shape}"
 )
-x = nbcoll.tensor(np.random.default_rng(1).standard_normal((4, 8)), requires_grad=True)
+x = nbcoll.tensor(np.random.default_rng(1).standard_normal((4, WIDTH)), requires_grad=True)
 y_split = row(col(x).gelu())  # f before col, g after row: one all-reduce each way
 y_full = down(up(x).gelu())
 say(f"   max |split - full| of the output: {np.abs(y_split.numpy() - y_full.numpy()).max():.1e}")
@@ -70,7 +74,7 @@ say()
 
 # ---------------------------------------------------------------------------------------------------------------
 say("2. Cross-entropy over a vocabulary split across ranks")
-rows, vocab = 64, 512
+rows, vocab = ROWS, VOCAB
 rng = np.random.default_rng(2)
 logits, targets = rng.standard_normal((rows, vocab)), rng.integers(0, vocab, rows)
 per = vocab // n
@@ -97,21 +101,22 @@ say(f"   (the full logits alone are {rows * vocab * 8} B: only per-row numbers c
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-say("3. A transformer block split by heads and MLP features, trained 3 steps")
+say(f"3. A transformer block split by heads and MLP features, trained {STEPS} step{'s' if STEPS > 1 else ''}")
 nbcoll.manual_seed(3)
-block = nn.TransformerBlock(16, num_heads=4, causal=True)
+block = nn.TransformerBlock(DIM, num_heads=HEADS, causal=True)
 split = tensor_parallel_block(block, comm)
-say(f"   each rank: {split.attn.local_heads} of 4 heads, {split.mlp.fc_in.weight.shape[0]} of 64 MLP features")
+features = f"{split.mlp.fc_in.weight.shape[0]} of {block.mlp.fc_in.weight.shape[0]} MLP features"
+say(f"   each rank: {split.attn.local_heads} of {HEADS} heads, {features}")
 optimizers = [nbcoll.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (block, split)]
-for step in range(3):
-    x = nbcoll.tensor(np.random.default_rng([4, step]).standard_normal((2, 6, 16)))
+for step in range(STEPS):
+    x = nbcoll.tensor(np.random.default_rng([4, step]).standard_normal((2, SEQ, DIM)))
     for model, opt in zip((block, split), optimizers, strict=True):
         opt.zero_grad()
         (model(x) ** 2).mean().backward()
         opt.step()
 gathered, want = full_state_dict(split, comm), block.state_dict()
 worst = max(np.abs(gathered[k] - want[k]).max() / (np.abs(want[k]).max() + 1e-300) for k in want)
-say(f"   after 3 steps, the largest relative difference over {len(want)} parameters: {worst:.1e}")
+say(f"   after {STEPS} step(s), the largest relative difference over {len(want)} parameters: {worst:.1e}")
 assert worst < 1e-10, worst
 comm.destroy()
 say()

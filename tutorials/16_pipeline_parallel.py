@@ -10,7 +10,8 @@ What you learn here:
 - why 1F1B is used anyway: the first stage holds at most ``p`` micro-batches of activations instead of ``m``.
 
 Run it with ``python tutorials/16_pipeline_parallel.py [--out DIR]``: it re-launches itself on 4 ranks and draws
-the timelines into DIR (default: a temporary folder).
+the timelines into DIR (default: a temporary folder). On the simulator (``NBCOLL_BACKEND=sim``), where every GPU
+thread runs in Python, it runs the same steps at toy sizes: width 2, 4 micro-batches of one row, one step.
 """
 
 import nbcoll.launch
@@ -37,6 +38,8 @@ out = args.out or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
 rank, p = comm.rank, comm.size
+TINY = nbcoll.get_backend() == "sim"
+WIDTH, BATCH, CHUNKS, STEPS = (2, 4, 4, 1) if TINY else (16, 64, 8, 3)
 if rank == 0:
     os.makedirs(out, exist_ok=True)
 
@@ -48,15 +51,15 @@ def say(text: str = "") -> None:
 
 def build_stages() -> list[nn.Module]:
     nbcoll.manual_seed(0)  # every rank builds every stage alike, then keeps its own
-    stages = [nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(p)]
-    stages[-1].append(nn.Linear(16, 4))
+    stages = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(p)]
+    stages[-1].append(nn.Linear(WIDTH, 4))
     return stages
 
 
 say(f"Tutorial 16 on the {nbcoll.get_backend()!r} backend, {p} ranks = {p} stages")
 say()
 rng = np.random.default_rng(1)
-batches = [(rng.standard_normal((64, 16)), rng.integers(0, 4, 64)) for _ in range(3)]
+batches = [(rng.standard_normal((BATCH, WIDTH)), rng.integers(0, 4, BATCH)) for _ in range(STEPS)]
 loss_fn = nn.CrossEntropyLoss()
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,8 +74,8 @@ for x, y in batches:
 say(f"   loss at the last step {loss.item():.6f}")
 say()
 
-for section, (schedule, chunks) in enumerate([("gpipe", 8), ("1f1b", 8)], start=2):
-    say(f"{section}. {schedule}, {chunks} micro-batches of {64 // chunks} rows")
+for section, (schedule, chunks) in enumerate([("gpipe", CHUNKS), ("1f1b", CHUNKS)], start=2):
+    say(f"{section}. {schedule}, {chunks} micro-batches of {BATCH // chunks} rows")
     pipe = Pipeline(build_stages(), comm, chunks=chunks, schedule=schedule)
     opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.1)
     for x, y in batches:

@@ -9,7 +9,9 @@ What you learn here:
 - that the layer spread over ranks computes exactly what it computes with every expert local, token for token;
 - the load-balancing loss, which is smallest when the gate spreads tokens evenly.
 
-Run it with ``python tutorials/19_experts_and_all_to_all.py``: it re-launches itself on 2 ranks, in float64.
+Run it with ``python tutorials/19_experts_and_all_to_all.py``: it re-launches itself on 2 ranks, in float64. On
+the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it runs the same steps at toy sizes:
+one expert per rank, width 2, 6 tokens per rank, two training steps.
 """
 
 import nbcoll.launch
@@ -26,7 +28,8 @@ from nbcoll.parallel.experts import MixtureOfExperts, all_reduce_shared_gradient
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size
-EXPERTS, DIM = 4, 8
+TINY = nbcoll.get_backend() == "sim"
+EXPERTS, DIM, HIDDEN, TOKENS, STEPS = (n, 2, 2, 6, 2) if TINY else (4, 8, 16, 12, 6)
 
 
 def say(text: str = "") -> None:
@@ -44,18 +47,18 @@ def everyone(values: list[int]) -> list[list[int]]:
 say(f"Tutorial 19 on the {nbcoll.get_backend()!r} backend, {n} ranks, {EXPERTS} experts ({EXPERTS // n} per rank)")
 say()
 solo = comm.split(rank)  # this rank alone: a layer with every expert local, the reference
-x = nbcoll.tensor(np.random.default_rng([1, rank]).standard_normal((12, DIM)))  # each rank has its own 12 tokens
+x = nbcoll.tensor(np.random.default_rng([1, rank]).standard_normal((TOKENS, DIM)))  # each rank's own tokens
 
 # ---------------------------------------------------------------------------------------------------------------
 say("1. Routing: top-2 experts per token, capacity factor 1.0")
 nbcoll.manual_seed(0)
-local = MixtureOfExperts(DIM, 16, EXPERTS, solo, top_k=2, capacity_factor=1.0)
+local = MixtureOfExperts(DIM, HIDDEN, EXPERTS, solo, top_k=2, capacity_factor=1.0)
 spread = load_expert_state(
-    MixtureOfExperts(DIM, 16, EXPERTS, comm, top_k=2, capacity_factor=1.0), local.state_dict(), comm
+    MixtureOfExperts(DIM, HIDDEN, EXPERTS, comm, top_k=2, capacity_factor=1.0), local.state_dict(), comm
 )
 y_local, y_spread = local(x), spread(x)
 stats = spread.stats
-say(f"   capacity per expert: ceil(1.0 x 12 tokens x 2 / {EXPERTS}) = {stats['capacity']} rows from each rank")
+say(f"   capacity per expert: ceil(1.0 x {TOKENS} tokens x 2 / {EXPERTS}) = {stats['capacity']} rows from each rank")
 for r, (tokens_per_expert, dropped) in enumerate(
     zip(everyone(stats["per_expert"]), everyone([stats["dropped"]]), strict=True)
 ):
@@ -72,7 +75,7 @@ say()
 # ---------------------------------------------------------------------------------------------------------------
 say("3. Capacity too small: drops are counted, never silent")
 tight = load_expert_state(
-    MixtureOfExperts(DIM, 16, EXPERTS, comm, top_k=2, capacity_factor=0.5), local.state_dict(), comm
+    MixtureOfExperts(DIM, HIDDEN, EXPERTS, comm, top_k=2, capacity_factor=0.5), local.state_dict(), comm
 )
 tight(x)
 say(
@@ -84,8 +87,8 @@ say()
 say("4. Training with the load-balancing loss")
 opt = nbcoll.optim.SGD(spread.parameters(), lr=0.2)
 mse = nn.MSELoss()
-target = nbcoll.tensor(np.random.default_rng([2, rank]).standard_normal((12, DIM)))
-for step in range(6):
+target = nbcoll.tensor(np.random.default_rng([2, rank]).standard_normal((TOKENS, DIM)))
+for step in range(STEPS):
     opt.zero_grad()
     y = spread(x)
     loss = mse(x + y, target) + 0.1 * spread.aux_loss

@@ -7,20 +7,28 @@ What you learn here:
   the ranks taking turns on fewer CPU cores than ranks;
 - how the planner ranks layouts and says why the best one wins (``python -m nbcoll plan`` prints the same);
 - how far the prediction is from a measured step, for a few layouts (``benchmarks/plan_fit.py`` runs them all);
-- a 4-rank hybrid run: tensor parallel inside pipeline stages, trained a few steps (a loss that falls).
+- a 4-rank run on the 3-D mesh (``DeviceMesh(comm, dp=, tp=, pp=)``) in the layout the planner ranks first among
+  those that combine two dimensions (with 4 ranks one size is 1), trained a few steps (a loss that falls).
 
 Run it with ``python tutorials/20_planning_a_training_run.py``: it times one block first, then re-launches
-itself on 4 ranks.
+itself on 4 ranks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it keeps to
+toy sizes: a two-block model of width 4, default rates instead of a timing, one measured layout, two steps.
 """
 
 import sys
 
 import nbcoll.launch
+from nbcoll.backend import get_backend
 from nbcoll.parallel.plan import ModelSpec, measure_rates
 
-SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
+TINY = get_backend() == "sim"
+if TINY:
+    SPEC = ModelSpec(layers=2, hidden=4, seq_len=2, batch=4, heads=2, vocab=4, bytes_per_value=8)
+else:
+    SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
+STEPS = 2 if TINY else 6
 
-if not nbcoll.launch.under_mpi():  # time a block alone, before the ranks share the machine
+if not nbcoll.launch.under_mpi() and not TINY:  # time a block alone, before the ranks share the machine
     rates = measure_rates(SPEC)
     sys.argv += [str(rates.flops_per_second), str(rates.block_overhead)]
 nbcoll.launch.relaunch(4)
@@ -58,7 +66,8 @@ rates = default_rates(cores=os.cpu_count())
 flops, overhead = (float(sys.argv[-2]), float(sys.argv[-1])) if len(sys.argv) >= 3 else (2e9, 4e-3)
 rates = dataclasses.replace(rates, flops_per_second=flops, block_overhead=overhead)
 rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))  # pairs of ranks, all at once
-say(f"   one block timed alone: {flops / 1e9:.2f} GFLOP/s and {overhead * 1e3:.1f} ms of fixed cost per forward")
+timed = "not timed on the simulator, NumPy's defaults" if TINY else "one block timed alone"
+say(f"   {timed}: {flops / 1e9:.2f} GFLOP/s and {overhead * 1e3:.1f} ms of fixed cost per forward")
 say(f"   and backward; a collective call costs {rates.call_latency * 1e3:.2f} ms here (rank 0's figures)")
 say(f"   the {comm.size} ranks share {rates.cores} CPU cores")
 predictions = plan(SPEC, comm.size, rates)
@@ -67,10 +76,12 @@ for line in format_plan(predictions, top=6).splitlines():
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-say("2. Predicted against measured, for four layouts")
-rng = np.random.default_rng(0)
-batches = [rng.integers(0, SPEC.vocab, (SPEC.batch, SPEC.seq_len)) for _ in range(4)]
 chosen = [Layout(4, 1, 1, 1), Layout(2, 2, 1, 1), Layout(2, 1, 2, 2), Layout(1, 1, 4, 4)]
+if TINY:
+    chosen = [Layout(2, 2, 1, 1)]
+say(f"2. Predicted against measured, for {len(chosen)} layout{'s' if len(chosen) > 1 else ''}")
+rng = np.random.default_rng(0)
+batches = [rng.integers(0, SPEC.vocab, (SPEC.batch, SPEC.seq_len)) for _ in range(2 if TINY else 4)]
 errors = []
 for layout in chosen:
     run = HybridLM(SPEC, comm, layout)
@@ -87,13 +98,22 @@ for layout in chosen:
     errors.append(abs(predicted - measured) / measured)
     say(f"   {str(layout):<22} predicted {predicted * 1e3:7.1f} ms, measured {measured * 1e3:7.1f} ms")
 say(f"   median error {statistics.median(errors):.0%} (a 2-core machine shared with other work is a noisy clock)")
+if TINY:
+    say("   (on the simulator every GPU thread runs in Python: the rates above do not describe it)")
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-say("3. A hybrid run: tensor parallel (2) inside a 2-stage 1F1B pipeline, 6 steps")
-run = HybridLM(SPEC, comm, Layout(dp=1, tp=2, pp=2, chunks=4), lr=0.05)
+# DeviceMesh(comm, dp=, tp=, pp=) lays the ranks out on all three dimensions at once; with 4 ranks at least one of
+# the three sizes is 1 (2 x 2 x 2 needs 8 ranks), so a 4-rank run combines two of them. The planner picks which.
+hybrids = [p for p in predictions if sorted((p.layout.dp, p.layout.tp, p.layout.pp)) == [1, 2, 2]]
+chosen_layout = hybrids[0].layout  # the planner's ranking, fastest first
+say(f"3. A hybrid run on the 3-D mesh: the planner's best layout that combines two dimensions, {chosen_layout}")
+say(f"   (its fastest layout overall is {predictions[0].layout}; with 4 ranks one of dp, tp, pp is 1, since")
+say("   2 x 2 x 2 needs 8 ranks)")
+run = HybridLM(SPEC, comm, chosen_layout, lr=0.05)  # DeviceMesh(comm, dp=, tp=, pp=) inside
+say(f"   mesh sizes {run.mesh.shape}; rank 0 sits at {run.mesh.coords}; {STEPS} steps")
 ids = rng.integers(0, SPEC.vocab, (SPEC.batch, SPEC.seq_len))
-losses = [run.step(ids, np.roll(ids, -1, axis=1)) for _ in range(6)]
+losses = [run.step(ids, np.roll(ids, -1, axis=1)) for _ in range(STEPS)]
 run.destroy()
 say("   loss " + " ".join(f"{loss:.3f}" for loss in losses))
 assert losses[-1] < losses[0], losses

@@ -122,8 +122,8 @@ def check_toy_float32(comm) -> int:
     nbcoll.set_default_dtype(np.float32)
     solo = comm.split(comm.rank)
     nbcoll.manual_seed(35)
-    local = MixtureOfExperts(3, 4, 2 * comm.size, solo, top_k=2, capacity_factor=1.0)
-    spread = MixtureOfExperts(3, 4, 2 * comm.size, comm, top_k=2, capacity_factor=1.0)
+    local = MixtureOfExperts(3, 4, comm.size, solo, top_k=2, capacity_factor=1.0)
+    spread = MixtureOfExperts(3, 4, comm.size, comm, top_k=2, capacity_factor=1.0)
     load_expert_state(spread, local.state_dict(), comm)
     x = np.random.default_rng([36, comm.rank]).standard_normal((4, 3)).astype(np.float32)
     results = []

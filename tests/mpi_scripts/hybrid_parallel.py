@@ -21,6 +21,7 @@ from nbcoll.parallel.mesh import DeviceMesh
 from nbcoll.parallel.pipeline import Pipeline
 from nbcoll.parallel.tensor_parallel import (
     ColumnParallelLinear,
+    RowParallelLinear,
     VocabParallelEmbedding,
     full_state_dict,
     load_full_state,
@@ -114,6 +115,72 @@ def run_layout(comm, sizes, batches, steps, start) -> dict:
         states = {pp.rank: full_state_dict(own, tp)}
     mesh.destroy()
     return states
+
+
+class ToyStage(nn.Module):
+    """Linear -> tanh -> Linear, full when ``comm`` is None, column then row parallel over ``comm`` otherwise."""
+
+    def __init__(self, comm=None) -> None:
+        super().__init__()
+        if comm is None:
+            self.up, self.down = nn.Linear(3, 4), nn.Linear(4, 3)
+        else:
+            self.up, self.down = ColumnParallelLinear(3, 4, comm), RowParallelLinear(4, 3, comm)
+
+    def forward(self, x):
+        return self.down(self.up(x).tanh())
+
+
+def check_toy_float32(comm, layouts=({"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}, {"tp": 2, "pp": 2})) -> int:
+    """One SGD step of a two-stage toy MLP under each 4-rank layout, float32 (for the simulator): every parameter
+    within rtol 1e-5, atol 1e-6 of one process trained on the same batch of 4 rows."""
+    if comm.size != 4:
+        return 0
+    nbcoll.set_default_dtype(np.float32)
+    rng = np.random.default_rng(23)
+    x, target = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    mse = nn.MSELoss()
+    nbcoll.manual_seed(24)
+    reference = TwoStages([ToyStage(), ToyStage()])
+    start = reference.state_dict()
+    if comm.rank == 0:  # one process trains, the others receive its result (the simulator is slow)
+        opt = nbcoll.optim.SGD(reference.parameters(), lr=0.5)
+        mse(reference(nbcoll.tensor(x)), nbcoll.tensor(target)).backward()
+        opt.step()
+    want = {}
+    for name, value in reference.state_dict().items():
+        buffer = nbcoll.to_device(np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value))
+        comm.broadcast(buffer, root=0)
+        want[name] = nbcoll.to_host(buffer)
+    for sizes in layouts:
+        mesh = DeviceMesh(comm, **sizes)
+        tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
+        rows = slice(dp.rank * 4 // dp.size, (dp.rank + 1) * 4 // dp.size)  # this replica's share
+        stages = [load_full_state(ToyStage(tp), substate(start, f"stages.{s}."), tp) for s in range(2)]
+        if pp.size == 1:
+            model = TwoStages(stages)
+            opt = nbcoll.optim.SGD(model.parameters(), lr=0.5)
+            step_model = DistributedDataParallel(model, dp) if dp.size > 1 else model
+            mse(step_model(nbcoll.tensor(x[rows])), nbcoll.tensor(target[rows])).backward()
+            mine = range(2)
+        else:
+            if dp.size > 1:
+                stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
+            pipe = Pipeline(stages, pp, chunks=2, schedule="1f1b")
+            opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.5)
+            pipe.step(x[rows], target[rows], mse)
+            stages[pp.rank] = stages[pp.rank].module if dp.size > 1 else stages[pp.rank]
+            mine = [pp.rank]
+        opt.step()
+        for s in mine:
+            got, expected = full_state_dict(stages[s], tp), substate(want, f"stages.{s}.")
+            for name in expected:
+                np.testing.assert_allclose(
+                    got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=f"float32 {sizes} stage {s} {name}"
+                )
+        mesh.destroy()
+    nbcoll.set_default_dtype(np.float64)
+    return len(layouts)
 
 
 def run(comm, steps: int = 3) -> int:

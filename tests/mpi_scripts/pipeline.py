@@ -16,7 +16,7 @@ from nbcoll import nn
 from nbcoll.parallel.pipeline import Pipeline
 from nbcoll.parallel.pipeline_schedule import bubble_fraction, draw_timeline, timeline
 
-WIDTH, CLASSES, BATCH = 8, 3, 32
+WIDTH, CLASSES, BATCH = 8, 3, 16
 
 
 def build_stages(p: int) -> list[nn.Module]:
