@@ -120,8 +120,8 @@ def selected(tutorial: Tutorial, setting: str | None = None) -> bool:
 def execute(tutorial: Tutorial, timeout: float | None = None) -> Path:
     """Run ``tutorial`` as a reader would, unless its run is cached; return the folder holding the run.
 
-    The folder holds ``output.txt`` (stdout and stderr, interleaved), ``status`` (exit status and seconds) and ``figures/``.
-    A failed run is kept too, so the page can show it, but it is run again at the next build.
+    The folder holds ``output.txt`` (stdout and stderr, interleaved), ``status`` (exit status and seconds) and
+    ``figures/``. A failed run is kept too, so the page can show it, but it is run again at the next build.
     """
     folder = run_dir(tutorial)
     if (folder / "status").is_file() and read_status(folder)[0] == 0:
