@@ -7,8 +7,10 @@ the others' code with a note: the full build, which runs them all, is ``sphinx-b
 import html as html_module
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,41 @@ def test_tutorial_runs_are_selected_and_their_output_cleaned(monkeypatch):
     figures = Path("/somewhere/figures")
     raw = "a\x1b[1mb\x1b[0m\nloss:  40%|####  | 2/5\rloss: 100%|#####| 5/5\n\n\n" + f"saved {figures}/x.png\n"
     assert tutorial_pages.clean_output(raw, figures) == "ab\n\nsaved $NBCOLL_FIGURES_DIR/x.png"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The built site in a real headless browser: Debian's chromium, started here, nothing downloaded.
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+
+
+def rendered_text(page: Path, query: str = "") -> str:
+    """The text of ``page`` once chromium has loaded it and run its scripts (the search runs in JavaScript)."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the browser checks are skipped")
+    with tempfile.TemporaryDirectory(prefix="nbcoll-chromium-") as profile:
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}"]
+            + ["--virtual-time-budget=10000", "--dump-dom", page.as_uri() + query],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", proc.stdout, flags=re.S)
+    return re.sub(r"\s+", " ", html_module.unescape(re.sub(r"<[^>]+>", " ", dom)))
+
+
+def test_browser_shows_the_home_page_a_tutorial_and_an_api_page(html):
+    assert "Start here" in rendered_text(html / "index.html")
+    tutorial = rendered_text(html / "tutorials" / f"{EXECUTED}.html")
+    assert "What you will learn" in tutorial and "1. Forward pass by hand" in tutorial
+    api = rendered_text(html / "api" / "nbcoll.kernels.elementwise.html")
+    assert re.search(r"nbcoll\.kernels\.elementwise\.\s*unary\s*\(", api), api[:2000]  # the signature's parts
+
+
+def test_browser_search_finds_all_reduce(html):
+    text = rendered_text(html / "search.html", "?q=all_reduce")
+    found = re.search(r"found (\d+) page", text)
+    assert found and int(found.group(1)) > 0, text[-2000:]
+    assert "nbcoll.comm.collectives" in text
