@@ -23,7 +23,9 @@ MODULES = [
     "nbcoll.kernels.reduce_axes",
     "nbcoll.kernels.reduction",
     "nbcoll.kernels.softmax",
+    "nbcoll.kernels.stencil",
     "nbcoll.kernels.transpose",
+    "nbcoll.tensors.grad_mode",
     "nbcoll.tensors.tensor",
     "nbcoll.autograd.gradcheck",
 ]
