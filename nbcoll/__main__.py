@@ -168,6 +168,44 @@ def exercise(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    for name, default, what in [
+        ("layers", 4, "transformer blocks"),
+        ("hidden", 64, "model width"),
+        ("seq", 32, "sequence length"),
+        ("batch", 16, "global batch (sequences)"),
+        ("heads", 4, "attention heads"),
+        ("vocab", 64, "vocabulary size"),
+        ("ranks", 4, "ranks to lay out"),
+        ("top", 10, "layouts to print"),
+    ]:
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
+    parser.add_argument("--bytes", type=int, default=4, choices=(2, 4, 8), help="bytes per value (default 4)")
+    parser.add_argument("--measure", action="store_true", help="time a block here for the compute rate")
+    parser.add_argument("--cores", type=int, default=None, help="devices the ranks share (default: one per rank)")
+
+
+@subcommand("plan", "predict step time and memory of every dp x tp x pp layout and rank them", _plan_arguments)
+def plan(args: argparse.Namespace) -> int:
+    from nbcoll.parallel import plan as planner
+
+    spec = planner.ModelSpec(
+        args.layers, args.hidden, args.seq, args.batch, args.heads, args.vocab, bytes_per_value=args.bytes
+    )
+    rates = planner.measure_rates(spec, cores=args.cores) if args.measure else planner.default_rates(args.cores)
+    try:
+        predictions = planner.plan(spec, args.ranks, rates)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"{spec}\n{args.ranks} ranks; {rates.flops_per_second / 1e9:.2f} GFLOP/s, "
+        f"{rates.block_overhead * 1e3:.2f} ms per block, link alpha {rates.link.alpha * 1e6:.0f} us, "
+        f"beta {rates.link.beta / 1e9:.2f} GB/s\n"
+    )
+    print(planner.format_plan(predictions, args.top))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------------
 
 

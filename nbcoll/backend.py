@@ -18,12 +18,15 @@ device backend it started with (``cuda`` or ``sim``), but never between ``cuda``
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import ctypes.util
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 BACKENDS = ("cuda", "sim", "numpy")
 
@@ -95,11 +98,44 @@ def _enable_simulator_if_needed(name: str) -> None:
         os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 
 
+def _make_simulated_launches_thread_safe() -> None:
+    """Let a communicator's progress thread launch kernels on the simulator while the main thread does too.
+
+    The simulator keeps two things where threads share them: ``kernel[grid, block]`` stores the launch
+    configuration on the kernel object itself, and the running launch lives in module-level state. Two threads
+    launching the same kernel would run with each other's grid, or inside each other's launch. Here each
+    ``kernel[grid, block]`` configures a copy, and launches take turns, as a GPU queues launches from any thread.
+    Device functions, which the simulator calls from its own per-CUDA-thread threads during a launch, are not
+    locked.
+    """
+    from numba.cuda.simulator import kernel
+
+    if getattr(kernel.FakeCUDAKernel, "_nbcoll_thread_safe", False):
+        return
+    configure, launch = kernel.FakeCUDAKernel.__getitem__, kernel.FakeCUDAKernel.__call__
+    lock = threading.Lock()
+
+    def configured_copy(self: Any, configuration: Any) -> Any:
+        return configure(copy.copy(self), configuration)
+
+    def call(self: Any, *args: Any) -> Any:
+        if self._device:
+            return launch(self, *args)
+        with lock:
+            return launch(self, *args)
+
+    kernel.FakeCUDAKernel.__getitem__ = configured_copy
+    kernel.FakeCUDAKernel.__call__ = call
+    kernel.FakeCUDAKernel._nbcoll_thread_safe = True
+
+
 _startup, _startup_error = _startup_backend()
 # The device backend this process can use: cuda or sim (numpy mode still imports the simulator so that kernels
 # can be defined and switched to in tests).
 _device_backend = "cuda" if _startup == "cuda" else "sim"
 _enable_simulator_if_needed(_device_backend)
+if _device_backend == "sim":
+    _make_simulated_launches_thread_safe()
 _current = _startup
 
 

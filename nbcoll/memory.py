@@ -20,10 +20,16 @@ Example::
     array([0., 1., 2., 3., 4.], dtype=float32)
     >>> nbcoll.to_host(y)
     array([0., 0., 0., 0., 0.], dtype=float32)
+
+Every array these functions create is counted (:func:`stats`): the bytes alive now and the peak since
+:func:`reset_peak_stats`, on every backend, so that memory per rank is measured rather than estimated.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -102,6 +108,100 @@ def as_device_array(x: Any, arg: str = "array") -> Any:
     )
 
 
+# -- accounting ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Device memory that nbcoll's allocation functions hold on this process.
+
+    Example::
+
+        nbcoll.memory.reset_peak_stats()
+        loss.backward()
+        nbcoll.memory.stats().peak_bytes      # the most bytes alive at once during backward
+    """
+
+    allocated_bytes: int
+    """Bytes of the arrays alive now."""
+    peak_bytes: int
+    """The largest ``allocated_bytes`` since the last :func:`reset_peak_stats` (or since the start)."""
+    live_allocations: int
+    """How many allocations are alive now (an array and its views are one)."""
+
+
+class _Counter:
+    """Bytes alive and their peak, by memory owner; a finalizer on each owner gives its bytes back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # the progress thread of a communicator allocates too
+        self.allocated = 0
+        self.peak = 0
+        self.owners: set[int] = set()  # id() of each counted owner, dropped by its finalizer
+
+    def add(self, owner: Any, nbytes: int) -> None:
+        with self.lock:
+            if id(owner) in self.owners:
+                return
+            self.owners.add(id(owner))
+            self.allocated += nbytes
+            self.peak = max(self.peak, self.allocated)
+        weakref.finalize(owner, self.release, id(owner), nbytes)
+
+    def release(self, key: int, nbytes: int) -> None:
+        with self.lock:
+            self.owners.discard(key)
+            self.allocated -= nbytes
+
+
+_counter = _Counter()
+
+
+def _memory_owner(array: Any) -> Any:
+    """The object whose lifetime is the allocation's: views of an array keep it alive."""
+    if isinstance(array, np.ndarray):
+        host = array
+    elif backend.device_backend() == "sim":
+        host = array._ary  # the simulator keeps a NumPy array inside
+    else:
+        return array.gpu_data
+    while isinstance(host.base, np.ndarray):
+        host = host.base
+    return host
+
+
+def track(array: Any) -> Any:
+    """Count the memory under ``array`` in :func:`stats` until it is freed (once, however many views); return it.
+
+    The allocation functions here call it; so does every Tensor for its data, which counts the results of the
+    NumPy references on the ``numpy`` backend too.
+    """
+    owner = _memory_owner(array)
+    nbytes = owner.nbytes if isinstance(owner, np.ndarray) else int(owner.size)
+    _counter.add(owner, int(nbytes))
+    return array
+
+
+def stats() -> MemoryStats:
+    """Bytes allocated now and at the peak by :func:`empty`, :func:`zeros` and :func:`to_device` on this process.
+
+    That is every Tensor, gradient, optimizer state and kernel output, on every backend. A Python object that
+    is part of a reference cycle is freed (and uncounted) only when the garbage collector runs: call
+    ``gc.collect()`` first for an exact figure.
+    """
+    with _counter.lock:
+        return MemoryStats(_counter.allocated, _counter.peak, len(_counter.owners))
+
+
+def reset_peak_stats() -> None:
+    """Start measuring the peak again from the bytes allocated now."""
+    with _counter.lock:
+        _counter.peak = _counter.allocated
+
+
+# -- allocation ------------------------------------------------------------------------------------------------
+
+
 def to_device(array: Any, dtype: Any = None) -> Any:
     """Copy host data to a new device array; device arrays of the current backend are returned as they are."""
     current = backend.get_backend()
@@ -110,8 +210,8 @@ def to_device(array: Any, dtype: Any = None) -> Any:
     host = np.ascontiguousarray(array, dtype=dtype)
     check_dtype(host.dtype, "array.dtype", allow_bool=True)
     if current == "numpy":
-        return host.copy() if host is array else host
-    return backend.cuda().to_device(host)
+        return track(host.copy() if host is array or host.base is not None else host)
+    return track(backend.cuda().to_device(host))
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -130,16 +230,16 @@ def empty(shape: Any, dtype: Any = np.float32) -> Any:
     """A new uninitialised device array."""
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
-        return np.empty(shape, dt)
-    return backend.cuda().device_array(shape, dt)
+        return track(np.empty(shape, dt))
+    return track(backend.cuda().device_array(shape, dt))
 
 
 def zeros(shape: Any, dtype: Any = np.float32) -> Any:
     """A new device array of zeros."""
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
-        return np.zeros(shape, dt)
-    return backend.cuda().to_device(np.zeros(shape, dt))
+        return track(np.zeros(shape, dt))
+    return track(backend.cuda().to_device(np.zeros(shape, dt)))
 
 
 def synchronize() -> None:
@@ -163,6 +263,18 @@ def require_contiguous(x: Any, arg: str) -> None:
     """Raise ``ValueError`` naming ``arg`` when ``x`` is not C-contiguous."""
     if not is_contiguous(x):
         raise ValueError(f"{arg}: must be C-contiguous (got strides {x.strides} for shape {x.shape}); copy it first")
+
+
+def require_writable(x: Any, arg: str) -> None:
+    """Raise ``ValueError`` naming ``arg`` when the device array ``x`` cannot be written (an output buffer)."""
+    host = x if isinstance(x, np.ndarray) else getattr(x, "_ary", None)  # the simulator's arrays wrap an ndarray
+    if host is not None:
+        read_only = not host.flags.writeable
+    else:
+        interface = getattr(x, "__cuda_array_interface__", None)
+        read_only = bool(interface and interface["data"][1])
+    if read_only:
+        raise ValueError(f"{arg}: is read-only, but this call writes its result there; pass a writable array")
 
 
 def address_range(x: Any) -> tuple[int, int]:

@@ -6,6 +6,10 @@ ranks exchange chunks that do not line up, and the job hangs or, worse, computes
 collective first gathers a small signature (collective, count, dtype, op, root) from every rank, and on any
 difference every rank raises :class:`~nbcoll.comm.errors.CollectiveMismatchError` naming both sides.
 
+A rank whose arguments fail the checks still takes part in the exchange, with a signature marked *refused*: the
+others then raise too, before anything moves, and the exchanges of later calls stay in step
+(see :mod:`nbcoll.comm.refusal`).
+
 The exchange is one non-blocking ``MPI_Iallgather`` of a few integers, polled under the communicator's
 timeout and abort checks like every other wait, so even the check cannot hang.
 
@@ -49,6 +53,12 @@ class Signature:
     dtype: str
     op: str
     root: int
+    refused: bool = False
+
+    @staticmethod
+    def refusal(collective: str) -> Signature:
+        """What a rank whose arguments failed the checks sends in the exchange."""
+        return Signature(collective, 0, "-", "-", -1, refused=True)
 
     def encode(self) -> np.ndarray:
         return np.array(
@@ -58,6 +68,7 @@ class Signature:
                 [str(d) for d in DTYPES].index(self.dtype) if self.dtype != "-" else -1,
                 OPS.index(self.op.split("(")[0]),
                 self.root,
+                int(self.refused),
             ],
             dtype=np.int64,
         )
@@ -65,7 +76,7 @@ class Signature:
     @staticmethod
     def decode(row: np.ndarray) -> Signature:
         dtype = "-" if row[2] < 0 else str(DTYPES[row[2]])
-        return Signature(COLLECTIVES[row[0]], int(row[1]), dtype, OPS[row[3]], int(row[4]))
+        return Signature(COLLECTIVES[row[0]], int(row[1]), dtype, OPS[row[3]], int(row[4]), bool(row[5]))
 
     def __str__(self) -> str:
         root = f", root={self.root}" if self.root >= 0 else ""
@@ -76,7 +87,10 @@ class Signature:
 def compare_across_ranks(
     mpi_comm: MPI.Comm, signature: Signature, timeout: float, check_aborted: Callable[[], None]
 ) -> None:
-    """Raise :class:`CollectiveMismatchError` on every rank if any rank's signature differs from rank 0's."""
+    """Raise :class:`CollectiveMismatchError` on every rank if any rank's signature differs from rank 0's.
+
+    A rank that sends a refusal returns (it raises its own error); the others raise, naming it.
+    """
     rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
     mine = signature.encode()
     everyone = np.empty((size, mine.size), np.int64)
@@ -90,6 +104,14 @@ def compare_across_ranks(
                 "some rank has not called a collective on this communicator"
             )
         time.sleep(1e-4)
+    refused = [r for r in range(size) if everyone[r][5]]
+    if refused and not signature.refused:
+        raise CollectiveMismatchError(
+            f"rank {rank}: {signature} not run: rank(s) {', '.join(map(str, refused))} refused this call (its "
+            "arguments failed the checks there; see its error); nothing was sent, and the communicator stays usable"
+        )
+    if refused:
+        return
     reference = Signature.decode(everyone[0])
     for other in range(size):
         theirs = Signature.decode(everyone[other])

@@ -42,7 +42,6 @@ class CollectiveOp:
         self.last: Primitive | None = None
         self.step = 0  # steps run so far, for the watchdog's messages
         self.done = False
-        self.on_done: list = []  # called when every step has run (a Work handle in a group)
 
     @property
     def conn(self) -> CollectiveOp:
@@ -54,6 +53,11 @@ class CollectiveOp:
         return self.parts[self._part()][3]
 
     @property
+    def seqs(self) -> list[int]:
+        """The call numbers of the collectives in this operation, in issue order."""
+        return [seq for _, _, seq, _ in self.parts]
+
+    @property
     def peer(self) -> int:
         peers = self.current[1].peers if self.current else []
         return peers[0] if peers else -1
@@ -62,7 +66,6 @@ class CollectiveOp:
         """Append ``other``'s steps after this operation's (a group of collectives)."""
         offset = len(self.parts)
         self.parts += other.parts
-        self.on_done += other.on_done
         self.steps = itertools.chain(self.steps, _labelled(other.steps, offset, relabel=True))
 
     def _part(self) -> int:
@@ -79,8 +82,6 @@ class CollectiveOp:
                     for *_, record in self.parts:
                         if record.ended is None:
                             record.finish()
-                    for callback in self.on_done:
-                        callback()
                     return True
             part, primitive = self.current
             if not primitive.ready():

@@ -39,9 +39,10 @@ from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.refusal import numbered
 from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
-from nbcoll.comm.work import Progress, Work
+from nbcoll.comm.work import Work
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import copy as copy_kernels
 
@@ -68,6 +69,7 @@ class Collectives:
 
     # -- the public collectives ---------------------------------------------------------------------------------
 
+    @numbered
     def all_reduce(
         self, sendbuf: Any, recvbuf: Any = None, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -77,6 +79,7 @@ class Collectives:
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
         self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+        memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
         local = self._contribution(send, op)
         return self._collective(
             "all_reduce",
@@ -90,6 +93,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
+    @numbered
     def broadcast(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -99,6 +103,7 @@ class Collectives:
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
         self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+        memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
         return self._collective(
             "broadcast",
             algo,
@@ -110,6 +115,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
+    @numbered
     def reduce(
         self,
         sendbuf: Any,
@@ -126,6 +132,8 @@ class Collectives:
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
         self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+        if self.rank == root:
+            memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
         local = self._contribution(send, op)
         out = recv if self.rank == root else None
         return self._collective(
@@ -140,6 +148,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
+    @numbered
     def all_gather(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
         """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``."""
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -147,6 +156,7 @@ class Collectives:
         self._same_size(recv, "recvbuf", send, "sendbuf", count * self.size, f"{self.size} x sendbuf.size")
         own = recv[self.rank * count : (self.rank + 1) * count]
         self._no_overlap(send, recv, allowed=_address_range(send) == _address_range(own))
+        memory.require_writable(recv, "recvbuf")
         return self._collective(
             "all_gather",
             algo,
@@ -158,6 +168,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
+    @numbered
     def reduce_scatter(
         self, sendbuf: Any, recvbuf: Any, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -168,6 +179,7 @@ class Collectives:
         self._same_size(send, "sendbuf", recv, "recvbuf", count * self.size, f"{self.size} x recvbuf.size")
         own = send[self.rank * count : (self.rank + 1) * count]
         self._no_overlap(send, recv, allowed=_address_range(recv) == _address_range(own))
+        memory.require_writable(recv, "recvbuf")
         local = self._contribution(send, op)
         return self._collective(
             "reduce_scatter",
@@ -181,6 +193,7 @@ class Collectives:
             single=[(local, recv)],
         )
 
+    @numbered
     def all_to_all(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
         """``recvbuf[p*count:(p+1)*count] = sendbuf[rank*count:(rank+1)*count] of rank p``."""
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -188,6 +201,7 @@ class Collectives:
         if send.size % self.size:
             raise ValueError(f"sendbuf: size {send.size} is not a multiple of the {self.size} ranks")
         self._no_overlap(send, recv, allowed=False)
+        memory.require_writable(recv, "recvbuf")
         return self._collective(
             "all_to_all",
             algo,
@@ -199,6 +213,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
+    @numbered
     def gather(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
@@ -214,6 +229,7 @@ class Collectives:
             self._same_size(recv, "recvbuf", send, "sendbuf", count * self.size, f"{self.size} x sendbuf.size")
             own = recv[root * count : (root + 1) * count]
             self._no_overlap(send, recv, allowed=_address_range(send) == _address_range(own))
+            memory.require_writable(recv, "recvbuf")
         return self._collective(
             "gather",
             algo,
@@ -225,12 +241,14 @@ class Collectives:
             single=[(send, recv)],
         )
 
+    @numbered
     def scatter(
         self, sendbuf: Any, recvbuf: Any, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
         """``recvbuf = sendbuf of root [rank*count:(rank+1)*count]``; ``sendbuf`` is ignored off the root."""
         root = self._root(root)
         recv = self._buffer(recvbuf, "recvbuf")
+        memory.require_writable(recv, "recvbuf")
         count = recv.size
         send = None
         if self.rank == root:
@@ -251,6 +269,7 @@ class Collectives:
             single=[(send, recv)],
         )
 
+    @numbered
     def barrier(self, async_op: bool = False) -> Any:
         """Return only when every rank has called it."""
         token = memory.zeros(1, np.uint8)
@@ -355,19 +374,20 @@ class Collectives:
         single: list[tuple[Any, Any]],
         op: Any = None,
     ) -> Any:
-        self._check_usable()
+        seq = self._call_seq
         if algo is not None:
             algorithms.check_algo(name, algo)
         else:
             algo = self._choose(name, nbytes)
-        if os.environ.get("NBCOLL_CHECK", "0").strip() == "1":
-            compare_across_ranks(self._wiring.ctrl, signature, self.config.timeout, self.watchdog.check_aborted)
-        state = self.__dict__.setdefault("_collective_state", {"seq": 0})
-        state["seq"] += 1
-        seq = state["seq"]
+        if _checking():
+            try:
+                compare_across_ranks(self._wiring.ctrl, signature, self.config.timeout, self.watchdog.check_aborted)
+            except Exception:
+                self._refusals.skipped(seq)  # every rank raises here: none runs the call
+                raise
+        state = self.__dict__.setdefault("_collective_state", {})
         if "tracer" not in state:
             state["tracer"] = Tracer.from_env(self.rank)
-            state["progress"] = Progress(self.drive, f"nbcoll-progress-rank{self.rank}")
         dtype = np.dtype(str(signature.dtype)) if signature.dtype != "-" else np.dtype(np.uint8)
         post = None
         if op is not None and combine_kernels.parse_op(op) == "avg":
@@ -394,10 +414,23 @@ class Collectives:
         coll = CollectiveOp(name, algo, steps, record, state["tracer"], seq)
         work = Work(f"{name} #{seq} ({algo}) on rank {self.rank}", result)
         if self._group.depth:
-            coll.on_done.append(lambda: work._finish(None))
-            self._queue_in_group(coll)
+            self._queue_in_group(coll, work)
             return work if async_op else result
-        return state["progress"].run(coll, work, async_op)
+        self._mark_run(seq)
+        self._progress.submit([coll], [work], wait=not async_op)
+        return work if async_op else result
+
+    def _refuse(self, seq: int, name: str) -> None:
+        """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""
+        if not _checking():
+            self._refusals.refuse(seq, name)
+            return
+        try:  # the refusal takes this call's place in the exchange, so every rank raises together
+            compare_across_ranks(
+                self._wiring.ctrl, Signature.refusal(name), self.config.timeout, self.watchdog.check_aborted
+            )
+        finally:
+            self._refusals.skipped(seq)
 
     def _direct_windows(self) -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
@@ -413,14 +446,12 @@ class Collectives:
     def _close_collectives(self) -> None:
         """Release what the collectives hold (the direct windows, the trace file); the communicator calls this."""
         state = self.__dict__.get("_collective_state", {})
-        if state.get("progress") is not None:
-            state["progress"].quiesce(timeout=self.config.timeout)
         if state.get("windows") is not None:
             state["windows"].close()
         if state.get("tracer") is not None:
             state["tracer"].close()
 
-    def _queue_in_group(self, coll: CollectiveOp) -> None:
+    def _queue_in_group(self, coll: CollectiveOp, work: Work) -> None:
         queued = self._group.queued
         if any(not isinstance(op, CollectiveOp) for op in queued):
             raise ValueError(
@@ -431,6 +462,12 @@ class Collectives:
             queued[-1].fuse(coll)  # one operation: the collectives run in the order they were issued
         else:
             queued.append(coll)
+        self._group.works.append(work)
+
+
+def _checking() -> bool:
+    """``NBCOLL_CHECK=1``: compare every call's signature across ranks first (:mod:`nbcoll.comm.check`)."""
+    return os.environ.get("NBCOLL_CHECK", "0").strip() == "1"
 
 
 def _single_rank(name: str, ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Primitive]:

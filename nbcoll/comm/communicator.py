@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import threading
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -32,10 +33,13 @@ from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
+from nbcoll.comm.errors import CommAbortedError, CommError
 from nbcoll.comm.group import Group
 from nbcoll.comm.p2p import RecvOp, SendOp, describe_array
 from nbcoll.comm.progress import TAG_ABORT, Watchdog, abort_message_source
+from nbcoll.comm.refusal import Refusals
 from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
+from nbcoll.comm.work import Progress, Work, records_of
 
 NOCOLOR = -1
 """``split(color=NOCOLOR)`` leaves this rank out of every new communicator (NCCL_SPLIT_NOCOLOR)."""
@@ -68,8 +72,12 @@ class Communicator(Collectives):
         self._abort_requests: list[MPI.Request] = []
         self._destroyed = False
         machine_pids = {p: self._wiring.pids[p] for p in self.topology.machine_ranks if p != rank}
+        self._refusals = Refusals(self._wiring.ctrl, self.config.timeout)
+        self._connecting = threading.Lock()
         self.watchdog = Watchdog(rank, self.config.timeout, self.aborted_by, machine_pids, self.recorder, self.log)
-        self._group = Group(self.watchdog.drive)
+        # Every operation, of every kind, runs through this one queue in issue order (see :mod:`.work`).
+        self._progress = Progress(self._drive_now, f"nbcoll-progress-rank{rank}")
+        self._group = Group(self._run_batch, self._cancel_batch)
 
     # -- who is who ---------------------------------------------------------------------------------------------
 
@@ -113,7 +121,11 @@ class Communicator(Collectives):
     # -- checks -------------------------------------------------------------------------------------------------
 
     def aborted_by(self) -> int | None:
-        """The rank that aborted this communicator, or ``None``; polls the control page and abort messages."""
+        """The rank that aborted this communicator, or ``None``.
+
+        Polls the control page, abort messages, and the peers' refusals: a refusal of a call this rank has run
+        aborts the communicator here (see :mod:`.refusal`).
+        """
         if self._aborted_by is None and not self._destroyed:
             by = self._wiring.control.aborted_by
             if by is None:
@@ -121,12 +133,36 @@ class Communicator(Collectives):
             if by is not None:
                 self._aborted_by = by
                 self.log.warn("INIT", f"communicator aborted by rank {by}")
+            elif self._refusals.poll() is not None:
+                self.log.warn("INIT", self._refusals.conflict)
+                self.abort()
         return self._aborted_by
 
     def _check_usable(self) -> None:
         if self._destroyed:
             raise ValueError(f"rank {self.rank}: the communicator is destroyed; create a new one")
-        self.watchdog.check_aborted()
+        try:
+            self.watchdog.check_aborted()
+        except CommAbortedError as exc:
+            if self._refusals.conflict is None:
+                raise
+            raise CommAbortedError(f"rank {self.rank}: {self._refusals.conflict}") from exc
+
+    def _settle_refusals(self) -> None:
+        """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
+        try:
+            self._refusals.settle(self.watchdog.check_aborted)
+        except CommAbortedError:
+            self.abort()
+            raise
+
+    def _mark_run(self, seq: int) -> None:
+        """Collective call ``seq`` runs here: abort at once if a peer has refused it."""
+        try:
+            self._refusals.ran(seq)
+        except CommAbortedError:
+            self.abort()
+            raise
 
     def _check_peer(self, peer: Any, arg: str = "peer") -> int:
         if not isinstance(peer, numbers.Integral) or isinstance(peer, bool):
@@ -149,21 +185,23 @@ class Communicator(Collectives):
     def send_connection(self, peer: int) -> SendConnection:
         """The connection this rank sends to ``peer`` through; mpi ones are made at first use."""
         peer = self._check_peer(peer)
-        if peer not in self._wiring.send:
-            self._wiring.send[peer] = MpiSendConnection(
-                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
-            )
-            self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
+        with self._connecting:  # the caller's thread and the progress thread may both ask for it first
+            if peer not in self._wiring.send:
+                self._wiring.send[peer] = MpiSendConnection(
+                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                )
+                self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
         return self._wiring.send[peer]
 
     def recv_connection(self, peer: int) -> RecvConnection:
         """The connection this rank receives from ``peer`` through; mpi ones are made at first use."""
         peer = self._check_peer(peer)
-        if peer not in self._wiring.recv:
-            self._wiring.recv[peer] = MpiRecvConnection(
-                peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
-            )
-            self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
+        with self._connecting:
+            if peer not in self._wiring.recv:
+                self._wiring.recv[peer] = MpiRecvConnection(
+                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                )
+                self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
         return self._wiring.recv[peer]
 
     def peer_counters(self, peer: int) -> PeerCounters:
@@ -179,6 +217,7 @@ class Communicator(Collectives):
         every chunk is in the peer's FIFO (or on the wire); inside :meth:`group`, when the group ends.
         """
         self._check_usable()
+        self._settle_refusals()
         data = self._flat_buffer(buf, "buf")
         peer = self._check_peer(peer)
         record = self.recorder.record("send", peer, data.size * data.dtype.itemsize, describe_array(data))
@@ -188,7 +227,9 @@ class Communicator(Collectives):
     def recv(self, buf: Any, peer: int) -> None:
         """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly."""
         self._check_usable()
+        self._settle_refusals()
         data = self._flat_buffer(buf, "buf")
+        memory.require_writable(data, "buf")
         peer = self._check_peer(peer)
         record = self.recorder.record("recv", peer, data.size * data.dtype.itemsize, describe_array(data))
         self.log.info("P2P", f"recv #{record.seq} from peer {peer}: {record.nbytes} bytes, {record.what}")
@@ -200,9 +241,45 @@ class Communicator(Collectives):
         return self._group
 
     def drive(self, ops: list[Any]) -> None:
-        """Progress operations built on this communicator's connections until done (see :mod:`.progress`)."""
+        """Progress operations built on this communicator's connections until done (see :mod:`.progress`).
+
+        They run in issue order with this communicator's other operations, after any still in flight.
+        """
+        self._check_usable()
+        self._run_batch(list(ops), [])
+
+    def _drive_now(self, ops: list[Any]) -> None:
+        """Progress ``ops`` on this thread; only the queue (:class:`~nbcoll.comm.work.Progress`) calls this."""
         self._check_usable()
         self.watchdog.drive(ops)
+
+    def _run_batch(self, ops: list[Any], works: list[Work]) -> None:
+        """Run ``ops`` after everything issued before and wait for them; finish ``works`` with the outcome."""
+        if not ops and not works:
+            return
+        try:
+            for op in ops:
+                for seq in getattr(op, "seqs", ()):
+                    self._mark_run(seq)
+        except CommAbortedError as exc:
+            self._cancel_batch(ops, works, exc)
+            raise
+        self._progress.submit(ops, works, wait=True)
+
+    def _cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
+        """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""
+        for op in ops:
+            for record in records_of(op):
+                record.finish("cancelled")
+            for name, _, seq, _ in getattr(op, "parts", ()):  # a collective: tell the peers it will not run
+                if self._refusals.is_open(seq):
+                    self._refusals.refuse(seq, f"{name} in a comm.group()")
+        for work in works:
+            error = CommError(
+                f"rank {self.rank}: {work.description} cancelled: its group did not run "
+                f"({type(cause).__name__}: {cause})"
+            )
+            work._finish(error)
 
     # -- counters -----------------------------------------------------------------------------------------------
 
@@ -288,10 +365,19 @@ class Communicator(Collectives):
         self.log.warn("INIT", "communicator aborted by this rank")
 
     def destroy(self) -> None:
-        """Free the connections, the shared memory and the MPI communicators of this rank. Idempotent."""
+        """Free the connections, the shared memory and the MPI communicators of this rank. Idempotent.
+
+        Async operations still in flight complete first, for at most ``NBCOLL_TIMEOUT`` seconds; after that the
+        communicator is aborted, and whatever has not run fails.
+        """
         if self._destroyed:
             return
+        if not self._progress.quiesce(self.config.timeout):
+            self.abort()  # releases the running operation at its next check
+            self._progress.cancel(CommAbortedError(f"rank {self.rank}: the communicator was destroyed before it ran"))
+            self._progress.quiesce(self.config.timeout)
         self._destroyed = True
+        self._refusals.close()
         self._close_collectives()
         for conn in [*self._wiring.send.values(), *self._wiring.recv.values()]:
             conn.close()

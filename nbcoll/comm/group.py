@@ -20,24 +20,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbcoll.comm.work import Work
+
 
 class Group:
-    """Nesting depth and queued operations of one communicator's groups.
+    """Nesting depth, queued operations and their async handles, of one communicator's groups.
 
     Example::
 
-        group = Group(drive=watchdog.drive)
+        group = Group(run=progress_run, cancel=cancel_ops)
         with group:
             group.submit(op)        # queued: the group is open
-        group.submit(op2)           # driven at once: no group is open
+        group.submit(op2)           # run at once (in issue order): no group is open
+
+    ``run(ops, works)`` runs a batch through the communicator's queue and finishes ``works`` with its outcome;
+    ``cancel(ops, works, error)`` gives up a batch that never ran (the ``with`` body raised).
     """
 
-    def __init__(self, drive: Callable[[list[Any]], None]) -> None:
-        self._drive = drive
+    def __init__(
+        self,
+        run: Callable[[list[Any], list[Work]], None],
+        cancel: Callable[[list[Any], list[Work], BaseException], None],
+    ) -> None:
+        self._run = run
+        self._cancel = cancel
         self.depth = 0
         self.queued: list[Any] = []
+        self.works: list[Work] = []  # the async handles of the queued operations
 
-    def submit(self, op: Any) -> None:
+    def submit(self, op: Any, work: Work | None = None) -> None:
         if self.depth:
             if self.queued and (op.kind == "collective") != (self.queued[0].kind == "collective"):
                 raise ValueError(
@@ -45,8 +56,10 @@ class Group:
                     "put them in separate groups"
                 )
             self.queued.append(op)
+            if work is not None:
+                self.works.append(work)
         else:
-            self._drive([op])
+            self._run([op], [] if work is None else [work])
 
     def __enter__(self) -> Group:
         self.depth += 1
@@ -57,8 +70,8 @@ class Group:
         if self.depth:
             return
         ops, self.queued = self.queued, []
-        if exc_type is not None:
-            for op in ops:  # the block failed before the group ran: nothing was sent or received
-                op.record.finish("cancelled")
+        works, self.works = self.works, []
+        if exc_type is not None:  # the block failed before the group ran: nothing was sent or received
+            self._cancel(ops, works, exc)
             return
-        self._drive(ops)
+        self._run(ops, works)

@@ -12,6 +12,8 @@ Example::
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +60,38 @@ def topological_order(roots: Sequence[Node]) -> list[Node]:
             stack.append((node, True))
             stack.extend((parent, False) for parent in _parents(node) if id(parent) not in seen)
     return finished[::-1]
+
+
+def execution_order(roots: Sequence[Node]) -> list[Node]:
+    """The order backward runs the nodes in: each once every node that sends it a gradient has run.
+
+    Among the nodes that are ready, a leaf goes first (its gradient is complete: it is accumulated and its
+    post-accumulate-grad hooks fire while the rest of backward still runs), then the node recorded last in
+    forward. So backward walks forward in reverse, and the last layers' gradients are final first, which is when
+    data parallelism starts averaging them.
+    """
+    nodes = topological_order(roots)
+    waiting = {id(node): 0 for node in nodes}  # senders that have not run yet
+    for node in nodes:
+        for parent in _parents(node):
+            waiting[id(parent)] += 1
+    tiebreak = itertools.count()
+
+    def entry(node: Node) -> tuple:
+        leaf = not isinstance(node, Context)
+        return (0 if leaf else 1, 0 if leaf else -node.sequence, next(tiebreak), node)
+
+    ready = [entry(node) for node in nodes if waiting[id(node)] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        node = heapq.heappop(ready)[-1]
+        order.append(node)
+        for parent in _parents(node):
+            waiting[id(parent)] -= 1
+            if waiting[id(parent)] == 0:
+                heapq.heappush(ready, entry(parent))
+    return order
 
 
 def run_hooks(hooks: list[Any], grad: Any) -> Any:
@@ -118,7 +152,7 @@ def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Any] | None = Non
     with no_grad():
         for t, grad in zip(tensors, grad_tensors, strict=True):
             send(_node_of(t), _initial_grad(t, grad))
-        for node in topological_order([_node_of(t) for t in tensors]):
+        for node in execution_order([_node_of(t) for t in tensors]):
             grad = pending.pop(id(node), None)
             if grad is None:
                 continue

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +32,8 @@ from nbcoll.tensors.grad_mode import is_grad_enabled
 
 if TYPE_CHECKING:
     from nbcoll.tensors.tensor import Tensor
+
+_sequence = itertools.count()  # numbers the nodes in the order forward records them
 
 FREED_GRAPH_MESSAGE = (
     "Trying to backward through the graph a second time (or to read saved tensors after they were freed). "
@@ -50,6 +53,7 @@ class Context:
 
     def __init__(self, function: type[Function], inputs: tuple[Tensor | None, ...]) -> None:
         self.function = function
+        self.sequence = next(_sequence)  # backward runs later nodes first when several are ready
         # One entry per positional argument of forward: the Tensor, or None for a non-Tensor argument.
         self.inputs = inputs
         self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)

@@ -99,7 +99,7 @@ class Tensor:
 
     def _init(self, array: Any, grad_fn: Context | None) -> None:
         memory.check_dtype(array.dtype, "data.dtype", allow_bool=True)
-        self._data = array
+        self._data = memory.track(array)  # counted once in memory.stats(), whoever allocated it
         self._requires_grad = False
         self.grad_fn = grad_fn
         self.grad: Tensor | None = None
@@ -128,7 +128,7 @@ class Tensor:
             raise ValueError(
                 f"data: expected shape {self.shape} and dtype {self.dtype}, got {tuple(array.shape)} and {array.dtype}"
             )
-        self._data = array
+        self._data = memory.track(array)
 
     @property
     def shape(self) -> tuple[int, ...]:

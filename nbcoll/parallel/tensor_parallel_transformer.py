@@ -1,0 +1,154 @@
+"""The transformer block split across ranks: attention heads and MLP features, one all-reduce each way per half.
+
+It mirrors :class:`nbcoll.nn.TransformerBlock` name for name (``ln1``, ``attn.q_proj/k_proj/v_proj/out_proj``,
+``ln2``, ``mlp.fc_in/fc_out``), so :func:`tensor_parallel_block` builds it from a full block's weights::
+
+    attention: x --f--> q, k, v column parallel (this rank's heads) --> attention per head --> out_proj row --g-->
+    MLP:       x --f--> fc_in column parallel --gelu--> fc_out row parallel --g-->
+
+A head never spans two ranks, so attention itself needs no communication: each rank's q, k and v rows are whole
+heads, and its ``out_proj`` columns are those heads' outputs.
+
+Example::
+
+    block = nn.TransformerBlock(32, num_heads=4, causal=True)
+    split = tensor_parallel_block(block, comm)      # on 2 ranks: 2 heads and 64 of the 128 MLP features each
+    y = split(x)                                    # equals block(x) on every rank
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from nbcoll.nn import LayerNorm, Module, TransformerBlock
+from nbcoll.nn.attention import causal_mask, scaled_dot_product_attention
+from nbcoll.nn.shapes import check_input
+from nbcoll.parallel.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    copy_to_region,
+    divide,
+    load_full_state,
+)
+from nbcoll.tensors import Tensor
+
+if TYPE_CHECKING:
+    from nbcoll.comm import Communicator
+
+
+class ParallelAttention(Module):
+    """Batch-first self-attention with ``num_heads / comm.size`` heads on each rank.
+
+    Example::
+
+        attn = ParallelAttention(32, num_heads=4, comm=comm, causal=True)
+        y = attn(x)                                 # x (N, L, 32) -> (N, L, 32), the full result on every rank
+    """
+
+    def __init__(
+        self, embed_dim: int, num_heads: int, comm: Communicator, causal: bool = False, bias: bool = True, dtype=None
+    ) -> None:
+        super().__init__()
+        if num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(f"num_heads: must divide embed_dim={embed_dim}, got {num_heads}")
+        self.comm, self.embed_dim, self.causal = comm, embed_dim, causal
+        self.local_heads = divide(num_heads, comm, "num_heads")
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        for name in ("q_proj", "k_proj", "v_proj"):  # f is applied once, to the shared input
+            setattr(self, name, ColumnParallelLinear(embed_dim, embed_dim, comm, bias, copy_input=False, dtype=dtype))
+        self.out_proj = RowParallelLinear(embed_dim, embed_dim, comm, bias, dtype=dtype)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        n, length, _ = x.shape  # (N, L, local_heads * head_dim) -> (N, local_heads, L, head_dim)
+        return x.reshape(n, length, self.local_heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = copy_to_region(x, self.comm)
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        n, heads, length, _ = out.shape
+        return self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, heads * self.head_dim))
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, heads {self.local_heads} of {self.num_heads} on this rank"
+
+
+class ParallelMLP(Module):
+    """``fc_out(gelu(fc_in(x)))`` with the ``hidden_dim`` features split across ranks.
+
+    Example::
+
+        mlp = ParallelMLP(32, 128, comm)            # on 4 ranks: 32 hidden features each
+        y = mlp(x)                                  # (.., 32) -> (.., 32) on every rank
+    """
+
+    def __init__(self, embed_dim: int, hidden_dim: int, comm: Communicator, bias: bool = True, dtype=None) -> None:
+        super().__init__()
+        self.fc_in = ColumnParallelLinear(embed_dim, hidden_dim, comm, bias, dtype=dtype)
+        self.fc_out = RowParallelLinear(hidden_dim, embed_dim, comm, bias, dtype=dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc_out(self.fc_in(x).gelu())
+
+
+class ParallelTransformerBlock(Module):
+    """The pre-norm block of :class:`nbcoll.nn.TransformerBlock`, attention and MLP split across ``comm``.
+
+    Example::
+
+        block = ParallelTransformerBlock(32, num_heads=4, comm=comm, causal=True)
+        y = block(x)                                # x (N, L, 32) -> (N, L, 32)
+
+    ``num_heads`` and the MLP width (``mlp_ratio * embed_dim``) must divide by ``comm.size``. There is no
+    dropout (each rank would drop different values) and no padding mask.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        comm: Communicator,
+        mlp_ratio: float = 4.0,
+        causal: bool = False,
+        bias: bool = True,
+        eps: float = 1e-5,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.embed_dim, self.causal = embed_dim, causal
+        hidden = int(round(mlp_ratio * embed_dim))
+        divide(hidden, comm, "hidden size (mlp_ratio * embed_dim)")
+        self.ln1 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
+        self.attn = ParallelAttention(embed_dim, num_heads, comm, causal=causal, bias=bias, dtype=dtype)
+        self.ln2 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
+        self.mlp = ParallelMLP(embed_dim, hidden, comm, bias=bias, dtype=dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = check_input(self, x, ("N", "L", self.embed_dim), dtype=self.ln1.weight.dtype)
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+def tensor_parallel_block(block: TransformerBlock, comm: Communicator) -> ParallelTransformerBlock:
+    """A :class:`ParallelTransformerBlock` holding this rank's shards of ``block``'s weights.
+
+    Example::
+
+        split = tensor_parallel_block(nn.TransformerBlock(32, 4), comm)
+    """
+    attn = block.attn
+    split = ParallelTransformerBlock(
+        block.embed_dim,
+        attn.num_heads,
+        comm,
+        mlp_ratio=block.mlp.fc_in.out_features / block.embed_dim,
+        causal=block.causal,
+        bias=attn.q_proj.bias is not None,
+        eps=block.ln1.eps,
+        dtype=attn.q_proj.weight.dtype,
+    )
+    return load_full_state(split, block.state_dict(), comm)
+
+
+__all__ = ["ParallelAttention", "ParallelMLP", "ParallelTransformerBlock", "tensor_parallel_block"]

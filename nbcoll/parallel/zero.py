@@ -1,0 +1,162 @@
+"""``ZeroRedundancyOptimizer``: each rank keeps the optimizer state (stage 1) and the gradient (stage 2) of one shard.
+
+With plain data parallelism every rank runs the same optimizer step on the same averaged gradient, so every rank
+holds the same optimizer state: with Adam, 8 bytes per float32 parameter, twice the model. ZeRO splits the work:
+the parameters are laid out side by side in one flat buffer, padded to ``comm.size`` equal shards, and rank ``r``
+updates only shard ``r``, then the ranks all-gather the updated shards::
+
+    flat = [ p_0 | p_1 | ... | padding ]            every parameter's data is a view of it
+    shard r = flat[r * S : (r + 1) * S]             S = ceil(total / ranks)
+    stage 1:  grad_shard = (averaged .grad, from DistributedDataParallel)[shard r]
+    stage 2:  grad_shard = reduce_scatter([ .grad of every parameter | 0 ], op="avg")   then .grad = None
+    inner optimizer steps on shard r only (its state has S elements, not total)
+    all_gather(shard r -> flat)                     every rank's parameters are whole again
+
+The update rules of SGD, Adam and AdamW are elementwise, so updating a flat shard is exactly updating each
+parameter; padding stays zero (its gradient is zero). Here stage 2 reduce-scatters in ``step()``, after backward,
+so the full local gradients live until then; each rank keeps only its gradient shard afterwards.
+
+Example::
+
+    model = DistributedDataParallel(MLP(), comm)                  # stage 1: under DDP
+    optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.Adam, comm, stage=1, lr=1e-3)
+
+    model = MLP()                                                 # stage 2: an unwrapped module
+    optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.Adam, comm, stage=2, lr=1e-3)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()                                          # reduce-scatter, update, all-gather
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from nbcoll import memory
+from nbcoll.kernels import copy as copy_kernels
+from nbcoll.nn import Parameter
+from nbcoll.parallel.data_parallel import check_same_parameters
+from nbcoll.tensors import Tensor
+
+if TYPE_CHECKING:
+    from nbcoll.comm import Communicator
+
+
+class ZeroRedundancyOptimizer:
+    """An optimizer of ``optimizer_class`` over this rank's shard of ``params``; ``stage`` 1 or 2.
+
+    Example::
+
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, stage=2, lr=0.1)
+        optimizer.shard_range          # (start, stop): the elements of the flat parameters this rank updates
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        optimizer_class: type,
+        comm: Communicator,
+        stage: int = 1,
+        **opt_kwargs: Any,
+    ) -> None:
+        if stage not in (1, 2):
+            raise ValueError(f"stage: expected 1 (optimizer state sharded) or 2 (and gradients), got {stage!r}")
+        self.params = _check_params(params)
+        self.comm, self.stage = comm, stage
+        check_same_parameters(comm, [(f"params[{i}]", p) for i, p in enumerate(self.params)], "ZeroRedundancyOptimizer")
+        dtype = self.params[0].dtype
+        self.offsets, total = [], 0
+        for p in self.params:
+            self.offsets.append(total)
+            total += p.size
+        self.total = total
+        self.shard_size = -(-total // comm.size)  # ceil: the last shards carry the padding
+        self.flat = memory.zeros(self.shard_size * comm.size, dtype)
+        copy_kernels.flatten([_contiguous(p.data) for p in self.params], out=self.flat[:total])
+        comm.broadcast(self.flat, root=0)  # the replicas start equal, wrapped by DDP or not
+        for p, offset in zip(self.params, self.offsets, strict=True):
+            p.data = self.flat[offset : offset + p.size].reshape(p.shape)  # the parameter lives in the flat buffer
+        start = comm.rank * self.shard_size
+        self.shard_range = (start, start + self.shard_size)
+        self.shard = Parameter(Tensor._from_array(self.flat[start : start + self.shard_size]))
+        # Stage 2 keeps its averaged gradient shard between steps; stage 1 needs one only during step().
+        self.grad_shard = memory.zeros(self.shard_size, dtype) if stage == 2 else None
+        self.optimizer = optimizer_class([self.shard], **opt_kwargs)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The inner optimizer's groups (one, holding the shard): learning-rate schedulers adjust these."""
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients of every parameter (and of the shard)."""
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+
+    def step(self) -> None:
+        """Gather this rank's gradient shard, update the shard, and all-gather the parameters."""
+        if self.stage == 1:
+            grad_shard = self._copy_own_gradients()
+        else:
+            grad_shard = self._reduce_scatter_gradients()
+        self.shard.grad = Tensor._from_array(grad_shard)
+        self.optimizer.step()
+        if self.stage == 1:
+            self.shard.grad = None  # the full gradients stay with DDP's buckets; the shard's copy is not kept
+        start, stop = self.shard_range
+        self.comm.all_gather(self.flat[start:stop], self.flat)  # in place: this rank's block of the flat buffer
+
+    def _copy_own_gradients(self) -> Any:
+        """Stage 1: the gradients are already averaged (by DDP); copy the part of them that falls in the shard."""
+        start, stop = self.shard_range
+        grad_shard = memory.zeros(self.shard_size, self.flat.dtype)
+        for p, offset in zip(self.params, self.offsets, strict=True):
+            lo, hi = max(start, offset), min(stop, offset + p.size)
+            if lo >= hi or p.grad is None:
+                continue
+            grad = _contiguous(p.grad.data).reshape(p.size)
+            copy_kernels.copy(grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
+        return grad_shard
+
+    def _reduce_scatter_gradients(self) -> Any:
+        """Stage 2: average the raw local gradients over the ranks, each rank receiving only its shard."""
+        flat_grad = memory.zeros(self.flat.size, self.flat.dtype)
+        for p, offset in zip(self.params, self.offsets, strict=True):
+            if p.grad is not None:
+                copy_kernels.copy(flat_grad[offset : offset + p.size], _contiguous(p.grad.data).reshape(p.size))
+            p.grad = None  # from here on this rank holds only its gradient shard
+        self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
+        return self.grad_shard
+
+    def __repr__(self) -> str:
+        start, stop = self.shard_range
+        return (
+            f"ZeroRedundancyOptimizer(stage={self.stage}, rank {self.comm.rank} of {self.comm.size} updates "
+            f"[{start}, {stop}) of {self.total} elements, {self.optimizer!r})"
+        )
+
+
+def _contiguous(x: Any) -> Any:
+    return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
+
+
+def _check_params(params: Iterable[Tensor]) -> list[Tensor]:
+    if isinstance(params, Tensor):
+        raise TypeError("params: expected an iterable of parameters, got one Tensor")
+    params = list(params)
+    if not params:
+        raise ValueError("params: ZeroRedundancyOptimizer got an empty parameter list; pass model.parameters()")
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor) or not p.requires_grad or not p.is_leaf:
+            raise TypeError(f"params[{i}]: expected a leaf Tensor that requires grad (a parameter), got {p!r}")
+        if p.dtype != params[0].dtype:
+            raise TypeError(f"params[{i}]: every parameter must have one dtype ({params[0].dtype}), got {p.dtype}")
+    if len({id(p) for p in params}) != len(params):
+        raise ValueError("params: a parameter appears more than once")
+    return params
+
+
+__all__ = ["ZeroRedundancyOptimizer"]

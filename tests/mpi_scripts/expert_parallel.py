@@ -1,0 +1,166 @@
+"""Expert parallelism, every case in one launch: spread experts against every expert local, then K steps.
+
+``mpiexec -n 4 python expert_parallel.py``: float64. The reference layer holds every expert on a one-rank
+communicator (``comm.split(rank)``); the spread layer holds ``num_experts / n`` per rank. Prints
+``expert parallel ok: N cases`` on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import nbcoll
+from nbcoll import nn
+from nbcoll.parallel.experts import (
+    MixtureOfExperts,
+    all_reduce_shared_gradients,
+    full_expert_state,
+    load_expert_state,
+)
+
+DIM, HIDDEN, TOKENS = 6, 8, (2, 5)
+
+
+def close(got, want, what):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=what)
+
+
+def grad_of(p):
+    """The gradient, zeros for an expert that no token reached."""
+    return np.zeros(p.shape) if p.grad is None else p.grad.numpy()
+
+
+def summed(comm, array):
+    out = nbcoll.empty(array.shape, array.dtype)
+    comm.all_reduce(nbcoll.to_device(np.ascontiguousarray(array)), out)
+    return nbcoll.to_host(out)
+
+
+def check_token_for_token(comm, solo, top_k, capacity_factor) -> None:
+    """One forward and backward on each rank's own tokens: outputs, input and parameter gradients, drops."""
+    n, r = comm.size, comm.rank
+    experts = 2 * n
+    nbcoll.manual_seed(31)
+    local = MixtureOfExperts(DIM, HIDDEN, experts, solo, top_k=top_k, capacity_factor=capacity_factor)
+    spread = load_expert_state(
+        MixtureOfExperts(DIM, HIDDEN, experts, comm, top_k=top_k, capacity_factor=capacity_factor),
+        local.state_dict(),
+        comm,
+    )
+    rng = np.random.default_rng([32, r])
+    x, weights = rng.standard_normal(TOKENS + (DIM,)), rng.standard_normal(TOKENS + (DIM,))
+    results = []
+    for layer in (local, spread):
+        xt = nbcoll.tensor(x, requires_grad=True)
+        y = layer(xt)
+        ((y * nbcoll.tensor(weights)).sum() + layer.aux_loss).backward()
+        results.append((y.numpy(), xt.grad.numpy(), dict(layer.stats)))
+    what = f"top_k={top_k} capacity_factor={capacity_factor}"
+    close(results[1][0], results[0][0], f"{what}: output")
+    close(results[1][1], results[0][1], f"{what}: input gradient")
+    assert results[1][2] == results[0][2], (results[1][2], results[0][2])
+    stats = results[0][2]
+    kept = sum(stats["per_expert"])
+    assert stats["dropped"] == stats["tokens"] * top_k - kept and max(stats["per_expert"]) <= stats["capacity"]
+    if capacity_factor < 1:
+        assert stats["dropped"] > 0, stats
+    close(spread.gate.weight.grad.numpy(), local.gate.weight.grad.numpy(), f"{what}: gate gradient")
+    # An expert's gradient gathers every rank's tokens: the sum of the local layers' gradients over ranks.
+    for e, reference in enumerate(local.experts):
+        for name, q in reference.named_parameters():
+            total = summed(comm, grad_of(q))  # collective: every rank, every expert, in order
+            if e // spread.local_experts == r:
+                p = dict(spread.experts[e % spread.local_experts].named_parameters())[name]
+                close(grad_of(p), total, f"{what}: expert {e} {name} gradient")
+
+
+def check_training(comm, solo, steps) -> None:
+    """K SGD steps of ``x + moe(x)`` with the balance loss: spread over ranks against one process."""
+    n, r = comm.size, comm.rank
+    nbcoll.manual_seed(33)
+    reference = MixtureOfExperts(DIM, HIDDEN, 2 * n, solo, top_k=2, capacity_factor=1.0)
+    spread = load_expert_state(
+        MixtureOfExperts(DIM, HIDDEN, 2 * n, comm, top_k=2, capacity_factor=1.0), reference.state_dict(), comm
+    )
+    optimizers = [nbcoll.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (reference, spread)]
+    rng = np.random.default_rng(34)
+    mse = nn.MSELoss()
+
+    def loss_of(layer, x, target):
+        xt = nbcoll.tensor(x)
+        return mse(xt + layer(xt), nbcoll.tensor(target)) + 0.01 * layer.aux_loss
+
+    for _ in range(steps):
+        xs, targets = rng.standard_normal((n,) + TOKENS + (DIM,)), rng.standard_normal((n,) + TOKENS + (DIM,))
+        for opt in optimizers:
+            opt.zero_grad()
+        for s in range(n):  # one process: the same groups of tokens, the mean of their losses
+            (loss_of(reference, xs[s], targets[s]) * (1.0 / n)).backward()
+        (loss_of(spread, xs[r], targets[r]) * (1.0 / n)).backward()
+        all_reduce_shared_gradients(spread, comm)
+        for opt in optimizers:
+            opt.step()
+    want, got = reference.state_dict(), full_expert_state(spread, comm)
+    assert set(got) == set(want), sorted(set(got) ^ set(want))
+    for name in want:
+        close(got[name], want[name], f"{name} after {steps} steps")
+
+
+def expect_error(fn, words):
+    try:
+        fn()
+    except ValueError as exc:
+        assert all(word in str(exc) for word in words), (str(exc), words)
+    else:
+        raise AssertionError(f"no error for bad use ({words})")
+
+
+def check_toy_float32(comm) -> int:
+    """Spread against local experts in float32 at toy size (for the simulator): rtol 1e-5."""
+    nbcoll.set_default_dtype(np.float32)
+    solo = comm.split(comm.rank)
+    nbcoll.manual_seed(35)
+    local = MixtureOfExperts(3, 4, 2 * comm.size, solo, top_k=2, capacity_factor=1.0)
+    spread = MixtureOfExperts(3, 4, 2 * comm.size, comm, top_k=2, capacity_factor=1.0)
+    load_expert_state(spread, local.state_dict(), comm)
+    x = np.random.default_rng([36, comm.rank]).standard_normal((4, 3)).astype(np.float32)
+    results = []
+    for layer in (local, spread):
+        xt = nbcoll.tensor(x, requires_grad=True)
+        layer(xt).sum().backward()
+        results.append(xt.grad.numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6, err_msg="float32 input gradient")
+    solo.destroy()
+    nbcoll.set_default_dtype(np.float64)
+    return 1
+
+
+def run(comm, steps: int = 3) -> int:
+    solo = comm.split(comm.rank)
+    cases = 0
+    for top_k, capacity_factor in [(1, 1.0), (2, 1.25), (2, 0.5)]:
+        check_token_for_token(comm, solo, top_k, capacity_factor)
+        cases += 1
+    check_training(comm, solo, steps)
+    solo.destroy()
+    if comm.size > 1:
+        expect_error(lambda: MixtureOfExperts(4, 4, comm.size + 1, comm), ["num_experts", "evenly"])
+    expect_error(lambda: MixtureOfExperts(4, 4, 2 * comm.size, comm, top_k=0), ["top_k"])
+    return cases + 3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    nbcoll.set_default_dtype(np.float64)
+    comm = nbcoll.init()
+    cases = run(comm, args.steps)
+    comm.destroy()
+    print(f"rank {comm.rank}: expert parallel ok: {cases} cases", flush=True)
+
+
+if __name__ == "__main__":
+    main()

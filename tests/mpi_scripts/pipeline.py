@@ -1,0 +1,129 @@
+"""Pipeline parallelism, every case in one launch: K optimizer steps against one process, the recorded schedule.
+
+``mpiexec -n 4 python pipeline.py --out DIR``: float64; each rank also trains the whole model alone (the
+reference) and compares its stage. Rank 0 draws the timelines into DIR. Prints ``pipeline ok: N cases``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+import nbcoll
+from nbcoll import nn
+from nbcoll.parallel.pipeline import Pipeline
+from nbcoll.parallel.pipeline_schedule import bubble_fraction, draw_timeline, timeline
+
+WIDTH, CLASSES, BATCH = 8, 3, 32
+
+
+def build_stages(p: int) -> list[nn.Module]:
+    nbcoll.manual_seed(11)
+    stages = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(p)]
+    stages[-1].append(nn.Linear(WIDTH, CLASSES))
+    return stages
+
+
+def expect_error(fn, words):
+    try:
+        fn()
+    except ValueError as exc:
+        for word in words:
+            assert word in str(exc), f"error message {str(exc)!r} lacks {word!r}"
+    else:
+        raise AssertionError(f"no error for bad use ({words})")
+
+
+def train_case(comm, schedule: str, chunks: int, steps: int) -> Pipeline:
+    p, r = comm.size, comm.rank
+    reference = nn.Sequential(*build_stages(p))
+    pipe = Pipeline(build_stages(p), comm, chunks=chunks, schedule=schedule)
+    optimizers = [nbcoll.optim.SGD(m.parameters(), lr=0.2, momentum=0.9) for m in (reference, pipe)]
+    loss_fn = nn.CrossEntropyLoss()
+    rng = np.random.default_rng(12)
+    for step in range(steps):
+        x, y = rng.standard_normal((BATCH, WIDTH)), rng.integers(0, CLASSES, BATCH)
+        for opt in optimizers:
+            opt.zero_grad()
+        want = loss_fn(reference(nbcoll.tensor(x)), nbcoll.tensor(y))
+        want.backward()
+        got = pipe.step(x if r == 0 else None, y if r == p - 1 else None, loss_fn)
+        for opt in optimizers:
+            opt.step()
+        np.testing.assert_allclose(got, want.item(), rtol=1e-10, err_msg=f"{schedule} m={chunks} loss, step {step}")
+    for name, value in pipe.stage.state_dict().items():
+        np.testing.assert_allclose(
+            value, reference[r].state_dict()[name], rtol=1e-10, atol=1e-12, err_msg=f"{schedule} m={chunks} {name}"
+        )
+    return pipe
+
+
+def check_toy_float32(comm) -> int:
+    """One 1F1B step of a tiny pipeline in float32 (for the simulator): parameters within rtol 1e-5 of one process."""
+    nbcoll.set_default_dtype(np.float32)
+    nbcoll.manual_seed(3)
+    make = lambda: [nn.Sequential(nn.Linear(3, 3), nn.Tanh()) for _ in range(comm.size)]  # noqa: E731
+    nbcoll.manual_seed(3)
+    reference = nn.Sequential(*make())
+    nbcoll.manual_seed(3)
+    pipe = Pipeline(make(), comm, chunks=2, schedule="1f1b")
+    x = np.random.default_rng(4).standard_normal((4, 3)).astype(np.float32)
+    target = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    loss_fn = nn.MSELoss()
+    loss_fn(reference(nbcoll.tensor(x)), nbcoll.tensor(target)).backward()
+    pipe.step(x, target, loss_fn)
+    for (name, p), q in zip(pipe.stage.named_parameters(), reference[comm.rank].parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"float32 {name}")
+    nbcoll.set_default_dtype(np.float64)
+    return 1
+
+
+def run(comm, steps: int = 3, out: str = "") -> int:
+    """Every case on ``comm`` (float64 must be the default dtype); returns how many passed."""
+    p, r, cases = comm.size, comm.rank, 0
+    peak_bytes = {}
+    for schedule, chunks in [("gpipe", 1), ("gpipe", 8), ("1f1b", 8), ("1f1b", 2)]:
+        pipe = train_case(comm, schedule, chunks, steps)
+        cells = timeline(pipe.gather_actions())
+        bubble = bubble_fraction(cells)
+        assert abs(bubble - (p - 1) / (chunks + p - 1)) < 1e-12, (schedule, chunks, bubble)
+        if schedule == "gpipe":
+            assert pipe.peak_in_flight == chunks, pipe.peak_in_flight
+        else:
+            assert pipe.peak_in_flight == min(p - r, chunks) <= p, pipe.peak_in_flight
+        peak_bytes[schedule, chunks] = pipe.peak_activation_bytes
+        if out and r == 0:
+            draw_timeline(cells, os.path.join(out, f"{schedule}_m{chunks}.png"), f"{schedule}, {p} stages")
+        print(
+            f"rank {r}: {schedule} m={chunks}: bubble {bubble:.3f}, in flight {pipe.peak_in_flight}, "
+            f"peak memory {pipe.peak_activation_bytes} B",
+            flush=True,
+        )
+        cases += 1
+    if r == 0 and p > 1:  # the first stage holds all 8 micro-batches under GPipe, p under 1F1B
+        assert peak_bytes["1f1b", 8] < peak_bytes["gpipe", 8], peak_bytes
+    stages = build_stages(p)
+    expect_error(lambda: Pipeline(stages + stages[:1], comm, chunks=2), ["stages", f"{p} stages", f"{p + 1}"])
+    expect_error(lambda: Pipeline(stages, comm, chunks=2, schedule="zigzag"), ["schedule", "1f1b"])
+    expect_error(lambda: Pipeline(stages, comm, chunks=0), ["chunks"])
+    pipe = Pipeline(stages, comm, chunks=3)
+    expect_error(lambda: pipe.step(np.zeros((4, WIDTH)), np.zeros(4, np.int64), nn.CrossEntropyLoss()), ["chunks=3"])
+    return cases + 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--out", default="", help="a folder for the timelines rank 0 draws")
+    args = parser.parse_args()
+    nbcoll.set_default_dtype(np.float64)
+    comm = nbcoll.init()
+    cases = run(comm, args.steps, args.out)
+    comm.destroy()
+    print(f"rank {comm.rank}: pipeline ok: {cases} cases", flush=True)
+
+
+if __name__ == "__main__":
+    main()

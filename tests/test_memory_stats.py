@@ -1,0 +1,77 @@
+"""``nbcoll.memory.stats()``: the bytes nbcoll's allocations hold now and at their peak, on every backend."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import nbcoll
+from nbcoll import memory
+from nbcoll.nn import Linear
+from nbcoll.optim import Adam
+
+
+def _allocated() -> int:
+    gc.collect()
+    return memory.stats().allocated_bytes
+
+
+def test_allocations_are_counted_until_freed(backend):
+    before = _allocated()
+    x = memory.empty((10, 3), np.float32)
+    y = memory.zeros(7, np.float64)
+    z = memory.to_device(np.arange(5, dtype=np.int8))
+    assert _allocated() - before == 120 + 56 + 5
+    view = x[2:4]  # a view keeps its allocation alive and is not counted again
+    del x
+    assert _allocated() - before == 120 + 56 + 5
+    del view, y, z
+    assert _allocated() == before
+
+
+def test_peak_since_reset(backend):
+    gc.collect()
+    memory.reset_peak_stats()
+    start = memory.stats()
+    assert start.peak_bytes == start.allocated_bytes
+    big = memory.empty(1000, np.float32)
+    del big
+    small = memory.empty(10, np.float32)
+    now = memory.stats()
+    assert now.peak_bytes == start.allocated_bytes + 4000
+    assert _allocated() == start.allocated_bytes + 40
+    memory.reset_peak_stats()
+    assert memory.stats().peak_bytes == memory.stats().allocated_bytes
+    del small
+
+
+def test_tensors_count_the_results_of_the_numpy_references(backend):
+    a = nbcoll.tensor(np.ones((4, 6)), dtype=np.float64)
+    b = nbcoll.tensor(np.ones((6, 5)), dtype=np.float64)
+    before = _allocated()
+    c = a @ b  # on numpy, the reference's own array becomes the Tensor's data
+    assert _allocated() - before == 4 * 5 * 8
+    del c
+    assert _allocated() == before
+
+
+def test_parameters_gradients_and_adam_state_are_four_copies_of_the_model(backend):
+    """The ZeRO paper's count for float32 with Adam: 4 bytes of parameter, 4 of gradient, 8 of state each."""
+    gc.collect()
+    start = _allocated()
+    nbcoll.manual_seed(0)
+    layer = Linear(6, 5)  # 35 parameters
+    n = 35
+    assert _allocated() - start == 4 * n
+    layer(nbcoll.tensor(np.ones((2, 6), np.float32))).sum().backward()
+    assert _allocated() - start == 8 * n
+    optimizer = Adam(layer.parameters(), lr=0.1)
+    optimizer.step()
+    assert _allocated() - start == 16 * n, optimizer
+
+
+def test_stats_is_a_frozen_snapshot():
+    s = memory.stats()
+    with pytest.raises(AttributeError):
+        s.allocated_bytes = 0
+    assert s.live_allocations >= 0

@@ -1,0 +1,76 @@
+"""Meshes, tensor and pipeline parallelism under mpiexec: one launch per rank count runs every case.
+
+``mpi_scripts/model_parallel.py`` runs ``mpi_scripts/tensor_parallel.py`` (the mesh communicators; the split
+layers against the full ones, forward and every gradient; the vocabulary-parallel cross-entropy, its value,
+gradient and a peak memory of one process's over the rank count; three SGD steps of a two-block transformer LM
+against one process) and ``mpi_scripts/pipeline.py`` (GPipe and 1F1B trained three steps against one process;
+the bubble counted from the recorded schedule; the micro-batches in flight; the timelines drawn),
+``mpi_scripts/expert_parallel.py`` (the mixture of experts spread over ranks against every expert local, token
+for token, drops counted; three steps against one process) and, on 4
+ranks, ``mpi_scripts/hybrid_parallel.py`` (DP x TP, DP x PP and TP x PP against one process). Float64,
+1e-10 relative. The schedules themselves, which need no ranks, are checked here directly.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from nbcoll.parallel.pipeline_schedule import (
+    SCHEDULES,
+    bubble_fraction,
+    draw_timeline,
+    peak_in_flight,
+    schedule_actions,
+    timeline,
+)
+from nbcoll.testing import run_ranks
+
+SCRIPT = Path(__file__).parent / "mpi_scripts" / "model_parallel.py"
+CASES = {2: (17, 8, 6, 0), 3: (17, 8, 6, 0), 4: (21, 8, 6, 3)}  # tensor, pipeline, expert, hybrid cases
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_tensor_pipeline_and_expert_parallel_equal_one_process(nprocs, tmp_path):
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}
+    result = run_ranks(nprocs, SCRIPT, "--out", str(tmp_path), env=env, timeout=300)
+    tensor_cases, pipeline_cases, expert_cases, hybrid_cases = CASES[nprocs]
+    for rank in range(nprocs):
+        assert f"tensor parallel ok: {tensor_cases} cases" in result.outputs[rank], result.report()
+        assert f"pipeline ok: {pipeline_cases} cases" in result.outputs[rank], result.report()
+        assert f"expert parallel ok: {expert_cases} cases" in result.outputs[rank], result.report()
+        assert f"hybrid parallel ok: {hybrid_cases} cases" in result.outputs[rank], result.report()
+    assert (tmp_path / "1f1b_m8.png").stat().st_size > 0
+
+
+@pytest.mark.mpi
+def test_each_strategy_on_the_simulator_in_float32_at_toy_size():
+    """2 ranks, float32, rtol 1e-5 against the unsplit computation: a column -> row MLP into a split head and the
+    vocabulary-parallel loss (loss and input gradient), one 1F1B pipeline step (every stage's gradients), and the
+    mixture of experts spread against local (input gradient)."""
+    env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
+    result = run_ranks(2, SCRIPT, "--toy", env=env, timeout=600)
+    for rank in range(2):
+        for name in ("tensor", "pipeline", "expert"):
+            assert f"{name} float32 toy ok: 1 cases" in result.outputs[rank], result.report()
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("chunks", [1, 2, 3, 8])
+def test_bubble_and_in_flight_counted_from_the_schedule(schedule, stages, chunks):
+    actions = [schedule_actions(schedule, stages, s, chunks) for s in range(stages)]
+    for stage_actions in actions:  # every micro-batch forward once, then backward once
+        assert sorted(stage_actions) == sorted([("F", i) for i in range(chunks)] + [("B", i) for i in range(chunks)])
+    assert bubble_fraction(timeline(actions)) == pytest.approx((stages - 1) / (chunks + stages - 1), abs=1e-12)
+    peak = max(peak_in_flight(a) for a in actions)
+    assert peak == (chunks if schedule == "gpipe" else min(stages, chunks))
+
+
+def test_a_timeline_is_drawn_and_a_deadlocked_order_refused(tmp_path):
+    cells = timeline([schedule_actions("1f1b", 3, s, 4) for s in range(3)])
+    assert Path(draw_timeline(cells, tmp_path / "t.png")).stat().st_size > 0
+    with pytest.raises(ValueError, match="wait on each other"):
+        timeline([[("B", 0), ("F", 0)], [("F", 0), ("B", 0)]])
+    with pytest.raises(ValueError, match="schedule"):
+        schedule_actions("interleaved", 2, 0, 4)

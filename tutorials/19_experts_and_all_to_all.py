@@ -1,0 +1,99 @@
+"""Mixture of experts across ranks: top-k gating, capacity, dropped tokens, and the two all-to-alls that move them.
+
+What you learn here:
+
+- how a gate sends each token to its ``top_k`` experts, and how a capacity (``capacity_factor`` times an even
+  share) bounds every expert's work; what does not fit is dropped, and counted;
+- how experts on different ranks get their tokens: first an all-to-all of *counts*, so every rank knows how many
+  rows it will receive from whom, then an uneven all-to-all of the rows, and the reverse one to bring results home;
+- that the layer spread over ranks computes exactly what it computes with every expert local, token for token;
+- the load-balancing loss, which is smallest when the gate spreads tokens evenly.
+
+Run it with ``python tutorials/19_experts_and_all_to_all.py``: it re-launches itself on 2 ranks, in float64.
+"""
+
+import nbcoll.launch
+
+nbcoll.launch.relaunch(2)
+
+# Everything below runs on each of the 2 ranks.
+import numpy as np  # noqa: E402
+
+import nbcoll  # noqa: E402
+from nbcoll import nn  # noqa: E402
+from nbcoll.parallel.experts import MixtureOfExperts, all_reduce_shared_gradients, load_expert_state  # noqa: E402
+
+nbcoll.set_default_dtype(np.float64)
+comm = nbcoll.init()
+rank, n = comm.rank, comm.size
+EXPERTS, DIM = 4, 8
+
+
+def say(text: str = "") -> None:
+    if rank == 0:
+        print(text, flush=True)
+
+
+def everyone(values: list[int]) -> list[list[int]]:
+    """Each rank's list of ints (same length everywhere), for rank 0 to print."""
+    got = nbcoll.zeros(n * len(values), np.int64)
+    comm.all_gather(nbcoll.to_device(np.array(values, np.int64)), got)
+    return nbcoll.to_host(got).reshape(n, -1).tolist()
+
+
+say(f"Tutorial 19 on the {nbcoll.get_backend()!r} backend, {n} ranks, {EXPERTS} experts ({EXPERTS // n} per rank)")
+say()
+solo = comm.split(rank)  # this rank alone: a layer with every expert local, the reference
+x = nbcoll.tensor(np.random.default_rng([1, rank]).standard_normal((12, DIM)))  # each rank has its own 12 tokens
+
+# ---------------------------------------------------------------------------------------------------------------
+say("1. Routing: top-2 experts per token, capacity factor 1.0")
+nbcoll.manual_seed(0)
+local = MixtureOfExperts(DIM, 16, EXPERTS, solo, top_k=2, capacity_factor=1.0)
+spread = load_expert_state(
+    MixtureOfExperts(DIM, 16, EXPERTS, comm, top_k=2, capacity_factor=1.0), local.state_dict(), comm
+)
+y_local, y_spread = local(x), spread(x)
+stats = spread.stats
+say(f"   capacity per expert: ceil(1.0 x 12 tokens x 2 / {EXPERTS}) = {stats['capacity']} rows from each rank")
+for r, (tokens_per_expert, dropped) in enumerate(
+    zip(everyone(stats["per_expert"]), everyone([stats["dropped"]]), strict=True)
+):
+    say(f"   rank {r}: rows kept per expert {tokens_per_expert}, assignments dropped {dropped[0]}")
+say()
+
+say("2. The all-to-alls")
+say("   counts first: each rank tells each expert's rank how many rows to expect; then the rows themselves")
+worst = np.abs(y_spread.numpy() - y_local.numpy()).max()
+assert worst < 1e-12, worst  # on every rank
+say(f"   max |spread - local| over rank 0's token outputs: {worst:.1e} (every expert local is the reference)")
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+say("3. Capacity too small: drops are counted, never silent")
+tight = load_expert_state(
+    MixtureOfExperts(DIM, 16, EXPERTS, comm, top_k=2, capacity_factor=0.5), local.state_dict(), comm
+)
+tight(x)
+say(
+    f"   capacity factor 0.5: capacity {tight.stats['capacity']}, dropped per rank {everyone([tight.stats['dropped']])}"
+)
+say()
+
+# ---------------------------------------------------------------------------------------------------------------
+say("4. Training with the load-balancing loss")
+opt = nbcoll.optim.SGD(spread.parameters(), lr=0.2)
+mse = nn.MSELoss()
+target = nbcoll.tensor(np.random.default_rng([2, rank]).standard_normal((12, DIM)))
+for step in range(6):
+    opt.zero_grad()
+    y = spread(x)
+    loss = mse(x + y, target) + 0.1 * spread.aux_loss
+    (loss * (1.0 / n)).backward()  # each expert's gradient sums every rank's tokens
+    all_reduce_shared_gradients(spread, comm)  # the replicated gate averages like data parallelism
+    opt.step()
+    say(f"   step {step}: loss {loss.item():.4f}, balance loss {spread.aux_loss.item():.4f} (1.0 is perfectly even)")
+solo.destroy()
+comm.destroy()
+say()
+say("Done: experts on different ranks, tokens moved by all-to-all, equal to the local layer token for token.")
