@@ -32,7 +32,8 @@ from nbcoll.parallel.pipeline_schedule import bubble_fraction, draw_timeline, ti
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", default="", help="folder for the timeline pictures")
 args = parser.parse_args()
-out = args.out or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder for the pictures.
+out = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
 
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
