@@ -12,6 +12,9 @@ What you learn here:
 
 Run it with ``python tutorials/15_tensor_parallel.py``: it re-launches itself on 2 ranks, in float64. Rank 0
 narrates; every rank checks.
+
+Without a GPU its tests and the docs build run it with ``NBCOLL_BACKEND=numpy``: the simulator runs every
+kernel thread in Python, which is much slower at these sizes.
 """
 
 import nbcoll.launch

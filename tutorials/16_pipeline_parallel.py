@@ -11,6 +11,9 @@ What you learn here:
 
 Run it with ``python tutorials/16_pipeline_parallel.py [--out DIR]``: it re-launches itself on 4 ranks and draws
 the timelines into DIR (default: a temporary folder).
+
+Without a GPU its tests and the docs build run it with ``NBCOLL_BACKEND=numpy``: the simulator runs every
+kernel thread in Python, which is much slower at these sizes.
 """
 
 import nbcoll.launch

@@ -10,6 +10,9 @@ What you learn here:
 - the load-balancing loss, which is smallest when the gate spreads tokens evenly.
 
 Run it with ``python tutorials/19_experts_and_all_to_all.py``: it re-launches itself on 2 ranks, in float64.
+
+Without a GPU its tests and the docs build run it with ``NBCOLL_BACKEND=numpy``: the simulator runs every
+kernel thread in Python, which is much slower at these sizes.
 """
 
 import nbcoll.launch

@@ -11,6 +11,9 @@ What you learn here:
 
 Run it with ``python tutorials/20_planning_a_training_run.py``: it times one block first, then re-launches
 itself on 4 ranks.
+
+Without a GPU its tests and the docs build run it with ``NBCOLL_BACKEND=numpy``: the simulator runs every
+kernel thread in Python, which is much slower at these sizes.
 """
 
 import sys
