@@ -1,18 +1,22 @@
 """Sphinx configuration of the nbcoll documentation: ``sphinx-build -W -b html docs docs/_build/html``.
 
-Only Sphinx and its bundled extensions are used, so the site builds wherever nbcoll's ``dev`` extra is installed.
-The ``nbcoll-tutorials`` directive defined here lists ``tutorials/*.py`` with the first line of each module
-docstring, so that a new tutorial appears in the docs without editing them.
+Sphinx, its bundled extensions and the Furo theme (all in nbcoll's ``dev`` extra) are used; the build fetches
+nothing from the network. The ``nbcoll-tutorials`` directive defined here lists ``tutorials/*.py`` with the first
+line of each module docstring, and ``tutorial_pages.py`` (next to this file) gives each tutorial a page with its
+code and the output of a real run, so that a new tutorial appears in the docs without editing them.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import os
 import sys
 from pathlib import Path
 
 from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +24,7 @@ TUTORIALS = ROOT / "tutorials"
 
 # Autodoc imports the package from this tree, whether or not it is installed.
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tutorial_pages, this folder's extension
 # Autodoc only imports modules, and the simulator needs no GPU: the same pages build on every machine.
 os.environ.setdefault("NBCOLL_BACKEND", "sim")
 
@@ -38,11 +43,15 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "tutorial_pages",
 ]
 
-exclude_patterns = ["_build"]
-html_theme = "alabaster"
+exclude_patterns = ["_build", "tutorials/_figures"]
+# Furo: maintained, with a search page and a sidebar search box; it ships its fonts and scripts, no CDN.
+html_theme = "furo"
+html_title = f"nbcoll {release}"
 html_static_path: list[str] = []
+html_theme_options = {"navigation_with_keys": True}
 nitpicky = False
 
 autodoc_typehints = "description"
@@ -81,13 +90,56 @@ class TutorialList(SphinxDirective):
             self.env.note_dependency(str(path))
             summary = first_docstring_line(path)
             paragraph = nodes.paragraph()
-            paragraph += nodes.literal(text=f"tutorials/{path.name}")
+            # A link to the tutorial's own page (made by tutorial_pages), its file name as the text.
+            link = addnodes.pending_xref(
+                "",
+                refdomain="std",
+                reftype="doc",
+                reftarget=f"/tutorials/{path.stem}",
+                refexplicit=True,
+                refdoc=self.env.docname,
+            )
+            link += nodes.literal(text=f"tutorials/{path.name}")
+            paragraph += link
             if summary:
                 paragraph += nodes.Text(f": {summary}")
             items += nodes.list_item("", paragraph)
         return [items]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The API reference, grouped by layer.
+
+
+class ApiGroup(SphinxDirective):
+    """``.. nbcoll-api-group::`` with module patterns as content (``nbcoll.comm*``): a toctree of the pages
+    ``api/<module>.rst`` that match, in name order.
+
+    A new module's page lands in the group whose pattern it matches; a page that matches none is reported by
+    Sphinx as not included in any toctree, which ``-W`` turns into an error. A group none of whose patterns
+    matches a page yet says so instead of failing, so that groups can be listed before their modules exist.
+    """
+
+    has_content = True
+
+    def run(self) -> list[nodes.Node]:
+        patterns = [line.strip() for line in self.content if line.strip()]
+        pages = sorted(
+            name
+            for name in self.env.found_docs
+            if name.startswith("api/") and any(fnmatch.fnmatchcase(name[len("api/") :], p) for p in patterns)
+        )
+        if not pages:
+            return [nodes.paragraph(text="No module in this layer yet.")]
+        lines = [".. toctree::", "   :maxdepth: 1", "", *(f"   /{page}" for page in pages)]
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), self.content_offset, container)
+        return container.children
+
+
 def setup(app):
     app.add_directive("nbcoll-tutorials", TutorialList)
+    app.add_directive("nbcoll-api-group", ApiGroup)
+    # The groups depend on which API pages exist: read the index again at every build.
+    app.connect("env-get-outdated", lambda app, env, added, changed, removed: ["api/index"])
     return {"parallel_read_safe": True}

@@ -13,10 +13,13 @@ backend    device array
 
 Example::
 
-    import numpy as np, nbcoll
-    x = nbcoll.to_device(np.arange(5, dtype=np.float32))
-    y = nbcoll.zeros(5, np.float32)
-    nbcoll.to_host(x)               # array([0., 1., 2., 3., 4.], dtype=float32)
+    >>> import numpy as np, nbcoll
+    >>> x = nbcoll.to_device(np.arange(5, dtype=np.float32))
+    >>> y = nbcoll.zeros(5, np.float32)
+    >>> nbcoll.to_host(x)
+    array([0., 1., 2., 3., 4.], dtype=float32)
+    >>> nbcoll.to_host(y)
+    array([0., 0., 0., 0., 0.], dtype=float32)
 
 Every array these functions create is counted (:func:`stats`): the bytes alive now and the peak since
 :func:`reset_peak_stats`, on every backend, so that memory per rank is measured rather than estimated.

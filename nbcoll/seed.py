@@ -7,11 +7,13 @@ and the same sequence of calls give the same parameters and the same masks on ``
 
 Example::
 
-    import nbcoll
-    nbcoll.manual_seed(0)
-    a = nbcoll.nn.Linear(3, 2).weight.numpy()
-    nbcoll.manual_seed(0)
-    b = nbcoll.nn.Linear(3, 2).weight.numpy()      # equal to a
+    >>> import numpy as np, nbcoll
+    >>> nbcoll.manual_seed(0)
+    >>> a = nbcoll.nn.Linear(3, 2).weight.numpy()
+    >>> nbcoll.manual_seed(0)
+    >>> b = nbcoll.nn.Linear(3, 2).weight.numpy()
+    >>> np.array_equal(a, b)
+    True
 """
 
 from __future__ import annotations

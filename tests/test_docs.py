@@ -1,7 +1,16 @@
-"""The Sphinx site builds with warnings as errors, and lists the tutorials and API pages it should."""
+"""The Sphinx site builds with warnings as errors, and lists the tutorials and API pages it should.
 
+The build here runs one short tutorial (11, on numpy, a few seconds) through docs/tutorial_pages.py, and shows
+the others' code with a note: the full build, which runs them all, is ``sphinx-build -W -b html docs OUT``.
+"""
+
+import html as html_module
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,17 +19,20 @@ pytest.importorskip("sphinx", reason="sphinx is not installed (pip install -e '.
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 TUTORIALS = DOCS.parent / "tutorials"
+EXECUTED = "11_autograd_from_scratch"
 
 
 @pytest.fixture(scope="module")
 def html(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("docs")
+    env = dict(os.environ, NBCOLL_DOCS_EXECUTE=EXECUTED[:2], NBCOLL_DOCS_CACHE=str(out / "tutorial_runs"))
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-d", str(out / "doctrees")]
         + [str(DOCS), str(out / "html")],
         capture_output=True,
         text=True,
         timeout=600,
+        env=env,
     )
     assert proc.returncode == 0, "sphinx-build -W failed:\n" + proc.stderr[-6000:] + proc.stdout[-2000:]
     return out / "html"
@@ -53,3 +65,99 @@ def test_guide_excerpts_come_from_the_source(html):
     kernels = (html / "guide" / "kernels.html").read_text(encoding="utf-8")
     for name in ("unary_reference", "offset_of", "launch_1d", "where_kernel"):
         assert name in kernels, name
+
+
+def page_text(path: Path) -> str:
+    """The visible text of a built page's article, tags removed."""
+    html = path.read_text(encoding="utf-8")
+    article = html[html.index("<article") :]
+    return re.sub(r"\s+", " ", html_module.unescape(re.sub(r"<[^>]+>", " ", article)))
+
+
+def test_every_tutorial_has_a_page_with_its_code(html):
+    for path in sorted(TUTORIALS.glob("[0-9][0-9]_*.py")):
+        page = html / "tutorials" / f"{path.stem}.html"
+        assert page.is_file(), path.name
+        text = page_text(page)
+        for section in ("What you will learn", "Run it", "The code", "Output", "What to try next"):
+            assert section in text, (path.name, section)
+
+
+def test_one_tutorial_is_executed_and_its_real_output_shown(html):
+    text = page_text(html / "tutorials" / f"{EXECUTED}.html")
+    assert "Run when this site was built, on the numpy backend: it finished" in text
+    assert "Tutorial 11 on the 'numpy' backend" in text  # printed by the run; the code has an f-string there
+    assert "1. Forward pass by hand" in text
+    # The others are not run by this build: their pages say so instead of showing stale output.
+    assert "did not run the tutorial" in page_text(html / "tutorials" / "01_first_kernel.html")
+
+
+def test_api_reference_is_grouped_by_layer(html):
+    text = page_text(html / "api" / "index.html")
+    groups = ["Backends, memory and kernels", "Tensors and autograd", "Communicators and collectives"]
+    groups += ["Layers, optimizers and data", "Parallel training", "Tools: launching, measuring, testing"]
+    positions = [text.index(group) for group in groups]
+    assert positions == sorted(positions)
+    assert text.index("nbcoll.kernels.elementwise") < text.index("Tensors and autograd")
+    assert groups[2] in text[: text.index("nbcoll.comm.tuner")]
+
+
+def test_index_starts_where_the_readme_does(html):
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert "python tutorials/08_ring_all_reduce.py" in readme
+    text = page_text(html / "index.html")
+    assert "python tutorials/08_ring_all_reduce.py" in text
+    for page in ("getting_started", "concepts", "glossary", "benchmarks", "howto/debug_a_hang", "search"):
+        assert (html / f"{page}.html").is_file(), page
+
+
+def test_tutorial_runs_are_selected_and_their_output_cleaned(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    import tutorial_pages
+
+    [first] = [t for t in tutorial_pages.tutorials() if t.number == "01"]
+    assert tutorial_pages.selected(first, "1") and tutorial_pages.selected(first, "")
+    assert not tutorial_pages.selected(first, "0")
+    assert tutorial_pages.selected(first, "11, 01") and not tutorial_pages.selected(first, "11")
+    assert tutorial_pages.selected(first, first.name)
+    figures = Path("/somewhere/figures")
+    raw = "a\x1b[1mb\x1b[0m\nloss:  40%|####  | 2/5\rloss: 100%|#####| 5/5\n\n\n" + f"saved {figures}/x.png\n"
+    assert tutorial_pages.clean_output(raw, figures) == "ab\n\nsaved $NBCOLL_FIGURES_DIR/x.png"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The built site in a real headless browser: Debian's chromium, started here, nothing downloaded.
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+
+
+def rendered_text(page: Path, query: str = "") -> str:
+    """The text of ``page`` once chromium has loaded it and run its scripts (the search runs in JavaScript)."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the browser checks are skipped")
+    with tempfile.TemporaryDirectory(prefix="nbcoll-chromium-") as profile:
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}"]
+            + ["--virtual-time-budget=10000", "--dump-dom", page.as_uri() + query],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", proc.stdout, flags=re.S)
+    return re.sub(r"\s+", " ", html_module.unescape(re.sub(r"<[^>]+>", " ", dom)))
+
+
+def test_browser_shows_the_home_page_a_tutorial_and_an_api_page(html):
+    assert "Start here" in rendered_text(html / "index.html")
+    tutorial = rendered_text(html / "tutorials" / f"{EXECUTED}.html")
+    assert "What you will learn" in tutorial and "1. Forward pass by hand" in tutorial
+    api = rendered_text(html / "api" / "nbcoll.kernels.elementwise.html")
+    assert re.search(r"nbcoll\.kernels\.elementwise\.\s*unary\s*\(", api), api[:2000]  # the signature's parts
+
+
+def test_browser_search_finds_all_reduce(html):
+    text = rendered_text(html / "search.html", "?q=all_reduce")
+    found = re.search(r"found (\d+) page", text)
+    assert found and int(found.group(1)) > 0, text[-2000:]
+    assert "nbcoll.comm.collectives" in text

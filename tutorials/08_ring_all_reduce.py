@@ -163,7 +163,8 @@ assert np.array_equal(nbcoll.to_host(x), result)
 print(f"rank {rank}: comm.all_reduce(algo='ring') gives the same result: ok")
 world.barrier()  # every rank's trace file is complete
 if rank == 0:
-    png = draw(trace_dir, Path(trace_dir) / "ring_all_reduce.png", seq=1)
+    # NBCOLL_FIGURES_DIR, when set (the docs build sets it), is where the picture goes instead.
+    png = draw(trace_dir, Path(os.environ.get("NBCOLL_FIGURES_DIR") or trace_dir) / "ring_all_reduce.png", seq=1)
     print()
     print(f"4. the trace of comm.all_reduce: {trace_dir}/rank*.jsonl, drawn to {png}")
     print("   one row per rank, one box per step, one arrow per chunk; the same picture from the command line:")

@@ -39,7 +39,8 @@ parser.add_argument("--out", default=None, help="folder for the loss curves and 
 parser.add_argument("--tiny", action="store_true", help="toy sizes (the default on the simulator)")
 args = parser.parse_args()
 TINY = args.tiny or nbcoll.get_backend() == "sim"
-OUT = args.out or tempfile.mkdtemp(prefix="nbcoll-training-")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder instead of a new one.
+OUT = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-training-")
 os.makedirs(OUT, exist_ok=True)
 PROGRESS = {"leave": False, "mininterval": 0.5}  # the bar redraws at most twice a second and clears at the end
 

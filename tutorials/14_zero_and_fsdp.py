@@ -20,6 +20,7 @@ nbcoll.launch.relaunch(4)
 # Everything below runs on each of the 4 ranks.
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -34,7 +35,10 @@ from nbcoll.parallel import (  # noqa: E402
 )
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--out", default=".", help="where to write memory_per_rank.png")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder for the picture.
+parser.add_argument(
+    "--out", default=os.environ.get("NBCOLL_FIGURES_DIR", "."), help="where to write memory_per_rank.png"
+)
 args = parser.parse_args()
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size

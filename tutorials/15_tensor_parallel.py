@@ -13,6 +13,8 @@ What you learn here:
 Run it with ``python tutorials/15_tensor_parallel.py``: it re-launches itself on 2 ranks, in float64. Rank 0
 narrates; every rank checks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, the
 same steps run at toy sizes (a few features, one training step).
+
+Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
 
 import nbcoll.launch

@@ -12,6 +12,8 @@ What you learn here:
 Run it with ``python tutorials/16_pipeline_parallel.py [--out DIR]``: it re-launches itself on 4 ranks and draws
 the timelines into DIR (default: a temporary folder). On the simulator (``NBCOLL_BACKEND=sim``), where every GPU
 thread runs in Python, it runs the same steps at toy sizes: width 2, 4 micro-batches of one row, one step.
+
+Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
 
 import nbcoll.launch
@@ -33,7 +35,8 @@ from nbcoll.parallel.pipeline_schedule import bubble_fraction, draw_timeline, ti
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", default="", help="folder for the timeline pictures")
 args = parser.parse_args()
-out = args.out or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder for the pictures.
+out = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
 
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()

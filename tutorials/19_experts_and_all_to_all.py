@@ -12,6 +12,8 @@ What you learn here:
 Run it with ``python tutorials/19_experts_and_all_to_all.py``: it re-launches itself on 2 ranks, in float64. On
 the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it runs the same steps at toy sizes:
 one expert per rank, width 2, 6 tokens per rank, two training steps.
+
+Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
 
 import nbcoll.launch

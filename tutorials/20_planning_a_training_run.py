@@ -13,6 +13,8 @@ What you learn here:
 Run it with ``python tutorials/20_planning_a_training_run.py``: it times one block first, then re-launches
 itself on 4 ranks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it keeps to
 toy sizes: a two-block model of width 4, default rates instead of a timing, one measured layout, two steps.
+
+Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
 
 import sys

@@ -10,9 +10,11 @@ stays at two forward evaluations per input element.
 
 Example::
 
-    from nbcoll.autograd import gradcheck
-    x = nbcoll.tensor(np.random.rand(3, 4), dtype=np.float64, requires_grad=True)
-    gradcheck(lambda x: (x.exp() * x).sum(axis=1), [x])      # True, or AssertionError with the worst entry
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.autograd import gradcheck
+    >>> x = nbcoll.tensor(np.random.default_rng(0).random((3, 4)), dtype=np.float64, requires_grad=True)
+    >>> gradcheck(lambda x: (x.exp() * x).sum(axis=1), [x])      # True, or AssertionError with the worst entry
+    True
 """
 
 from __future__ import annotations

@@ -21,11 +21,18 @@ kernel's rule ``a if a >= b else b`` and may differ from NumPy's NaN-propagating
 
 Example::
 
-    from nbcoll.kernels import combine
-    combine.combine("sum", dst, src)            # dst += src
-    op = combine.premul_sum(0.5)
-    combine.pre_op(op, x)                       # x *= 0.5, before x is sent
-    combine.combine(op, dst, src)               # a sum
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import combine
+    >>> dst = nbcoll.to_device(np.array([1.0, 2.0], np.float32))
+    >>> src = nbcoll.to_device(np.array([10.0, 20.0], np.float32))
+    >>> _ = combine.combine("sum", dst, src)         # dst += src
+    >>> nbcoll.to_host(dst)
+    array([11., 22.], dtype=float32)
+    >>> op = combine.premul_sum(0.5)
+    >>> _ = combine.pre_op(op, src)                  # src *= 0.5, before src is sent
+    >>> _ = combine.combine(op, dst, src)            # then a sum
+    >>> nbcoll.to_host(dst)
+    array([16., 32.], dtype=float32)
 """
 
 from __future__ import annotations
@@ -55,8 +62,10 @@ class PremulSum:
 
     Example::
 
-        op = premul_sum(1 / world_size)     # a sum that already averages, for floating dtypes
-        op.scalar                           # 0.125 on 8 ranks
+        >>> world_size = 8
+        >>> op = premul_sum(1 / world_size)     # a sum that already averages, for floating dtypes
+        >>> op.scalar
+        0.125
     """
 
     scalar: float

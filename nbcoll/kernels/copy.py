@@ -14,11 +14,21 @@ several arrays into one buffer and back, as gradient buckets do before and after
 
 Example::
 
-    from nbcoll.kernels import copy
-    y = copy.strided_copy(x[:, 1:3])            # a contiguous copy of a column slice
-    h = copy.cast(y, "float16")
-    flat = copy.flatten([w, b])                 # w and b, one after the other
-    copy.unflatten(flat, [w, b])                # and back
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import copy
+    >>> x = nbcoll.to_device(np.arange(8, dtype=np.float32).reshape(2, 4))
+    >>> y = copy.strided_copy(x[:, 1:3])            # a contiguous copy of a column slice
+    >>> nbcoll.to_host(y)
+    array([[1., 2.],
+           [5., 6.]], dtype=float32)
+    >>> copy.cast(y, "float16").dtype
+    dtype('float16')
+    >>> w, b = y, nbcoll.to_device(np.array([9.0], np.float32))
+    >>> flat = copy.flatten([w, b])                 # w and b, one after the other
+    >>> nbcoll.to_host(flat)
+    array([1., 2., 5., 6., 9.], dtype=float32)
+    >>> [a.shape for a in copy.unflatten(flat, [w, b])]     # and back
+    [(2, 2), (1,)]
 """
 
 from __future__ import annotations
@@ -44,9 +54,11 @@ class CopyDescriptors:
 
     Example::
 
-        table = CopyDescriptors.build([0, 10], [5, 0], [3, 4])
-        table.starts        # array([0, 3]): segment k covers elements starts[k] .. starts[k] + lengths[k] - 1
-        table.total         # 7 elements to copy, one thread each
+        >>> table = CopyDescriptors.build([0, 10], [5, 0], [3, 4])
+        >>> table.starts        # segment k covers elements starts[k] .. starts[k] + lengths[k] - 1
+        array([0, 3])
+        >>> table.total         # elements to copy, one thread each
+        7
     """
 
     src_offsets: np.ndarray

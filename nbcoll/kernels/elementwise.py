@@ -8,9 +8,16 @@ Every output element is computed by exactly one thread, independently of all oth
 
 Example::
 
-    from nbcoll.kernels import elementwise
-    y = elementwise.unary("relu", x)
-    z = elementwise.binary("add", x, bias)      # bias broadcasts along x's leading dims
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import elementwise
+    >>> x = nbcoll.to_device(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
+    >>> nbcoll.to_host(elementwise.unary("relu", x))
+    array([[0., 2.],
+           [3., 0.]], dtype=float32)
+    >>> bias = nbcoll.to_device(np.array([10.0, 20.0], np.float32))
+    >>> nbcoll.to_host(elementwise.binary("add", x, bias))      # bias broadcasts along x's leading dims
+    array([[ 9., 22.],
+           [13., 16.]], dtype=float32)
 """
 
 from __future__ import annotations

@@ -22,9 +22,20 @@ argument and the bad value, instead of a kernel reading or writing outside an ar
 
 Example::
 
-    from nbcoll.kernels import index
-    rows = index.embedding(weight, ids)                     # weight (V, D), ids (B, T) -> (B, T, D)
-    dweight = index.embedding_backward(grad_rows, ids, V)   # duplicate ids sum their gradients
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import index
+    >>> weight = nbcoll.to_device(np.arange(6, dtype=np.float32).reshape(3, 2))    # V=3 rows of D=2
+    >>> ids = nbcoll.to_device(np.array([[2, 0, 2]]))                               # B=1, T=3
+    >>> rows = index.embedding(weight, ids)                                         # (B, T, D)
+    >>> nbcoll.to_host(rows)
+    array([[[4., 5.],
+            [0., 1.],
+            [4., 5.]]], dtype=float32)
+    >>> grad_rows = nbcoll.to_device(np.ones((1, 3, 2), np.float32))
+    >>> nbcoll.to_host(index.embedding_backward(grad_rows, ids, 3))    # row 2 was used twice: its gradients sum
+    array([[1., 1.],
+           [0., 0.],
+           [2., 2.]], dtype=float32)
 """
 
 from __future__ import annotations

@@ -5,9 +5,16 @@ accumulating in float32 and integers in 64 bits (the result wraps to the input d
 
 Example::
 
-    from nbcoll.kernels.matmul import matmul
-    y = matmul(x, w)                 # (batch, seq, d_in) @ (d_in, d_out) -> (batch, seq, d_out)
-    v = matmul(m, vector)            # (M, K) @ (K,) -> (M,): 1-D operands are promoted as NumPy does
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels.matmul import matmul
+    >>> x = nbcoll.to_device(np.ones((2, 3, 4), np.float32))    # (batch, seq, d_in)
+    >>> w = nbcoll.to_device(np.ones((4, 5), np.float32))       # (d_in, d_out)
+    >>> matmul(x, w).shape                                      # (batch, seq, d_out)
+    (2, 3, 5)
+    >>> m = nbcoll.to_device(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    >>> vector = nbcoll.to_device(np.array([1.0, 1.0], np.float32))
+    >>> nbcoll.to_host(matmul(m, vector))    # (M, K) @ (K,) -> (M,): 1-D operands are promoted as NumPy does
+    array([3., 7.], dtype=float32)
 """
 
 from __future__ import annotations

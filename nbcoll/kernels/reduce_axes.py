@@ -18,10 +18,17 @@ cannot overflow the narrow type); ``sum`` and ``mean`` of floats keep the dtype,
 
 Example::
 
-    from nbcoll.kernels.reduce_axes import reduce, sum_to_shape
-    totals = reduce("sum", x, axis=(0, 2))              # x (4, 3, 5) -> (3,)
-    best = reduce("argmax", logits, axis=-1)            # (batch, classes) -> (batch,) int64
-    grad_b = sum_to_shape(grad_y, (1, 5))               # undo broadcasting: (8, 5) -> (1, 5)
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels.reduce_axes import reduce, sum_to_shape
+    >>> x = nbcoll.to_device(np.ones((4, 3, 5), np.float32))
+    >>> nbcoll.to_host(reduce("sum", x, axis=(0, 2)))             # (4, 3, 5) -> (3,)
+    array([20., 20., 20.], dtype=float32)
+    >>> logits = nbcoll.to_device(np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4]], np.float32))
+    >>> nbcoll.to_host(reduce("argmax", logits, axis=-1))         # (batch, classes) -> (batch,) int64
+    array([1, 0])
+    >>> grad_y = nbcoll.to_device(np.ones((8, 5), np.float32))
+    >>> nbcoll.to_host(sum_to_shape(grad_y, (1, 5)))              # undo broadcasting: (8, 5) -> (1, 5)
+    array([[8., 8., 8., 8., 8.]], dtype=float32)
 """
 
 from __future__ import annotations

@@ -31,9 +31,14 @@ agree to rounding, not bit for bit.
 
 Example::
 
-    from nbcoll.kernels import reduction
-    reduction.reduce_all("sum", x)      # numpy.float32(...) for a float32 x
-    reduction.reduce_all("max", x)
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import reduction
+    >>> x = nbcoll.to_device(np.array([3.0, -1.0, 4.0, 1.5], np.float32))
+    >>> total = reduction.reduce_all("sum", x)      # a NumPy scalar of x's dtype
+    >>> float(total), total.dtype
+    (7.5, dtype('float32'))
+    >>> float(reduction.reduce_all("max", x))
+    4.0
 """
 
 from __future__ import annotations

@@ -16,10 +16,15 @@ float16 computes in float32; floats only.
 
 Example::
 
-    from nbcoll.kernels.softmax import softmax, log_softmax, log_softmax_backward
-    probs = softmax(logits)                          # over the last axis
-    logp = log_softmax(logits, axis=1)
-    dlogits = log_softmax_backward(logp, dlogp, axis=1)
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels.softmax import softmax, log_softmax, log_softmax_backward
+    >>> logits = nbcoll.to_device(np.log(np.array([[1.0, 1.0, 2.0]], np.float32)))
+    >>> nbcoll.to_host(softmax(logits))                          # over the last axis
+    array([[0.25, 0.25, 0.5 ]], dtype=float32)
+    >>> logp = log_softmax(logits, axis=1)
+    >>> dlogp = nbcoll.to_device(np.array([[0.0, 0.0, 1.0]], np.float32))
+    >>> nbcoll.to_host(log_softmax_backward(logp, dlogp, axis=1))    # dlogp - softmax * sum(dlogp)
+    array([[-0.25, -0.25,  0.5 ]], dtype=float32)
 """
 
 from __future__ import annotations

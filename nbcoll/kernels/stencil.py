@@ -17,9 +17,17 @@ Integer results wrap around as NumPy's integer arithmetic does; float16 accumula
 
 Example::
 
-    from nbcoll.kernels import stencil
-    smooth = stencil.conv1d(signal, box)          # signal (N,), box (K,) -> (N - K + 1,)
-    edges = stencil.conv2d(image, sobel)          # image (H, W), sobel (3, 3) -> (H - 2, W - 2)
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels import stencil
+    >>> signal = nbcoll.to_device(np.array([1, 2, 3, 4, 5], np.float32))
+    >>> box = nbcoll.to_device(np.full(3, 1 / 3, np.float32))
+    >>> nbcoll.to_host(stencil.conv1d(signal, box))          # signal (N,), box (K,) -> (N - K + 1,)
+    array([2., 3., 4.], dtype=float32)
+    >>> image = nbcoll.to_device(np.tile(np.array([0, 0, 1, 1], np.float32), (4, 1)))    # a vertical edge
+    >>> sobel = nbcoll.to_device(np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], np.float32))
+    >>> nbcoll.to_host(stencil.conv2d(image, sobel))          # image (H, W), sobel (3, 3) -> (H - 2, W - 2)
+    array([[4., 4.],
+           [4., 4.]], dtype=float32)
 """
 
 from __future__ import annotations

@@ -15,9 +15,16 @@ Two kernels:
 
 Example::
 
-    from nbcoll.kernels.transpose import permute, transpose
-    y = permute(x, (0, 2, 1, 3))     # (batch, seq, heads, dim) -> (batch, heads, seq, dim)
-    wt = transpose(w)                # (d_in, d_out) -> (d_out, d_in)
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.kernels.transpose import permute, transpose
+    >>> x = nbcoll.to_device(np.zeros((2, 5, 4, 3), np.float32))
+    >>> permute(x, (0, 2, 1, 3)).shape     # (batch, seq, heads, dim) -> (batch, heads, seq, dim)
+    (2, 4, 5, 3)
+    >>> w = nbcoll.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+    >>> nbcoll.to_host(transpose(w))       # (d_in, d_out) -> (d_out, d_in)
+    array([[0., 3.],
+           [1., 4.],
+           [2., 5.]], dtype=float32)
 """
 
 from __future__ import annotations

@@ -2,12 +2,17 @@
 
 Example::
 
-    with nbcoll.no_grad():
-        y = model(x)            # no graph is recorded: y.requires_grad is False
-
-    @nbcoll.no_grad()
-    def evaluate(model, x):
-        return model(x)
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+    >>> with nbcoll.no_grad():
+    ...     y = x * 2               # no graph is recorded
+    >>> y.requires_grad
+    False
+    >>> @nbcoll.no_grad()
+    ... def evaluate(x):
+    ...     return x * 2
+    >>> evaluate(x).requires_grad, (x * 2).requires_grad
+    (False, True)
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 Example::
 
-    import nbcoll
-    x = nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
-    y = (x * x).sum()
-    y.backward()
-    x.grad.numpy()                  # array([[2., 4.], [6., 8.]], dtype=float32)
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad.numpy()
+    array([[2., 4.],
+           [6., 8.]], dtype=float32)
 
 Every numeric operation runs a kernel launch function of ``nbcoll.kernels``; a Tensor method only checks its
 arguments, keeps the shape bookkeeping, and applies the matching ``Function`` of ``nbcoll.tensors.ops``.
@@ -37,8 +39,13 @@ class RemovableHandle:
 
     Example::
 
-        handle = x.register_hook(print)
-        handle.remove()
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+        >>> handle = x.register_hook(lambda grad: print("gradient", grad.numpy()))
+        >>> (x * 3).sum().backward()
+        gradient [3. 3.]
+        >>> handle.remove()
+        >>> (x * 3).sum().backward()       # the hook is gone: nothing printed
     """
 
     def __init__(self, hooks: list[Any], hook: Any) -> None:
@@ -64,10 +71,15 @@ class Tensor:
 
     Example::
 
-        x = Tensor(np.random.rand(4, 3).astype(np.float32))
-        w = Tensor(np.ones((3, 2), np.float32), requires_grad=True)
-        loss = (x @ w).relu().mean()
-        loss.backward()             # w.grad holds d loss / d w
+        >>> import numpy as np
+        >>> x = Tensor(np.full((4, 3), 0.5, np.float32))
+        >>> w = Tensor(np.ones((3, 2), np.float32), requires_grad=True)
+        >>> loss = (x @ w).relu().mean()
+        >>> loss.backward()             # w.grad holds d loss / d w
+        >>> w.grad.numpy()
+        array([[0.25, 0.25],
+               [0.25, 0.25],
+               [0.25, 0.25]], dtype=float32)
     """
 
     # NumPy operands (a float64 scalar * Tensor) defer to Tensor's reflected operators.
@@ -465,7 +477,10 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
 
     Example::
 
-        x = nbcoll.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.dtype, x.shape, x.requires_grad
+        (dtype('float32'), (3,), True)
     """
     return Tensor(data, requires_grad=requires_grad, dtype=dtype)
 
