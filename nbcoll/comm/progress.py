@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -106,14 +107,21 @@ class Watchdog:
             )
         )
 
-    def check_peers(self, ops: Sequence[Any]) -> None:
-        """Raise if any peer an operation waits for has exited: every peer of its step, not only the first."""
+    def check_peers(self, ops: Sequence[Any], still_moving: Callable[[], bool] = lambda: False) -> None:
+        """Raise if a peer an operation waits for has exited (every peer of its step, not only the first) and
+        nothing can move any more.
+
+        A peer that wrote its last chunk and then left is not lost: what it wrote is still there to read, so
+        ``still_moving()`` (one more progress pass) is asked before the error is raised.
+        """
         for op in ops:
             waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
             for peer in waiting:
                 pid = self.peer_pids.get(peer)
                 if pid is not None and not process_alive(pid):
                     unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
+                    if still_moving():
+                        return
                     op.record.finish("failed")
                     raise self._report(
                         CommPeerLostError(
@@ -159,22 +167,27 @@ class Watchdog:
             self.failed = True
             raise
 
+    def _progress_pass(self, pending: Sequence[Any], tracing: bool) -> bool:
+        """Give every pending operation its turn once; return whether any took a step."""
+        moved = False
+        busy: set[int] = set()
+        for op in pending:
+            if id(op.conn) in busy or op.done:
+                continue  # an earlier message on this connection goes first
+            busy.add(id(op.conn))
+            if self._progress(op, pending):
+                moved = True
+                if tracing:
+                    self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
+        return moved
+
     def _drive(self, ops: Sequence[Any]) -> None:
         pending = [op for op in ops if not op.done]
         last_move = time.monotonic()
         next_health_check = last_move
         tracing = self.log.enabled("TRACE", "P2P")
         while pending:
-            moved = False
-            busy: set[int] = set()
-            for op in pending:
-                if id(op.conn) in busy:
-                    continue  # an earlier message on this connection goes first
-                busy.add(id(op.conn))
-                if self._progress(op, pending):
-                    moved = True
-                    if tracing:
-                        self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
+            moved = self._progress_pass(pending, tracing)
             pending = [op for op in pending if not op.done]
             now = time.monotonic()
             if moved:
@@ -182,7 +195,7 @@ class Watchdog:
                 continue
             if now >= next_health_check:  # an abort or a dead peer is noticed within HEALTH_CHECK_INTERVAL
                 self.check_aborted(pending)
-                self.check_peers(pending)
+                self.check_peers(pending, functools.partial(self._progress_pass, pending, tracing))
                 next_health_check = now + HEALTH_CHECK_INTERVAL
             if now - last_move > self.timeout:
                 for op in pending:
