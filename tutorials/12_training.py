@@ -84,7 +84,7 @@ line_losses = train(
     nn.MSELoss(),
     optim.SGD(line.parameters(), lr=0.1, momentum=0.9),
     DataLoader(TensorDataset(x, y), batch_size=8 if TINY else 32, shuffle=True, seed=0),
-    epochs=2 if TINY else 20,
+    epochs=1 if TINY else 20,
     name="line",
 )
 w, b = line.weight.numpy().item(), line.bias.numpy().item()
@@ -109,7 +109,7 @@ classifier_losses = train(
     nn.CrossEntropyLoss(),
     optim.SGD(classifier.parameters(), lr=0.1, momentum=0.9),
     DataLoader(TensorDataset(points, labels), batch_size=12 if TINY else 32, shuffle=True, seed=1),
-    epochs=2 if TINY else 15,
+    epochs=1 if TINY else 15,
     name="classifier",
 )
 accuracy = TopKMeter(k=1)
@@ -189,7 +189,7 @@ text = load_text()
 alphabet = sorted(set(text))
 encoded = np.array([alphabet.index(c) for c in text], dtype=np.int64)
 split = int(0.9 * len(encoded))
-window = 4 if TINY else 24
+window = 2 if TINY else 24
 
 
 class CharLSTM(nn.Module):
