@@ -56,3 +56,17 @@ def dispatch(reference: Callable[..., Any]) -> Callable[[Launch], Launch]:
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def fill_out(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """A reference that returns a new array, adapted to launch code whose last argument is ``out``.
+
+    ``fill_out(unary_reference)(op, x, out)`` does ``out[...] = unary_reference(op, x)`` and returns ``out``.
+    """
+
+    def reference_into_out(*args: Any) -> Any:
+        *inputs, out = args
+        out[...] = reference(*inputs)
+        return out
+
+    return reference_into_out
