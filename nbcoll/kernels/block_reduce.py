@@ -103,11 +103,11 @@ def make_block_total(block_reduce: Any) -> Any:
     return cuda.jit(device=True)(block_total)
 
 
+# fold_sum(scratch, first, lane, width, count): scratch[first] becomes the sum of the row's slots.
 fold_sum = make_block_reduce(merge_values(add))
-"""``fold_sum(scratch, first, lane, width, count)``: ``scratch[first]`` becomes the sum of the row's slots."""
 
+# total = block_sum(scratch, value): the sum of every thread's value, given to every thread.
 block_sum = make_block_total(fold_sum)
-"""``total = block_sum(scratch, value)``: the sum of every thread's ``value``, given to every thread."""
 
+# largest = block_max(scratch, value): the largest of every thread's value, given to every thread.
 block_max = make_block_total(make_block_reduce(merge_values(larger)))
-"""``largest = block_max(scratch, value)``: the largest of every thread's ``value``, given to every thread."""
