@@ -327,7 +327,7 @@ def combine(op: Any, dst: Any, src: Any) -> Any:
     name = kernel_op(op)
     dst, src = _operand(dst, "dst"), _operand(src, "src")
     _same_layout(dst, "dst", src, "src")
-    return combine_into(name, dst, dst, src)
+    return _combine_into(name, dst, dst, src)
 
 
 def _scalar_in_dtype(value: Any, dtype: np.dtype, arg: str) -> Any:
