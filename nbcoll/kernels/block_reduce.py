@@ -6,7 +6,7 @@ scratch, then fold the row into its first slot in ``log2(width)`` steps::
     active = min(width, count)                  # only the first `count` slots hold values
     for step in width/2, width/4, ..., 1:       # all lanes of a step at once, a barrier between steps
         for lane < step with lane + step < active:
-            scratch[first + lane] = merge(scratch[first + lane], scratch[first + lane + step])
+            merge(scratch, first + lane, first + lane + step)   # fold slot lane + step into slot lane
         active = min(active, step)
 
     step 4:  c0+c4  c1+c5  c2+c6  c3+c7
