@@ -52,6 +52,14 @@ class RemovableHandle:
         self._hooks, self._hook = hooks, hook
 
     def remove(self) -> None:
+        """Unregister the hook; removing it twice is harmless.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> handle = x.register_hook(lambda grad: print("seen"))
+        >>> handle.remove()
+        >>> x.sum().backward()                         # nothing printed
+        """
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
 
