@@ -113,8 +113,10 @@ def modules_with_examples() -> list[str]:
     """The modules that define a public name, and :data:`MORE_MODULES`."""
     modules = dict.fromkeys(MORE_MODULES)
     for obj in public_names().values():
-        owner = obj[0] if isinstance(obj, tuple) else obj
-        modules.setdefault(owner.__module__)
+        if isinstance(obj, tuple):  # a member: the module of the class in the MRO that defines it
+            cls, name = obj
+            obj = next(owner for owner in cls.__mro__ if name in vars(owner))
+        modules.setdefault(obj.__module__)
     return sorted(modules)
 
 
