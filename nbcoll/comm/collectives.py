@@ -251,7 +251,8 @@ class Collectives:
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()
-        >>> out = nbcoll.to_device(np.array([10 * comm.rank + p for p in range(comm.size)], np.int32))  # p: for rank p
+        >>> blocks = [10 * comm.rank + p for p in range(comm.size)]     # block p goes to rank p
+        >>> out = nbcoll.to_device(np.array(blocks, np.int32))
         >>> into = nbcoll.zeros(comm.size, np.int32)
         >>> nbcoll.to_host(comm.all_to_all(out, into))           # block p came from rank p
         array([0], dtype=int32)

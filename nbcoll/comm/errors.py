@@ -65,7 +65,7 @@ class CommMismatchError(CommError):
     """A sender and a receiver disagree about a message (its size in bytes).
 
     >>> import nbcoll
-    >>> issubclass(nbcoll.CommMismatchError, nbcoll.CommError)    # raised on the rank whose buffer does not fit
+    >>> issubclass(nbcoll.CommMismatchError, nbcoll.CommError)    # raised by the receiver, naming both sizes
     True
     """
 

@@ -60,7 +60,7 @@ class Pipeline:
         >>> import numpy as np, nbcoll
         >>> from nbcoll import nn
         >>> from nbcoll.parallel import Pipeline
-        >>> comm = nbcoll.init()                       # one stage per rank: here one rank runs both halves
+        >>> comm = nbcoll.init()                       # one stage per rank: here the only stage is the model
         >>> stages = [nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))]
         >>> pipe = Pipeline(stages, comm, chunks=2, schedule="gpipe")
         >>> inputs = nbcoll.tensor(np.ones((4, 4), np.float32))
