@@ -104,6 +104,8 @@ def test_every_public_name_has_an_example():
     names = public_names()
     missing = [name for name, obj in names.items() if ">>>" not in docstring_of(obj)]
     assert len(names) > 300, f"only {len(names)} public names found: is __all__ still read?"
+    for inherited_or_property in ("nbcoll.Communicator.all_reduce", "nbcoll.nn.Module.parameters", "nbcoll.Tensor.T"):
+        assert inherited_or_property in names, f"{inherited_or_property}: not enumerated as a public name"
     assert not missing, f"{len(missing)} of {len(names)} public names lack a docstring with a >>> example:\n" + (
         "\n".join(missing)
     )
