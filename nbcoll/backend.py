@@ -32,7 +32,17 @@ BACKENDS = ("cuda", "sim", "numpy")
 
 
 class BackendError(RuntimeError):
-    """The requested backend cannot run in this process."""
+    """The requested backend cannot run in this process.
+
+    >>> import nbcoll
+    >>> from nbcoll.backend import device_backend
+    >>> other = {"sim": "cuda", "cuda": "sim"}[device_backend()]     # the device backend this process lacks
+    >>> try:
+    ...     nbcoll.set_backend(other)
+    ... except nbcoll.BackendError as error:
+    ...     print(type(error).__name__, "-", str(error).split(":")[0])
+    BackendError - set_backend(name)
+    """
 
 
 def gpu_count() -> int:
@@ -140,7 +150,12 @@ _current = _startup
 
 
 def get_backend() -> str:
-    """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``."""
+    """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``.
+
+    >>> import nbcoll
+    >>> nbcoll.get_backend()                 # the examples run on the NumPy references
+    'numpy'
+    """
     if _startup_error is not None:
         raise _startup_error
     return _current
@@ -152,7 +167,13 @@ def device_backend() -> str:
 
 
 def set_backend(name: str) -> None:
-    """Switch the backend of this process between ``numpy`` and its device backend."""
+    """Switch the backend of this process between ``numpy`` and its device backend.
+
+    >>> import nbcoll
+    >>> nbcoll.set_backend("numpy")          # from here on, every kernel runs its NumPy reference
+    >>> nbcoll.get_backend()
+    'numpy'
+    """
     global _current
     _check_name(name, "set_backend(name)")
     if name != "numpy" and name != _device_backend:
@@ -165,7 +186,13 @@ def set_backend(name: str) -> None:
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[str]:
-    """Run a block on another backend, then switch back."""
+    """Run a block on another backend, then switch back.
+
+    >>> import nbcoll
+    >>> with nbcoll.use_backend("numpy"):
+    ...     print(nbcoll.get_backend())
+    numpy
+    """
     previous = _current
     set_backend(name)
     try:

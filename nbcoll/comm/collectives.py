@@ -62,10 +62,12 @@ class Collectives:
 
     Example::
 
-        comm = nbcoll.init()
-        x = nbcoll.to_device(np.full(8, comm.rank, np.int32))
-        comm.all_reduce(x)                   # every rank: 0 + 1 + ... + (n-1)
-        comm.barrier()
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x = nbcoll.to_device(np.full(8, comm.rank, np.int32))
+        >>> _ = comm.all_reduce(x)                 # every rank: 0 + 1 + ... + (n-1)
+        >>> comm.barrier()
+        >>> comm.destroy()
     """
 
     # -- the public collectives ---------------------------------------------------------------------------------
@@ -74,7 +76,21 @@ class Collectives:
     def all_reduce(
         self, sendbuf: Any, recvbuf: Any = None, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
-        """``for i: recvbuf[i] = op(sendbuf[i] of rank 0, ..., of rank n-1)``, on every rank."""
+        """``for i: recvbuf[i] = op(sendbuf[i] of rank 0, ..., of rank n-1)``, on every rank.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()                   # under mpiexec -n 4 the sums are 4 times larger
+        >>> x = nbcoll.to_device(np.array([1.0, 2.0], np.float32))
+        >>> nbcoll.to_host(comm.all_reduce(x))     # in place: recvbuf defaults to sendbuf
+        array([1., 2.], dtype=float32)
+        >>> y = nbcoll.zeros(2)
+        >>> nbcoll.to_host(comm.all_reduce(x, y, op="max"))
+        array([1., 2.], dtype=float32)
+        >>> work = comm.all_reduce(x, async_op=True)   # returns at once; wait() before reading x
+        >>> work.wait()                                # then gives the result
+        array([1., 2.], dtype=float32)
+        >>> comm.destroy()
+        """
         op = combine_kernels.parse_op(op)
         send = self._buffer(sendbuf, "sendbuf")
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
@@ -98,7 +114,15 @@ class Collectives:
     def broadcast(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
-        """``recvbuf = sendbuf of root`` on every rank (``sendbuf`` is only read on the root)."""
+        """``recvbuf = sendbuf of root`` on every rank (``sendbuf`` is only read on the root).
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x = nbcoll.to_device(np.full(3, 10.0 * comm.rank, np.float32))
+        >>> nbcoll.to_host(comm.broadcast(x, root=0))          # rank 0's values everywhere
+        array([0., 0., 0.], dtype=float32)
+        >>> comm.destroy()
+        """
         root = self._root(root)
         send = self._buffer(sendbuf, "sendbuf")
         recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
@@ -126,7 +150,16 @@ class Collectives:
         algo: str | None = None,
         async_op: bool = False,
     ) -> Any:
-        """``recvbuf = op(sendbuf of every rank)`` on ``root``; other ranks' ``recvbuf`` is untouched."""
+        """``recvbuf = op(sendbuf of every rank)`` on ``root``; other ranks' ``recvbuf`` is untouched.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x, total = nbcoll.to_device(np.array([1, 2], np.int64)), nbcoll.zeros(2, np.int64)
+        >>> _ = comm.reduce(x, total, op="sum", root=0)
+        >>> nbcoll.to_host(total)                              # on rank 0: the sum over the ranks
+        array([1, 2])
+        >>> comm.destroy()
+        """
         op = combine_kernels.parse_op(op)
         root = self._root(root)
         send = self._buffer(sendbuf, "sendbuf")
@@ -151,7 +184,16 @@ class Collectives:
 
     @numbered
     def all_gather(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
-        """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``."""
+        """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> mine = nbcoll.to_device(np.full(2, comm.rank, np.int32))
+        >>> everyone = nbcoll.zeros(2 * comm.size, np.int32)
+        >>> nbcoll.to_host(comm.all_gather(mine, everyone))   # under mpiexec -n 3: [0 0 1 1 2 2]
+        array([0, 0], dtype=int32)
+        >>> comm.destroy()
+        """
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
         count = send.size
         self._same_size(recv, "recvbuf", send, "sendbuf", count * self.size, f"{self.size} x sendbuf.size")
@@ -173,7 +215,16 @@ class Collectives:
     def reduce_scatter(
         self, sendbuf: Any, recvbuf: Any, op: Any = "sum", algo: str | None = None, async_op: bool = False
     ) -> Any:
-        """``recvbuf = op over ranks of sendbuf[rank*count:(rank+1)*count]``, with ``count = recvbuf.size``."""
+        """``recvbuf = op over ranks of sendbuf[rank*count:(rank+1)*count]``, with ``count = recvbuf.size``.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> blocks = nbcoll.to_device(np.arange(3 * comm.size, dtype=np.float32))   # one block of 3 per rank
+        >>> mine = nbcoll.zeros(3)
+        >>> nbcoll.to_host(comm.reduce_scatter(blocks, mine))          # block `rank`, summed over the ranks
+        array([0., 1., 2.], dtype=float32)
+        >>> comm.destroy()
+        """
         op = combine_kernels.parse_op(op)
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
         count = recv.size
@@ -196,7 +247,17 @@ class Collectives:
 
     @numbered
     def all_to_all(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
-        """``recvbuf[p*count:(p+1)*count] = sendbuf[rank*count:(rank+1)*count] of rank p``."""
+        """``recvbuf[p*count:(p+1)*count] = sendbuf[rank*count:(rank+1)*count] of rank p``.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> blocks = [10 * comm.rank + p for p in range(comm.size)]     # block p goes to rank p
+        >>> out = nbcoll.to_device(np.array(blocks, np.int32))
+        >>> into = nbcoll.zeros(comm.size, np.int32)
+        >>> nbcoll.to_host(comm.all_to_all(out, into))           # block p came from rank p
+        array([0], dtype=int32)
+        >>> comm.destroy()
+        """
         send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
         self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
         if send.size % self.size:
@@ -218,7 +279,16 @@ class Collectives:
     def gather(
         self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
-        """On ``root``: ``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``; ``recvbuf`` is ignored elsewhere."""
+        """On ``root``: ``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``; ``recvbuf`` is ignored elsewhere.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> mine = nbcoll.to_device(np.full(2, comm.rank + 1, np.int32))
+        >>> on_root = nbcoll.zeros(2 * comm.size, np.int32)
+        >>> nbcoll.to_host(comm.gather(mine, on_root, root=0))  # on rank 0: every rank's block in rank order
+        array([1, 1], dtype=int32)
+        >>> comm.destroy()
+        """
         root = self._root(root)
         send = self._buffer(sendbuf, "sendbuf")
         count = send.size
@@ -246,7 +316,16 @@ class Collectives:
     def scatter(
         self, sendbuf: Any, recvbuf: Any, root: int = 0, algo: str | None = None, async_op: bool = False
     ) -> Any:
-        """``recvbuf = sendbuf of root [rank*count:(rank+1)*count]``; ``sendbuf`` is ignored off the root."""
+        """``recvbuf = sendbuf of root [rank*count:(rank+1)*count]``; ``sendbuf`` is ignored off the root.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> blocks = nbcoll.to_device(np.arange(2 * comm.size, dtype=np.int32))   # read on the root only
+        >>> mine = nbcoll.zeros(2, np.int32)
+        >>> nbcoll.to_host(comm.scatter(blocks, mine, root=0))  # this rank's block of the root's array
+        array([0, 1], dtype=int32)
+        >>> comm.destroy()
+        """
         root = self._root(root)
         recv = self._buffer(recvbuf, "recvbuf")
         memory.require_writable(recv, "recvbuf")
@@ -272,7 +351,14 @@ class Collectives:
 
     @numbered
     def barrier(self, async_op: bool = False) -> Any:
-        """Return only when every rank has called it."""
+        """Return only when every rank has called it.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.barrier()                         # every rank has reached this line
+        >>> comm.barrier(async_op=True).wait()
+        >>> comm.destroy()
+        """
         token = memory.zeros(1, np.uint8)
         return self._collective(
             "barrier",
@@ -286,7 +372,15 @@ class Collectives:
         )
 
     def estimate(self, collective: str, nbytes: int, algo: str | None = None) -> float:
-        """Predicted seconds for ``collective`` of ``nbytes`` (per rank's block) on this communicator."""
+        """Predicted seconds for ``collective`` of ``nbytes`` (per rank's block) on this communicator.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> seconds = comm.estimate("all_reduce", 1 << 20, algo="ring")     # the tuner's alpha-beta model
+        >>> seconds >= 0
+        True
+        >>> comm.destroy()
+        """
         if collective not in algorithms.ALGORITHMS:
             raise ValueError(f"collective: unknown {collective!r}; expected one of {', '.join(algorithms.ALGORITHMS)}")
         algo = algo or self._choose(collective, nbytes)

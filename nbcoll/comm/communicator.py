@@ -50,12 +50,20 @@ class Communicator(Collectives):
 
     Example::
 
-        comm = nbcoll.init()
-        with comm.group():                          # a ring: cannot deadlock
-            comm.send(x, (comm.rank + 1) % comm.size)
-            comm.recv(y, (comm.rank - 1) % comm.size)
-        comm.counters.bytes_sent
-        comm.destroy()
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()                   # every rank calls it: one here, four under mpiexec -n 4
+        >>> x = nbcoll.to_device(np.full(4, comm.rank + 1.0, np.float32))
+        >>> _ = comm.all_reduce(x)                 # in place: the sum over the ranks
+        >>> nbcoll.to_host(x)
+        array([1., 1., 1., 1.], dtype=float32)
+        >>> if comm.size > 1:                      # a ring of sends and receives needs two ranks or more
+        ...     y = nbcoll.zeros(4)
+        ...     with comm.group():                 # queued, then run together: a ring cannot deadlock
+        ...         comm.send(x, (comm.rank + 1) % comm.size)
+        ...         comm.recv(y, (comm.rank - 1) % comm.size)
+        >>> comm.counters.bytes_sent               # nothing moved on one rank
+        0
+        >>> comm.destroy()
 
     Creating one is collective over ``mpi_comm``: every rank of it must call. Use :func:`init`.
     """
@@ -83,35 +91,103 @@ class Communicator(Collectives):
 
     @property
     def rank(self) -> int:
+        """This process's rank in the communicator, from 0 to ``size - 1``.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.rank                              # under mpiexec -n 4: 0, 1, 2 or 3
+        0
+        >>> comm.destroy()
+        """
         return self.topology.rank
 
     @property
     def size(self) -> int:
+        """The number of ranks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.size                              # under mpiexec -n 4: 4
+        1
+        >>> comm.destroy()
+        """
         return self.topology.size
 
     @property
     def node(self) -> int:
-        """This rank's node, numbered from 0 in order of the nodes' first ranks."""
+        """This rank's node, numbered from 0 in order of the nodes' first ranks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.node, comm.nnodes                 # NBCOLL_RANKS_PER_NODE=2 makes 4 ranks two nodes
+        (0, 1)
+        >>> comm.destroy()
+        """
         return self.topology.node
 
     @property
     def nnodes(self) -> int:
+        """The number of nodes (machines, or groups of ``NBCOLL_RANKS_PER_NODE`` ranks) the ranks run on.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.nnodes
+        1
+        >>> comm.destroy()
+        """
         return self.topology.nnodes
 
     @property
     def local_rank(self) -> int:
+        """This rank's index among the ranks of its node (the GPU it uses when a node has several).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.local_rank
+        0
+        >>> comm.destroy()
+        """
         return self.topology.local_rank
 
     @property
     def local_size(self) -> int:
+        """The number of ranks on this rank's node.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.local_size
+        1
+        >>> comm.destroy()
+        """
         return self.topology.local_size
 
     def transport_to(self, peer: int) -> str:
-        """``"ipc"`` or ``"mpi"``: how bytes travel to ``peer``."""
+        """``"ipc"`` or ``"mpi"``: how bytes travel to ``peer``.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> [comm.transport_to(peer) for peer in range(comm.size) if peer != comm.rank]   # under mpiexec: ['ipc', ...]
+        []
+        >>> comm.transport_to(comm.rank)
+        Traceback (most recent call last):
+            ...
+        ValueError: peer: rank 0 is this rank; a rank cannot send to or receive from itself
+        >>> comm.destroy()
+        """
         return self.topology.transport_to(self._check_peer(peer))
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`destroy` has run: every operation then fails.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.closed
+        False
+        >>> comm.destroy()
+        >>> comm.closed
+        True
+        """
         return self._destroyed
 
     def __repr__(self) -> str:
@@ -125,6 +201,15 @@ class Communicator(Collectives):
 
         Polls the control page, abort messages, and the peers' refusals: a refusal of a call this rank has run
         aborts the communicator here (see :mod:`.refusal`).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> print(comm.aborted_by())
+        None
+        >>> comm.abort()
+        >>> comm.aborted_by()
+        0
+        >>> comm.destroy()
         """
         if self._aborted_by is None and not self._destroyed:
             by = self._wiring.control.aborted_by
@@ -183,7 +268,14 @@ class Communicator(Collectives):
     # -- connections (the interface collective primitives build on) ---------------------------------------------
 
     def send_connection(self, peer: int) -> SendConnection:
-        """The connection this rank sends to ``peer`` through; mpi ones are made at first use."""
+        """The connection this rank sends to ``peer`` through; mpi ones are made at first use.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> if comm.size > 1:                      # under mpiexec: the FIFO towards the next rank
+        ...     connection = comm.send_connection((comm.rank + 1) % comm.size)
+        >>> comm.destroy()
+        """
         peer = self._check_peer(peer)
         with self._connecting:  # the caller's thread and the progress thread may both ask for it first
             if peer not in self._wiring.send:
@@ -194,7 +286,14 @@ class Communicator(Collectives):
         return self._wiring.send[peer]
 
     def recv_connection(self, peer: int) -> RecvConnection:
-        """The connection this rank receives from ``peer`` through; mpi ones are made at first use."""
+        """The connection this rank receives from ``peer`` through; mpi ones are made at first use.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> if comm.size > 1:                      # under mpiexec: the FIFO from the previous rank
+        ...     connection = comm.recv_connection((comm.rank - 1) % comm.size)
+        >>> comm.destroy()
+        """
         peer = self._check_peer(peer)
         with self._connecting:
             if peer not in self._wiring.recv:
@@ -205,7 +304,14 @@ class Communicator(Collectives):
         return self._wiring.recv[peer]
 
     def peer_counters(self, peer: int) -> PeerCounters:
-        """The live counters of ``peer``, for operations built outside this class."""
+        """The live counters of ``peer``, for operations built outside this class.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.peer_counters(0).bytes_sent
+        0
+        >>> comm.destroy()
+        """
         return self._counters.setdefault(peer, PeerCounters())
 
     # -- point-to-point -----------------------------------------------------------------------------------------
@@ -215,6 +321,13 @@ class Communicator(Collectives):
 
         ``for k in chunks: wait for a free slot at peer; copy buf's chunk k into it; publish``. Returns when
         every chunk is in the peer's FIFO (or on the wire); inside :meth:`group`, when the group ends.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x = nbcoll.to_device(np.arange(4, dtype=np.float32))
+        >>> if comm.size > 1 and comm.rank == 0:   # under mpiexec -n 2: rank 0 sends, rank 1 receives
+        ...     comm.send(x, peer=1)
+        >>> comm.destroy()
         """
         self._check_usable()
         self._settle_refusals()
@@ -225,7 +338,15 @@ class Communicator(Collectives):
         self._group.submit(SendOp(self.send_connection(peer), data, self.peer_counters(peer), record))
 
     def recv(self, buf: Any, peer: int) -> None:
-        """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly."""
+        """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> y = nbcoll.zeros(4)
+        >>> if comm.size > 1 and comm.rank == 1:   # under mpiexec -n 2: what rank 0 sent
+        ...     comm.recv(y, peer=0)
+        >>> comm.destroy()
+        """
         self._check_usable()
         self._settle_refusals()
         data = self._flat_buffer(buf, "buf")
@@ -236,7 +357,18 @@ class Communicator(Collectives):
         self._group.submit(RecvOp(self.recv_connection(peer), data, self.peer_counters(peer), record))
 
     def group(self) -> Group:
-        """``with comm.group(): ...`` queues the sends and receives inside and runs them together at the end."""
+        """``with comm.group(): ...`` queues the sends and receives inside and runs them together at the end.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x, y = nbcoll.to_device(np.ones(4, np.float32)), nbcoll.zeros(4)
+        >>> with comm.group():                     # on one rank: an empty group
+        ...     for peer in range(comm.size):
+        ...         if peer != comm.rank:          # an exchange with every other rank, in any order
+        ...             comm.send(x, peer)
+        ...             comm.recv(y, peer)
+        >>> comm.destroy()
+        """
         self._check_usable()
         return self._group
 
@@ -244,6 +376,11 @@ class Communicator(Collectives):
         """Progress operations built on this communicator's connections until done (see :mod:`.progress`).
 
         They run in issue order with this communicator's other operations, after any still in flight.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.drive([])                         # ops from nbcoll.comm.p2p, as a collective algorithm builds them
+        >>> comm.destroy()
         """
         self._check_usable()
         self._run_batch(list(ops), [])
@@ -285,10 +422,27 @@ class Communicator(Collectives):
 
     @property
     def counters(self) -> Counters:
-        """Cumulative bytes and chunks sent and received, per peer (``counters[peer]``) and in total."""
+        """Cumulative bytes and chunks sent and received, per peer (``counters[peer]``) and in total.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> _ = comm.all_reduce(np.ones(4, np.float32))
+        >>> comm.counters                          # on one rank, all_reduce moves nothing
+        Counters(bytes_sent=0, bytes_received=0, chunks_sent=0, chunks_received=0, peers=[])
+        >>> comm.destroy()
+        """
         return Counters(self._counters)
 
     def reset_counters(self) -> None:
+        """Start the counters again from zero (on this rank only).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.reset_counters()
+        >>> comm.counters.bytes_sent
+        0
+        >>> comm.destroy()
+        """
         for pc in self._counters.values():
             pc.bytes_sent = pc.bytes_received = pc.chunks_sent = pc.chunks_received = 0
 
@@ -304,6 +458,13 @@ class Communicator(Collectives):
         """Collective: ranks with the same ``color`` form a new communicator, ordered by ``key`` then rank.
 
         Returns ``None`` on ranks that pass :data:`NOCOLOR`.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> halves = comm.split(color=comm.rank % 2, key=comm.rank)   # even and odd ranks apart
+        >>> halves.size, halves.rank
+        (1, 0)
+        >>> halves.destroy(); comm.destroy()
         """
         self._check_usable()
         if not isinstance(color, numbers.Integral) or (color < 0 and color != NOCOLOR):
@@ -318,7 +479,15 @@ class Communicator(Collectives):
         return self._derive(child)
 
     def dup(self) -> Communicator:
-        """Collective: a new communicator of the same ranks, with its own connections and counters."""
+        """Collective: a new communicator of the same ranks, with its own connections and counters.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> other = comm.dup()                     # a library can talk on its own copy without mixing messages
+        >>> other.size == comm.size, other is comm
+        (True, False)
+        >>> other.destroy(); comm.destroy()
+        """
         self._check_usable()
         self._rendezvous("dup")
         return self._derive(self._wiring.ctrl.Dup())
@@ -341,6 +510,13 @@ class Communicator(Collectives):
 
         Collective over the surviving ranks only: the excluded ones may be dead or stuck. It works on an
         aborted communicator, which is the usual way to continue after a failure.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> survivors = comm.shrink(exclude_ranks=[])      # after a failure: comm.shrink([dead_rank])
+        >>> survivors.size
+        1
+        >>> survivors.destroy(); comm.destroy()
         """
         if self._destroyed:
             raise ValueError(f"rank {self.rank}: the communicator is destroyed; shrink it before destroying it")
@@ -368,6 +544,16 @@ class Communicator(Collectives):
 
         Sets the abort flag that ranks on this machine poll, and sends an abort message to the others.
         Never blocks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.abort()                           # every rank's pending and next operations fail
+        >>> try:
+        ...     comm.barrier()
+        ... except nbcoll.CommAbortedError:
+        ...     print("aborted")
+        aborted
+        >>> comm.destroy()
         """
         if self._destroyed or self._aborted_by is not None:
             return
@@ -384,6 +570,13 @@ class Communicator(Collectives):
 
         Async operations still in flight complete first, for at most ``NBCOLL_TIMEOUT`` seconds; after that the
         communicator is aborted, and whatever has not run fails.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.destroy()
+        >>> comm.destroy()                         # a second call does nothing
+        >>> comm.closed
+        True
         """
         if self._destroyed:
             return
@@ -410,7 +603,16 @@ class Communicator(Collectives):
 
 
 class SingleRankWarning(UserWarning):
-    """:func:`init` found itself the only rank of a process that no MPI launcher started."""
+    """:func:`init` found itself the only rank of a process that no MPI launcher started.
+
+    >>> import warnings, nbcoll
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     comm = nbcoll.init()               # started as plain python: one rank, and a warning
+    >>> [w.category.__name__ for w in caught]
+    ['SingleRankWarning']
+    >>> comm.destroy()
+    """
 
 
 def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> Communicator:
@@ -419,6 +621,14 @@ def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> 
     Settings come from the ``NBCOLL_*`` environment variables unless ``config`` is given
     (see :mod:`nbcoll.comm.config`). A script started as plain ``python script.py`` is a world of one rank:
     that works, but is rarely what was meant, so it is said with a :class:`SingleRankWarning`.
+
+    >>> import nbcoll
+    >>> from mpi4py import MPI
+    >>> from nbcoll.comm import CommConfig
+    >>> comm = nbcoll.init(MPI.COMM_WORLD, CommConfig(timeout=60.0))     # nbcoll.init() reads NBCOLL_* instead
+    >>> comm.size, comm.config.timeout
+    (1, 60.0)
+    >>> comm.destroy()
     """
     comm = Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, config)
     if mpi_comm is None and comm.size == 1 and not _started_by_a_launcher():

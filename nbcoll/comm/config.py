@@ -74,7 +74,17 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], upper: 
 
 @dataclass(frozen=True)
 class CommConfig:
-    """The settings one communicator runs with (see the module docstring for each variable)."""
+    """The settings one communicator runs with (see the module docstring for each variable).
+
+    >>> from nbcoll.comm import CommConfig
+    >>> config = CommConfig(buffsize=1 << 20, steps=4)
+    >>> config.chunk_bytes, config.timeout
+    (262144, 300.0)
+    >>> CommConfig(steps=1)
+    Traceback (most recent call last):
+        ...
+    ValueError: NBCOLL_STEPS: must be >= 2 (a ring deadlocks with a single FIFO slot per connection), got 1
+    """
 
     timeout: float = 300.0
     buffsize: int = 4 << 20
@@ -100,11 +110,23 @@ class CommConfig:
 
     @property
     def chunk_bytes(self) -> int:
-        """Bytes of one FIFO slot: the unit in which every message is pipelined."""
+        """Bytes of one FIFO slot: the unit in which every message is pipelined.
+
+        >>> from nbcoll.comm import CommConfig
+        >>> CommConfig().chunk_bytes                     # 4 MiB over 8 slots
+        524288
+        """
         return self.buffsize // self.steps
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommConfig:
+        """The settings of the ``NBCOLL_*`` variables in ``env`` (default ``os.environ``), each checked.
+
+        >>> from nbcoll.comm import CommConfig
+        >>> config = CommConfig.from_env({"NBCOLL_TIMEOUT": "60", "NBCOLL_DEBUG": "info"})
+        >>> config.timeout, config.debug, config.steps
+        (60.0, 'INFO', 8)
+        """
         env = os.environ if env is None else env
         subsys = env.get("NBCOLL_DEBUG_SUBSYS", "").strip().upper()
         return cls(

@@ -25,6 +25,11 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     ``images`` has shape ``(1797, 64)``, float32, pixel values 0..16 (reshape to ``(-1, 8, 8)`` to draw them);
     ``labels`` has shape ``(1797,)``, int64, digits 0..9. The data is the UCI "Optical Recognition of
     Handwritten Digits" test set (CC BY 4.0).
+
+    >>> import nbcoll
+    >>> images, labels = nbcoll.datasets.load_digits()
+    >>> images.shape, images.dtype, labels.shape, int(labels.max())
+    ((1797, 64), dtype('float32'), (1797,), 9)
     """
     with resources.files(__name__).joinpath(DIGITS_FILE).open("rb") as raw, gzip.open(raw, "rt") as text:
         table = np.loadtxt(text, delimiter=",", dtype=np.float32)
@@ -32,7 +37,13 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_text() -> str:
-    """The opening of *Alice's Adventures in Wonderland*, chapter I (Lewis Carroll, 1865; public domain)."""
+    """The opening of *Alice's Adventures in Wonderland*, chapter I (Lewis Carroll, 1865; public domain).
+
+    >>> import nbcoll
+    >>> text = nbcoll.datasets.load_text()
+    >>> isinstance(text, str), len(text) > 1000
+    (True, True)
+    """
     return resources.files(__name__).joinpath(TEXT_FILE).read_text(encoding="utf-8")
 
 

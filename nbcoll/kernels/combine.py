@@ -89,7 +89,15 @@ ReduceOp = str | PremulSum
 
 
 def premul_sum(scalar: float) -> PremulSum:
-    """The pre-multiplied sum op with ``scalar`` (NCCL's ``ncclRedOpCreatePreMulSum``)."""
+    """The pre-multiplied sum op with ``scalar`` (NCCL's ``ncclRedOpCreatePreMulSum``).
+
+    >>> import numpy as np, nbcoll
+    >>> comm = nbcoll.init()
+    >>> x = nbcoll.to_device(np.array([1.0, 2.0], np.float32))
+    >>> nbcoll.to_host(comm.all_reduce(x, op=nbcoll.premul_sum(0.5)))   # sum over ranks of 0.5 * x
+    array([0.5, 1. ], dtype=float32)
+    >>> comm.destroy()
+    """
     return PremulSum(scalar)
 
 
