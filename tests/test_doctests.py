@@ -28,6 +28,7 @@ MODULES = [
     "nbcoll.tensors.grad_mode",
     "nbcoll.tensors.tensor",
     "nbcoll.autograd.gradcheck",
+    "nbcoll.comm.loopback",
 ]
 
 

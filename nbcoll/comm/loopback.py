@@ -1,4 +1,4 @@
-"""A loopback world: n ranks as n threads of this process, each with a real :class:`Communicator`, and no MPI job.
+"""A loopback world: n ranks as n threads of this process, each with a real communicator, and no MPI job.
 
 Every collective algorithm, primitive and FIFO runs exactly as under ``mpiexec``; only the wiring underneath is
 in-process (:mod:`nbcoll.comm.inprocess`): control messages go through queues, and the FIFOs, the control page
@@ -11,17 +11,23 @@ Each :meth:`Loopback.run` calls a function on every rank at once, one thread per
 rank order. When one rank raises, the others are released at once (its communicator is aborted, and any wait
 inside the wiring ends), and ``run`` raises that first error, with the others' errors as notes.
 
-Example::
+Example (each call runs on every rank; ``comm.rank`` tells them apart)::
 
-    import numpy as np, nbcoll
-    from nbcoll.comm import loopback
+    >>> import numpy as np
+    >>> from nbcoll.comm import loopback
+    >>> sums = loopback.run(4, lambda comm: comm.all_reduce(np.arange(3) + 10 * comm.rank))
+    >>> sums[2]
+    array([60, 64, 68])
 
-    x = np.arange(8, dtype=np.float32)
-    sums = loopback.run(4, lambda comm: nbcoll.to_host(comm.all_reduce(nbcoll.to_device(x + comm.rank))))
+A world keeps its communicators between calls, so an algorithm can be run one collective at a time and looked
+at in between (a ring all-reduce sends 2(n-1)/n of the buffer from every rank: 4/3 x 48 = 64 bytes here)::
 
-    with loopback(4) as world:                      # keep the communicators between calls
-        world.run(lambda comm: comm.barrier())
-        world[0].counters.bytes_sent
+    >>> with loopback(3) as world:
+    ...     outs = world.run(lambda comm: comm.all_reduce(np.ones(6, np.int64), algo="ring"))
+    ...     print(outs[0], [comm.counters.bytes_sent for comm in world])
+    ...     print(world.run(lambda comm: comm.split(color=comm.rank % 2).size))
+    [3 3 3 3 3 3] [64, 64, 64]
+    [2, 1, 2]
 
 The threads share the GIL and, on ``sim``, take turns launching kernels: a loopback world shows what an algorithm
 computes and sends, not how fast it runs across processes.
@@ -50,7 +56,7 @@ class Loopback:
     Example::
 
         with nbcoll.comm.loopback(3) as world:
-            outs = world.run(lambda comm: comm.all_gather(nbcoll.to_device(np.full(2, comm.rank, np.int32))))
+            outs = world.run(lambda comm: comm.all_gather(np.full(2, comm.rank, np.int32), np.zeros(6, np.int32)))
             world.size, world[1].rank       # 3, 1
 
     Building it is collective over its threads, as :func:`nbcoll.init` is over MPI ranks; ``close()`` destroys
