@@ -265,6 +265,7 @@ def test_fit_recovers_latency_and_bandwidth():
     assert model.alpha == pytest.approx(20e-6, rel=1e-6) and model.beta == pytest.approx(2e9, rel=1e-6)
 
 
+@pytest.mark.mpi
 def test_calibrate_stores_a_model_per_transport_that_the_tuner_loads(tmp_path):
     store = tmp_path / "tuner.json"
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TUNER_FILE": str(store)}

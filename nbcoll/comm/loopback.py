@@ -29,8 +29,8 @@ at in between (a ring all-reduce sends 2(n-1)/n of the buffer from every rank: 4
     [3 3 3 3 3 3] [64, 64, 64]
     [2, 1, 2]
 
-The threads share the GIL and, on ``sim``, take turns launching kernels: a loopback world shows what an algorithm
-computes and sends, not how fast it runs across processes.
+It runs on the ``numpy`` and ``sim`` backends. The threads share the GIL and, on ``sim``, take turns launching
+kernels: a loopback world shows what an algorithm computes and sends, not how fast it runs across processes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from nbcoll import backend
 from nbcoll.comm.communicator import Communicator
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.errors import CommAbortedError, CommTimeoutError
@@ -68,6 +69,12 @@ class Loopback:
             raise ValueError(f"nranks: expected an int >= 1, got {nranks!r}")
         if config is not None and not isinstance(config, CommConfig):
             raise TypeError(f"config: expected a CommConfig or None, got {type(config).__name__}")
+        if backend.get_backend() == "cuda":
+            raise backend.BackendError(
+                "loopback: ranks that are threads of one process run on the 'numpy' and 'sim' backends only (on "
+                "'cuda' each rank wants a GPU of its own and its peers' memory over CUDA IPC); use "
+                "nbcoll.use_backend('numpy'), or start the ranks with mpiexec"
+            )
         self.config = config or CommConfig.from_env()
         self.size = int(nranks)
         self._fabric = Fabric(self.size, self.config.timeout)
