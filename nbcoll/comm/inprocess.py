@@ -242,7 +242,11 @@ def _fill(status: MPI.Status | None, message: _Message) -> None:
 
 
 class ThreadRequest(MPI.Request):
-    """A request whose ``Test`` asks a function; an ``MPI.Request`` so that ``MPI.Request.Testall`` takes it."""
+    """A request whose ``Test`` asks a function.
+
+    It is an ``MPI.Request`` (a null one to MPI itself) so that ``MPI.Request.Testall`` accepts a list of them, and
+    says True: only sends that complete at once (``isend``, ``Isend``) are tested that way.
+    """
 
     def __new__(cls, test: Callable[[MPI.Status | None], bool]) -> ThreadRequest:
         return super().__new__(cls)
