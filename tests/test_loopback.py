@@ -11,7 +11,8 @@ import pytest
 import nbcoll
 from nbcoll.backend import device_backend
 from nbcoll.comm import CommAbortedError, CommConfig, CommTimeoutError, Loopback, loopback
-from nbcoll.comm.inprocess import Fabric, LocalBuffer, ThreadComm
+from nbcoll.comm.inprocess import Fabric, ThreadComm
+from nbcoll.comm.local_memory import LocalBuffer
 
 SMALL = CommConfig(buffsize=256, steps=8, timeout=30)
 
