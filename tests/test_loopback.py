@@ -141,6 +141,14 @@ def test_messages_match_in_order_and_synchronous_sends_wait_for_a_receive():
     requests = [b.Irecv([buf, None], source=0) for buf in got]
     assert sync.Test() and all(r.Test() for r in requests)
     assert got[0].tolist() == [1, 2] and got[1].tolist() == [3, 4]
+    # A receive from a rank that has sent nothing does not hold up one from a rank that has.
+    c = ThreadComm(fabric, ("t",), 2, 3)
+    waiting = b.Irecv([np.zeros(2, np.int64), None], source=0)
+    later = b.Irecv([got[0], None], source=2)
+    c.Isend([second, None], dest=1)
+    assert later.Test() and not waiting.Test()
+    a.Isend([first, None], dest=1)
+    assert waiting.Test()
     a.Isend([np.zeros(3, np.int64), None], dest=1, tag=7)
     too_small = b.Irecv([np.zeros(2, np.int64), None], source=0)
     with pytest.raises(ValueError, match="24 bytes does not fit the receive buffer of 16 bytes"):

@@ -133,10 +133,16 @@ class Fabric:
         return None
 
     def match(self, box: tuple[Hashable, int]) -> None:
-        """Give arrived messages to posted receives, oldest receive first (call holding ``changed``)."""
+        """Give each posted receive, oldest first, the oldest arrived message it matches (call holding ``changed``).
+
+        A receive whose message has not come does not hold up later receives from other senders.
+        """
         receives = self.posted.get(box, deque())
-        while receives and (message := self.take(box, receives[0].source, receives[0].tag)) is not None:
-            receive = receives.popleft()
+        for receive in list(receives):
+            message = self.take(box, receive.source, receive.tag)
+            if message is None:
+                continue
+            receives.remove(receive)
             receive.message = message
             try:
                 _copy_into(receive.buffer, message.payload, f"a message from rank {message.source}")
