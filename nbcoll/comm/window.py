@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
 from nbcoll.ipc_memory import IpcBuffer
@@ -70,7 +71,7 @@ class DirectWindows:
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
-        memory = getattr(mpi_comm, "buffer_kind", IpcBuffer)  # plain arrays when the ranks are threads
+        memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
         own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
         mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
         try:
