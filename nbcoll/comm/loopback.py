@@ -132,8 +132,15 @@ class Loopback:
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + self.config.timeout + JOIN_GRACE_SECONDS
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        try:
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:  # interrupted at the prompt: release the ranks rather than leave them waiting
+            self._fabric.fail("the caller was interrupted")
+            for comm in self.comms:
+                if comm is not None:
+                    comm.abort()
+            raise
         stuck = [rank for rank, thread in enumerate(threads) if thread.is_alive()]
         if stuck:
             self._fabric.fail(f"ranks {stuck} did not return")
