@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import backend, memory
+from nbcoll import backend
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,9 @@ class LocalBuffer:
         """A new zeroed buffer: a NumPy array when ``host`` (or on ``numpy``), else a device array."""
         shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         dt = np.dtype(dtype)
-        array = np.zeros(shape, dt) if host or backend.get_backend() == "numpy" else memory.zeros(shape, dt)
+        array = np.zeros(shape, dt)
+        if not host and backend.get_backend() != "numpy":  # not counted by memory.stats(), as IpcBuffer is not
+            array = backend.cuda().to_device(array)
         handle = LocalHandle(f"loopback_{next(_names)}_{tag}", shape, dt.name, host)
         with _buffers_lock:
             _buffers[handle.name] = array
