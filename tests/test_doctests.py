@@ -55,6 +55,7 @@ MORE_MODULES = [
     "nbcoll.kernels.stencil",
     "nbcoll.kernels.transpose",
     "nbcoll.tensors.grad_mode",
+    "nbcoll.comm.loopback",
 ]
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
 from nbcoll.ipc_memory import IpcBuffer
@@ -70,14 +71,15 @@ class DirectWindows:
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
+        memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
         own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
         mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
         try:
             problem = ""
             try:
-                own.append(IpcBuffer.create(nbytes, np.uint8, tag=f"win{self.rank}"))
+                own.append(memory.create(nbytes, np.uint8, tag=f"win{self.rank}"))
                 if self.rank == 0:
-                    own.append(IpcBuffer.create((2, self.nranks), np.int64, tag="winflags", host=True))
+                    own.append(memory.create((2, self.nranks), np.int64, tag="winflags", host=True))
                     own[1].array[:] = 0  # zeroed before its handle leaves this rank
             except Exception as exc:
                 problem = f"rank {self.rank} could not create its window: {exc!r}"
@@ -88,8 +90,8 @@ class DirectWindows:
                     mapped[self.rank] = own[0]
                     for p in range(self.nranks):
                         if p != self.rank:
-                            mapped[p] = IpcBuffer.open(handles[p][0])
-                    mapped[-1] = own[1] if self.rank == 0 else IpcBuffer.open(handles[0][1])
+                            mapped[p] = memory.open(handles[p][0])
+                    mapped[-1] = own[1] if self.rank == 0 else memory.open(handles[0][1])
                 except Exception as exc:
                     problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
             # Every rank has mapped every window: the names can go.
