@@ -64,7 +64,7 @@ print()
 # ---------------------------------------------------------------------------------------------------------------
 # 2. Message passing on a graph small enough to follow by hand: 4 nodes, 5 directed edges.
 #
-#   gather:       for e: message[e] = x[src[e]]                 (index_select: one thread per element)
+#   gather:       for e: message[e] = x[src[e]]                 (index_select of whole rows: a thread per element)
 #   scatter_add:  for e: out[dst[e]] += message[e]               (atomic adds: node 2 receives three messages)
 #
 # Together they compute out = A @ x, where A[d, s] = 1 for each edge s->d, without ever building A.
@@ -77,19 +77,19 @@ messages = index_kernels.index_select(nbcoll.to_device(toy_x), 0, nbcoll.to_devi
 # scatter_add wants an index of the messages' shape: each row's destination repeated along the features.
 toy_index = np.repeat(toy_dst[:, None], toy_x.shape[1], axis=1)
 summed = index_kernels.scatter_add(nbcoll.zeros(toy_x.shape, np.float32), nbcoll.to_device(toy_index), messages, axis=0)
-adjacency = np.zeros((4, 4), np.float32)
-np.add.at(adjacency, (toy_dst, toy_src), 1)
+toy_adjacency = np.zeros((4, 4), np.float32)
+np.add.at(toy_adjacency, (toy_dst, toy_src), 1)
 for e, (s, d) in enumerate(zip(toy_src, toy_dst, strict=True)):
     print(f"   edge {e}: {s} -> {d}   message = x[{s}] = {nbcoll.to_host(messages)[e].tolist()}")
 for node, row in enumerate(nbcoll.to_host(summed)):
     print(f"   node {node} receives {row.tolist()}")
-print(f"   equal to the dense A @ x: {np.array_equal(nbcoll.to_host(summed), adjacency @ toy_x)}")
+print(f"   equal to the dense A @ x: {np.array_equal(nbcoll.to_host(summed), toy_adjacency @ toy_x)}")
 print()
 
 # ---------------------------------------------------------------------------------------------------------------
 # 3. Degree normalisation.
 #
-# A plain sum grows with the number of friends: member 33 (17 friends) would receive eight times the signal of a
+# A plain sum grows with the number of friends: member 33 (17 friends) would receive about eight times the signal of a
 # member with two. GCN scales the message on edge s->d by 1/sqrt(deg(s) deg(d)), degrees counted with the self
 # loop; the layer then computes D^-1/2 (A + I) D^-1/2 @ x. The degrees themselves are a scatter_add of ones.
 
@@ -153,7 +153,7 @@ print("4. The layer: a Linear, then index_select along the edges, scale by norm,
 check = GraphConv(nn.Linear(2, 2), 2, toy_src, toy_dst, np.ones(len(toy_src), np.float32))
 check.transform.weight.data = nbcoll.to_device(np.eye(2, dtype=np.float32))
 check.transform.bias.data = nbcoll.to_device(np.zeros(2, np.float32))
-same = np.array_equal(check(nbcoll.tensor(toy_x)).numpy(), adjacency @ toy_x)
+same = np.array_equal(check(nbcoll.tensor(toy_x)).numpy(), toy_adjacency @ toy_x)
 print(f"   with W = I, b = 0 and norm = 1 it is section 2 again: {same}")
 print()
 
@@ -205,9 +205,9 @@ print(f"   accuracy on the 32 unlabelled members: {final_accuracy:.1%}; wrong: {
 print()
 
 # ---------------------------------------------------------------------------------------------------------------
-# 6. The picture: the club laid out by the graph alone (a spectral layout: two eigenvectors of the normalised
-#    Laplacian, a few lines of NumPy), each member coloured by its predicted faction, ringed in red where the
-#    prediction is wrong; the two labelled members are stars, and the lines are the friendships.
+# 6. The picture: the club laid out by its friendships alone (a spring layout: friends pull each other close, every
+#    pair of members pushes apart; a few lines of NumPy), each member coloured by its predicted faction, ringed in
+#    red where the prediction is wrong; the two labelled members are stars, and the lines are the friendships.
 
 import matplotlib  # noqa: E402
 
@@ -216,9 +216,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 adjacency = np.zeros((n_nodes, n_nodes))
 adjacency[pairs[:, 0], pairs[:, 1]] = adjacency[pairs[:, 1], pairs[:, 0]] = 1
-scale = 1 / np.sqrt(adjacency.sum(axis=1))
-_, vectors = np.linalg.eigh(np.eye(n_nodes) - scale[:, None] * adjacency * scale[None, :])
-position = vectors[:, 1:3] * scale[:, None]  # the two smoothest non-constant eigenvectors, per member
+position = np.random.default_rng(0).uniform(-1, 1, (n_nodes, 2))
+spacing, step = 1 / np.sqrt(n_nodes), 0.1
+for _ in range(300):
+    apart = position[:, None, :] - position[None, :, :]  # apart[i, j] points from member j to member i
+    distance = np.maximum(np.linalg.norm(apart, axis=-1), 1e-3)[..., None]
+    push = spacing**2 / distance - adjacency[..., None] * distance**2 / spacing  # > 0 pushes i away from j
+    move = (apart / distance * push).sum(axis=1)
+    length = np.maximum(np.linalg.norm(move, axis=1, keepdims=True), 1e-9)
+    position += move / length * np.minimum(length, step)
+    step *= 0.985
 
 figure, axes = plt.subplots(figsize=(6.5, 5))
 for a, b in pairs:
