@@ -3,7 +3,8 @@
 What you learn here:
 
 - how a kernel launch ``kernel[blocks, threads_per_block](...)`` starts many threads running one function, and how
-  each thread finds its element from ``threadIdx``, ``blockIdx`` and ``blockDim``, or simply ``cuda.grid(1)``;
+  each thread finds its element from ``threadIdx``, ``blockIdx`` and ``blockDim``, or simply ``cuda.grid(1)``
+  (printed, and drawn as ``thread_map.png``);
 - why the grid is rounded up to whole blocks, so that every kernel needs a bounds check, and what goes wrong
   without one;
 - how to check a kernel against NumPy, and how nbcoll's own kernels (``nbcoll.kernels.elementwise``) follow the
