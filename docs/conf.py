@@ -54,6 +54,10 @@ html_static_path: list[str] = []
 html_theme_options = {"navigation_with_keys": True}
 nitpicky = False
 
+# Source links only from the module that defines an object: following a name re-exported by a package (the
+# ``nbcoll`` page documents ``nbcoll.use_backend``) made the source pages link back to anchors that do not exist.
+viewcode_follow_imported_members = False
+
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
