@@ -59,10 +59,14 @@ def load_karate_club() -> tuple[np.ndarray, np.ndarray]:
     (the administrator is member 33). W. W. Zachary, "An information flow model for conflict and fission in small
     groups", Journal of Anthropological Research 33 (1977) 452-473; members are numbered from 0 here, from 1 there.
 
-    Example::
+    Example:
 
-        edges, factions = load_karate_club()
-        degree = np.bincount(edges.ravel(), minlength=34)   # member 33 has 17 friends, member 0 has 16
+    >>> edges, factions = load_karate_club()
+    >>> edges.shape, factions.shape
+    ((78, 2), (34,))
+    >>> degree = np.bincount(edges.ravel(), minlength=34)
+    >>> int(degree[33]), int(degree[0])
+    (17, 16)
     """
     package = resources.files(__name__)
     with package.joinpath(KARATE_EDGES_FILE).open("r", encoding="utf-8") as text:
