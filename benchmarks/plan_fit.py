@@ -24,7 +24,16 @@ import numpy as np
 
 import nbcoll
 from nbcoll.parallel.hybrid import HybridLM
-from nbcoll.parallel.plan import ModelSpec, default_rates, measure_call_latency, measure_rates, plan
+from nbcoll.parallel.plan import (
+    ModelSpec,
+    Rates,
+    default_rates,
+    measure_call_latency,
+    measure_rates,
+    plan,
+    predict,
+    token_range,
+)
 
 SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
 
@@ -45,45 +54,66 @@ def measure_layout(comm, layout, steps: int) -> float:
     return statistics.median(times[1:])
 
 
-def run_rank(args: argparse.Namespace) -> int:
-    nbcoll.set_default_dtype(np.float64)
-    comm = nbcoll.init()
-    # Rank 0 times a block alone (the others wait), so the rate is one rank's with a core to itself; every rank
-    # then ranks the layouts with rank 0's figures. The ranks share this machine's cores.
+RATE_FIELDS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")
+
+
+def calibrate(comm, args: argparse.Namespace) -> Rates:
+    """Collective: the rates of now. Every rank times the pieces of a step at the same moment, at the micro-batch
+    sizes the layouts use, so under the machine's load of the run; with the ranks sharing fewer cores than there
+    are ranks, each had ``cores / ranks`` of a core, so the times are scaled to one rank with a core of its own
+    (the model knows the ranks share the cores). Rank 0's figures are used everywhere, so every rank predicts
+    alike. Then the fixed cost of a collective call between pairs of ranks, all pairs at once."""
     if args.flops:  # given on the command line
         rates = dataclasses.replace(
             default_rates(args.cores), flops_per_second=args.flops, block_overhead=args.overhead
         )
     else:
-        # Every rank times a block at the same moment, under the machine's load of now; with the ranks sharing
-        # fewer cores than there are ranks, each had cores / ranks of a core, so its figures are scaled back to
-        # one rank's with a core of its own. Rank 0's figures are used everywhere, so every rank ranks alike.
+        solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
         comm.barrier()
-        rates = measure_rates(SPEC, cores=args.cores)
+        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=0.1)
+        solo.destroy()
         share = min(1.0, args.cores / comm.size) if args.cores else 1.0
-        timed = np.array([rates.flops_per_second / share, rates.block_overhead * share])
-        measured_rates = nbcoll.empty(2, np.float64)
-        comm.broadcast(nbcoll.to_device(timed), measured_rates)
-        flops, overhead = nbcoll.to_host(measured_rates)
-        rates = dataclasses.replace(rates, flops_per_second=float(flops), block_overhead=float(overhead))
-    rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))
-    latency = nbcoll.empty(1, np.float64)  # rank 0's, so every rank ranks the layouts alike
-    comm.broadcast(nbcoll.to_device(np.array([rates.call_latency])), latency)
-    rates = dataclasses.replace(rates, call_latency=float(nbcoll.to_host(latency)[0]))
-    predictions = plan(SPEC, comm.size, rates)
+        timed = np.array([getattr(rates, name) for name in RATE_FIELDS])
+        timed = np.concatenate([timed[:1] / share, timed[1:] * share])
+        rates = dataclasses.replace(rates, **dict(zip(RATE_FIELDS, rank0(comm, timed), strict=True)))
+    latency = rank0(comm, np.array([measure_call_latency(comm)]))[0]
+    return dataclasses.replace(rates, call_latency=latency)
+
+
+def rank0(comm, values: np.ndarray) -> list[float]:
+    """Collective: rank 0's ``values`` on every rank."""
+    out = nbcoll.empty(values.shape, np.float64)
+    comm.broadcast(nbcoll.to_device(values.astype(np.float64)), out)
+    return [float(v) for v in nbcoll.to_host(out)]
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    nbcoll.set_default_dtype(np.float64)
+    comm = nbcoll.init()
+    first = calibrate(comm, args)
+    predictions = plan(SPEC, comm.size, first)
     rows = []
     for p in predictions:
+        # The machine's load changes over the minutes of the run (other work shares its cores), so each layout is
+        # predicted from rates timed just before it runs; the ranking above uses the first timing.
+        rates = calibrate(comm, args) if args.recalibrate else first
+        predicted = predict(SPEC, p.layout, rates)
         measured = measure_layout(comm, p.layout, args.steps)
-        rows.append((p, measured, abs(p.step_seconds - measured) / measured))
+        rows.append((predicted, measured, abs(predicted.step_seconds - measured) / measured, rates))
     if comm.rank == 0:
         print(
-            f"{SPEC}\n{comm.size} ranks; measured {rates.flops_per_second / 1e9:.3f} GFLOP/s and "
-            f"{rates.block_overhead * 1e3:.2f} ms per block forward + backward, "
-            f"{rates.call_latency * 1e3:.2f} ms per collective call\n"
+            f"{SPEC}\n{comm.size} ranks on {args.cores} cores; first timing: "
+            f"{first.flops_per_second / 1e9:.3f} GFLOP/s and {first.block_overhead * 1e3:.2f} ms per block forward + "
+            f"backward, {first.head_overhead * 1e3:.2f} ms head and loss, {first.embed_overhead * 1e3:.2f} ms "
+            f"embedding, {first.update_overhead * 1e3:.2f} ms update per block, {first.call_latency * 1e3:.2f} ms "
+            f"per collective call\n"
         )
-        print(f"{'layout':<24}{'predicted ms':>14}{'measured ms':>13}{'error':>8}")
-        for p, measured, error in sorted(rows, key=lambda r: r[1]):
-            print(f"{str(p.layout):<24}{1e3 * p.step_seconds:>14.1f}{1e3 * measured:>13.1f}{error:>8.0%}")
+        print(f"{'layout':<24}{'predicted ms':>14}{'measured ms':>13}{'error':>8}{'block ms':>10}{'call ms':>9}")
+        for p, measured, error, rates in sorted(rows, key=lambda r: r[1]):
+            print(
+                f"{str(p.layout):<24}{1e3 * p.step_seconds:>14.1f}{1e3 * measured:>13.1f}{error:>8.0%}"
+                f"{1e3 * rates.block_overhead:>10.2f}{1e3 * rates.call_latency:>9.2f}"
+            )
         print(f"\nmedian error over {len(rows)} layouts: {statistics.median(r[2] for r in rows):.0%}")
         best_predicted, best_measured = predictions[0].layout, min(rows, key=lambda r: r[1])[0].layout
         print(f"predicted best {best_predicted}; measured best {best_measured}")
@@ -98,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flops", type=float, default=0.0, help="FLOP/s of one rank (default: measured)")
     parser.add_argument("--overhead", type=float, default=0.0, help="seconds per block beyond its FLOPs")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="devices the ranks share (default: CPUs)")
+    parser.add_argument(
+        "--no-recalibrate", dest="recalibrate", action="store_false", help="time the rates once, not per layout"
+    )
     args = parser.parse_args(argv)
     from nbcoll.launch import launch, under_mpi
 

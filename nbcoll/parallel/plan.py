@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nbcoll.comm import tuner
+
+if TYPE_CHECKING:
+    from nbcoll.comm import Communicator
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,12 @@ class Layout:
 
 @dataclass(frozen=True)
 class Rates:
-    """What the hardware does: measured compute rate and per-block overhead, and the links' alpha-beta model."""
+    """What the hardware does: measured compute rate and fixed costs, and the links' alpha-beta model.
+
+    Example::
+
+        Rates(flops_per_second=2e9, block_overhead=4e-3, link=tuner.LinkModel(40e-6, 2e9), cores=2)
+    """
 
     flops_per_second: float
     block_overhead: float  # seconds per block forward + backward beyond its FLOPs
@@ -93,13 +101,16 @@ class Rates:
     chunk_bytes: int = 1 << 20
     cores: int | None = None  # devices the ranks share (CPU cores here); None: one device per rank
     call_latency: float = 0.0  # seconds each collective or transfer call costs beyond the alpha-beta model
+    embed_overhead: float = 0.0  # seconds per micro-batch of the embedding, forward + backward (first stage)
+    head_overhead: float = 0.0  # seconds per micro-batch of final norm, head and loss beyond their FLOPs (last stage)
+    update_overhead: float = 0.0  # seconds per block of the optimizer step, once per training step
 
 
 @dataclass
 class Prediction:
     layout: Layout
     step_seconds: float
-    parts: dict[str, float] = field(default_factory=dict)  # compute, bubble, tp comm, pp comm, dp comm
+    parts: dict[str, float] = field(default_factory=dict)  # compute, bubble, sharing, tp comm, pp comm, dp comm
     memory_bytes: int = 0
 
 
@@ -110,34 +121,67 @@ def all_reduce_seconds(nbytes: float, ranks: int, rates: Rates) -> float:
     return ring + rates.call_latency
 
 
-def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
-    """Step time and memory per rank of ``spec`` trained under ``layout``."""
+def stage_seconds(spec: ModelSpec, layout: Layout, stage: int, rates: Rates) -> tuple[float, float, float]:
+    """One micro-batch's forward and backward on pipeline stage ``stage``: (compute, tp comm, pp comm) seconds.
+
+    Every block costs its FLOPs over tp at the measured rate plus the fixed ``block_overhead`` and four
+    all-reduces over tp (f and g, forward and backward); the first stage adds the embedding (one all-reduce), the
+    last the norm, head and loss (three all-reduces in the loss, one in the head's backward).
+    """
     dp, tp, pp, m = layout.dp, layout.tp, layout.pp, layout.chunks
     tokens = spec.batch // (dp * m) * spec.seq_len
-    value = spec.bytes_per_value
     per_stage = spec.layers // pp
     compute = per_stage * (3 * spec.layer_flops(tokens) / tp / rates.flops_per_second + rates.block_overhead)
-    compute += 3 * 2.0 * tokens * spec.hidden * spec.vocab / tp / rates.flops_per_second / pp  # head, spread
-    tp_comm = per_stage * 4 * all_reduce_seconds(tokens * spec.hidden * value, tp, rates)
-    transfer = rates.link.alpha + rates.call_latency + tokens * spec.hidden * value / rates.link.beta
-    pp_comm = 2 * transfer if pp > 1 else 0.0
-    stage = compute + tp_comm + pp_comm
+    calls = 4 * per_stage
+    if stage == 0:
+        compute, calls = compute + rates.embed_overhead, calls + 1
+    if stage == pp - 1:
+        head_flops = 3 * 2.0 * tokens * spec.hidden * spec.vocab / tp
+        compute, calls = compute + head_flops / rates.flops_per_second + rates.head_overhead, calls + 4
+    tp_comm = calls * all_reduce_seconds(tokens * spec.hidden * spec.bytes_per_value, tp, rates)
+    transfer = rates.link.alpha + rates.call_latency + tokens * spec.hidden * spec.bytes_per_value / rates.link.beta
+    pp_comm = 2 * transfer if pp > 1 else 0.0  # the activation to the next stage, its gradient from it
+    return compute, tp_comm, pp_comm
+
+
+def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
+    """Step time and memory per rank of ``spec`` trained under ``layout``.
+
+    With ``c_s`` the time of one micro-batch on stage ``s`` (:func:`stage_seconds`), the slowest stage paces the
+    ``m`` micro-batches and every other stage adds its turn while the pipeline fills and drains::
+
+        step = (m - 1) * max_s c_s + sum_s c_s  +  update  +  all-reduce of the gradients over dp
+
+    which is ``(m + pp - 1) x c`` for equal stages. Where the ranks share fewer devices than there are ranks, the
+    step lasts at least the work of all ranks over the devices.
+    """
+    dp, tp, pp, m = layout.dp, layout.tp, layout.pp, layout.chunks
+    value = spec.bytes_per_value
+    per_stage = spec.layers // pp
+    stages = [stage_seconds(spec, layout, s, rates) for s in range(pp)]
+    slowest = max(range(pp), key=lambda s: sum(stages[s]))
+    compute, tp_comm, pp_comm = stages[slowest]
+    fill_and_drain = sum(sum(c) for c in stages) - sum(stages[slowest])
+    update = per_stage * rates.update_overhead
     params = per_stage * spec.layer_params() // tp + 2 * spec.vocab * spec.hidden // tp // pp
     dp_comm = all_reduce_seconds(params * value, dp, rates)
+    if pp > 1:
+        dp_comm += rates.call_latency  # the loss, broadcast from the last stage once per step
     # Ranks that share fewer devices than there are ranks take turns: the step lasts at least every rank's
     # compute divided by the devices. Idle time in the bubble is then filled by other ranks' work.
     ranks = dp * tp * pp
-    shared = ranks * m * compute / rates.cores if rates.cores and rates.cores < ranks else 0.0
-    bubble = (pp - 1) * stage
+    work = dp * tp * sum(m * c[0] + update for c in stages)
+    shared = work / rates.cores if rates.cores and rates.cores < ranks else 0.0
     parts = {
-        "compute": m * compute,
-        "bubble": bubble,
-        "sharing": max(0.0, shared - m * compute - bubble),
+        "compute": m * compute + update,
+        "bubble": fill_and_drain,
+        "sharing": max(0.0, shared - m * compute - update - fill_and_drain),
         "tp comm": m * tp_comm,
         "pp comm": m * pp_comm,
         "dp comm": dp_comm,
     }
     h, f, heads = spec.hidden, spec.mlp, spec.heads
+    tokens = spec.batch // (dp * m) * spec.seq_len
     saved_per_token = 4 * h + (4 * h + 2 * f) / tp + 2 * heads * spec.seq_len / tp  # values kept for backward
     in_flight = min(m, pp)
     activations = in_flight * per_stage * tokens * saved_per_token * value
@@ -195,27 +239,97 @@ def default_rates(cores: int | None = None) -> Rates:
     return Rates(flops_per_second=2e9, block_overhead=4e-3, link=link, cores=cores)
 
 
-def measure_rates(spec: ModelSpec, repeats: int = 3, cores: int | None = None) -> Rates:
-    """Time one transformer block's forward and backward at two token counts in this process; the line
-    through them gives the FLOP rate (slope) and the per-block overhead (intercept)."""
+def token_range(spec: ModelSpec, ranks: int) -> tuple[int, int]:
+    """The fewest and the most tokens one micro-batch holds over the layouts of ``ranks``: where to time."""
+    counts = [spec.batch // (lay.dp * lay.chunks) * spec.seq_len for lay in layouts(spec, ranks)]
+    return (min(counts), max(counts)) if counts else (spec.seq_len, spec.batch * spec.seq_len)
+
+
+def _seconds(repeats: int, busy: float, run: Any, *args: Any) -> float:
+    """The mean seconds of ``run(*args)``: after one call that warms up, at least ``repeats`` calls, and more until
+    ``busy`` seconds have passed. The mean, not the median: on a shared CPU a step is preempted as often as the
+    calls are, and a burst of calls longer than a scheduler's time slice is preempted as a step is."""
+    run(*args)
+    calls, start = 0, time.perf_counter()
+    while calls < repeats or time.perf_counter() - start < busy:
+        run(*args)
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def measure_rates(
+    spec: ModelSpec,
+    repeats: int = 3,
+    cores: int | None = None,
+    tokens: tuple[int, int] | None = None,
+    comm: Communicator | None = None,
+    busy: float = 0.0,
+) -> Rates:
+    """Time, in this process, the pieces of a step at two micro-batch sizes of ``tokens`` (by default one
+    sequence and eight; :func:`token_range` gives the sizes a plan's layouts use): a transformer block's forward
+    and backward, the line through the two giving the FLOP rate (slope) and the per-block overhead (intercept);
+    the embedding's, and the norm, head and loss's, forward and backward beyond their FLOPs; and the optimizer
+    step over a block's parameters. Given ``comm`` (a one-rank communicator), the pieces are the tensor-parallel
+    layers a run trains, over it; otherwise the plain layers. Each piece runs at least ``busy`` seconds."""
     import nbcoll
+    import nbcoll.functional as F
     from nbcoll import nn
+    from nbcoll.parallel import tensor_parallel as tp
+    from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
     dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
-    block = nn.TransformerBlock(spec.hidden, spec.heads, mlp_ratio=spec.mlp_ratio, causal=True, dtype=dtype)
-    points = []
-    for batch in (1, 8):
-        x = nbcoll.tensor(np.random.default_rng(0).standard_normal((batch, spec.seq_len, spec.hidden)), dtype=dtype)
-        times = []
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            block(x).sum().backward()
-            times.append(time.perf_counter() - start)
-        points.append((3 * spec.layer_flops(batch * spec.seq_len), float(np.median(times[1:]))))
+    rng = np.random.default_rng(0)
+    norm = nn.LayerNorm(spec.hidden, dtype=dtype)
+    if comm is None:
+        block = nn.TransformerBlock(spec.hidden, spec.heads, mlp_ratio=spec.mlp_ratio, causal=True, dtype=dtype)
+        embed = nn.Embedding(spec.vocab, spec.hidden, dtype=dtype)
+        head = nn.Linear(spec.hidden, spec.vocab, dtype=dtype)
+
+        def loss_of(logits: Any, ids: Any) -> Any:
+            return F.cross_entropy(logits.reshape(-1, spec.vocab), ids.reshape(-1))
+    else:
+        block = ParallelTransformerBlock(spec.hidden, spec.heads, comm, spec.mlp_ratio, causal=True)
+        embed = tp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm)
+        head = tp.ColumnParallelLinear(spec.hidden, spec.vocab, comm)
+
+        def loss_of(logits: Any, ids: Any) -> Any:
+            return tp.vocab_parallel_cross_entropy(logits, ids, comm)
+
+    def block_pass(x: Any, ids: Any) -> None:
+        block(x).sum().backward()
+
+    def last_stage(x: Any, ids: Any) -> None:
+        loss_of(head(norm(x)), ids).backward()
+
+    def embedding(x: Any, ids: Any) -> None:
+        embed(ids).sum().backward()
+
+    low, high = tokens or (spec.seq_len, 8 * spec.seq_len)
+    points, ends = [], []
+    for count in (low, high):
+        rows = max(1, count // spec.seq_len)
+        x = nbcoll.tensor(rng.standard_normal((rows, spec.seq_len, spec.hidden)), dtype=dtype)
+        ids = rng.integers(0, spec.vocab, (rows, spec.seq_len))
+        seconds = {run: _seconds(repeats, busy, run, x, ids) for run in (block_pass, last_stage, embedding)}
+        points.append((3 * spec.layer_flops(rows * spec.seq_len), seconds[block_pass]))
+        head_flops = 3 * 2.0 * rows * spec.seq_len * spec.hidden * spec.vocab
+        ends.append((head_flops, seconds[last_stage], seconds[embedding]))
     (f1, t1), (f2, t2) = points
-    seconds_per_flop = max((t2 - t1) / (f2 - f1), 1e-13)
+    seconds_per_flop = max((t2 - t1) / (f2 - f1), 1e-13) if f2 > f1 else 1e-13
     overhead = max(t1 - f1 * seconds_per_flop, 0.0)
-    return Rates(1.0 / seconds_per_flop, overhead, default_rates().link, cores=cores)
+    head_overhead = max(ends[0][1] - ends[0][0] * seconds_per_flop, 0.0)  # the small micro-batch: mostly fixed
+    optimizer = nbcoll.optim.SGD(block.parameters(), lr=0.0, momentum=0.9)
+    block_pass(x, ids)  # gradients for the optimizer to read; lr 0 leaves the block as it is
+    update_overhead = _seconds(repeats, busy / 4, optimizer.step)
+    return Rates(
+        1.0 / seconds_per_flop,
+        overhead,
+        default_rates().link,
+        cores=cores,
+        embed_overhead=ends[0][2],
+        head_overhead=head_overhead,
+        update_overhead=update_overhead,
+    )
 
 
 def measure_call_latency(comm: Any, repeats: int = 20) -> float:
@@ -259,4 +373,6 @@ __all__ = [
     "measure_rates",
     "plan",
     "predict",
+    "stage_seconds",
+    "token_range",
 ]
