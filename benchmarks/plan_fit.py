@@ -34,6 +34,7 @@ from nbcoll.parallel.plan import (
     predict,
     token_range,
 )
+from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
 SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
 
@@ -63,20 +64,23 @@ def calibrate(comm, args: argparse.Namespace) -> Rates:
     are ranks, each had ``cores / ranks`` of a core, so the times are scaled to one rank with a core of its own
     (the model knows the ranks share the cores). Rank 0's figures are used everywhere, so every rank predicts
     alike. Then the fixed cost of a collective call between pairs of ranks, all pairs at once."""
+    solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
     if args.flops:  # given on the command line
         rates = dataclasses.replace(
             default_rates(args.cores), flops_per_second=args.flops, block_overhead=args.overhead
         )
     else:
-        solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
         comm.barrier()
         rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=0.1)
-        solo.destroy()
         share = min(1.0, args.cores / comm.size) if args.cores else 1.0
         timed = np.array([getattr(rates, name) for name in RATE_FIELDS])
         timed = np.concatenate([timed[:1] / share, timed[1:] * share])
         rates = dataclasses.replace(rates, **dict(zip(RATE_FIELDS, rank0(comm, timed), strict=True)))
-    latency = rank0(comm, np.array([measure_call_latency(comm)]))[0]
+    # A call between two blocks' worth of work: on shared cores, the partner may be waiting for a core.
+    block = ParallelTransformerBlock(SPEC.hidden, SPEC.heads, solo, SPEC.mlp_ratio, causal=True)
+    x = nbcoll.tensor(np.zeros((1, SPEC.seq_len, SPEC.hidden)))
+    latency = rank0(comm, np.array([measure_call_latency(comm, work=lambda: block(x))]))[0]
+    solo.destroy()
     return dataclasses.replace(rates, call_latency=latency)
 
 

@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -332,20 +333,34 @@ def measure_rates(
     )
 
 
-def measure_call_latency(comm: Any, repeats: int = 20) -> float:
-    """Collective: the median seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
-    tensor-parallel partners run), minus nothing: the whole fixed cost of a call where the ranks run."""
+def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] | None = None) -> float:
+    """Collective: the mean seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
+    tensor-parallel partners run): the whole fixed cost of a call where the ranks run.
+
+    With ``work``, each call follows one ``work()`` on every rank, as a tensor-parallel layer's all-reduce follows
+    its matmuls; where ranks share cores, a call then also waits for its partner to get a core back, which a loop
+    of bare calls (both partners always ready) never shows. The figure is then the loop's time less that of
+    ``work`` alone, per call.
+    """
     import nbcoll
 
     pair = comm.split(comm.rank // 2)
     x, y = nbcoll.to_device(np.ones(1)), nbcoll.empty(1, np.float64)
-    times = []
-    for _ in range(repeats + 1):
+
+    def loop(calls: bool) -> float:
+        pair.all_reduce(x, y)  # start together
         start = time.perf_counter()
-        pair.all_reduce(x, y)
-        times.append(time.perf_counter() - start)
+        for _ in range(repeats):
+            if work is not None:
+                work()
+            if calls:
+                pair.all_reduce(x, y)
+        return (time.perf_counter() - start) / repeats
+
+    loop(True)  # warm-up
+    seconds = loop(True) - (loop(False) if work is not None else 0.0)
     pair.destroy()
-    return float(np.median(times[1:]))
+    return max(seconds, 0.0)
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
