@@ -71,7 +71,7 @@ def calibrate(comm, args: argparse.Namespace) -> Rates:
         )
     else:
         comm.barrier()
-        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=0.1)
+        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=0.4)
         share = min(1.0, args.cores / comm.size) if args.cores else 1.0
         timed = np.array([getattr(rates, name) for name in RATE_FIELDS])
         timed = np.concatenate([timed[:1] / share, timed[1:] * share])

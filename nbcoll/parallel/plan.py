@@ -246,16 +246,20 @@ def token_range(spec: ModelSpec, ranks: int) -> tuple[int, int]:
     return (min(counts), max(counts)) if counts else (spec.seq_len, spec.batch * spec.seq_len)
 
 
-def _seconds(repeats: int, busy: float, run: Any, *args: Any) -> float:
-    """The mean seconds of ``run(*args)``: after one call that warms up, at least ``repeats`` calls, and more until
-    ``busy`` seconds have passed. The mean, not the median: on a shared CPU a step is preempted as often as the
-    calls are, and a burst of calls longer than a scheduler's time slice is preempted as a step is."""
-    run(*args)
-    calls, start = 0, time.perf_counter()
-    while calls < repeats or time.perf_counter() - start < busy:
-        run(*args)
-        calls += 1
-    return (time.perf_counter() - start) / calls
+def _interleaved_seconds(runs: list[Callable[[], Any]], repeats: int, busy: float) -> list[float]:
+    """The mean seconds of each of ``runs``, called in turn (after one round that warms up) for at least
+    ``repeats`` rounds and until ``busy`` seconds have passed. In turn, so that on a shared CPU every piece meets
+    the same load; the mean, not the median, since a step is preempted as often as its pieces are."""
+    for run in runs:
+        run()
+    totals, rounds, start = [0.0] * len(runs), 0, time.perf_counter()
+    while rounds < repeats or time.perf_counter() - start < busy:
+        for i, run in enumerate(runs):
+            begin = time.perf_counter()
+            run()
+            totals[i] += time.perf_counter() - begin
+        rounds += 1
+    return [total / rounds for total in totals]
 
 
 def measure_rates(
@@ -271,7 +275,8 @@ def measure_rates(
     and backward, the line through the two giving the FLOP rate (slope) and the per-block overhead (intercept);
     the embedding's, and the norm, head and loss's, forward and backward beyond their FLOPs; and the optimizer
     step over a block's parameters. Given ``comm`` (a one-rank communicator), the pieces are the tensor-parallel
-    layers a run trains, over it; otherwise the plain layers. Each piece runs at least ``busy`` seconds."""
+    layers a run trains, over it; otherwise the plain layers. The pieces run in turn, ``repeats`` rounds or more,
+    until ``busy`` seconds have passed."""
     import nbcoll
     import nbcoll.functional as F
     from nbcoll import nn
@@ -296,38 +301,31 @@ def measure_rates(
         def loss_of(logits: Any, ids: Any) -> Any:
             return tp.vocab_parallel_cross_entropy(logits, ids, comm)
 
-    def block_pass(x: Any, ids: Any) -> None:
-        block(x).sum().backward()
-
-    def last_stage(x: Any, ids: Any) -> None:
-        loss_of(head(norm(x)), ids).backward()
-
-    def embedding(x: Any, ids: Any) -> None:
-        embed(ids).sum().backward()
-
     low, high = tokens or (spec.seq_len, 8 * spec.seq_len)
-    points, ends = [], []
+    inputs = []
     for count in (low, high):
         rows = max(1, count // spec.seq_len)
         x = nbcoll.tensor(rng.standard_normal((rows, spec.seq_len, spec.hidden)), dtype=dtype)
-        ids = rng.integers(0, spec.vocab, (rows, spec.seq_len))
-        seconds = {run: _seconds(repeats, busy, run, x, ids) for run in (block_pass, last_stage, embedding)}
-        points.append((3 * spec.layer_flops(rows * spec.seq_len), seconds[block_pass]))
-        head_flops = 3 * 2.0 * rows * spec.seq_len * spec.hidden * spec.vocab
-        ends.append((head_flops, seconds[last_stage], seconds[embedding]))
-    (f1, t1), (f2, t2) = points
-    seconds_per_flop = max((t2 - t1) / (f2 - f1), 1e-13) if f2 > f1 else 1e-13
-    overhead = max(t1 - f1 * seconds_per_flop, 0.0)
-    head_overhead = max(ends[0][1] - ends[0][0] * seconds_per_flop, 0.0)  # the small micro-batch: mostly fixed
-    optimizer = nbcoll.optim.SGD(block.parameters(), lr=0.0, momentum=0.9)
-    block_pass(x, ids)  # gradients for the optimizer to read; lr 0 leaves the block as it is
-    update_overhead = _seconds(repeats, busy / 4, optimizer.step)
+        inputs.append((rows * spec.seq_len, x, rng.integers(0, spec.vocab, (rows, spec.seq_len))))
+    optimizer = nbcoll.optim.SGD(block.parameters(), lr=0.0, momentum=0.9)  # lr 0 leaves the block as it is
+    runs = [lambda x=x: block(x).sum().backward() for _, x, _ in inputs]  # leaves gradients for the optimizer
+    runs += [lambda x=x, ids=ids: loss_of(head(norm(x)), ids).backward() for _, x, ids in inputs]
+    runs += [lambda ids=inputs[0][2]: embed(ids).sum().backward(), optimizer.step]
+    block_low, block_high, head_low, _, embed_overhead, update_overhead = _interleaved_seconds(runs, repeats, busy)
+    (t1, _, _), (t2, _, _) = inputs
+    f1, f2 = 3 * spec.layer_flops(t1), 3 * spec.layer_flops(t2)
+    # The line through the two block times; a slope that noise made negative means FLOPs too few to see.
+    seconds_per_flop = min(max((block_high - block_low) / (f2 - f1), 0.0), block_high / f2) if f2 > f1 else 0.0
+    seconds_per_flop = max(seconds_per_flop, 1e-13)
+    overhead = max(block_low - f1 * seconds_per_flop, 0.0)
+    head_flops = 3 * 2.0 * t1 * spec.hidden * spec.vocab
+    head_overhead = max(head_low - head_flops * seconds_per_flop, 0.0)  # the small micro-batch: mostly fixed
     return Rates(
         1.0 / seconds_per_flop,
         overhead,
         default_rates().link,
         cores=cores,
-        embed_overhead=ends[0][2],
+        embed_overhead=embed_overhead,
         head_overhead=head_overhead,
         update_overhead=update_overhead,
     )
@@ -339,28 +337,22 @@ def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] |
 
     With ``work``, each call follows one ``work()`` on every rank, as a tensor-parallel layer's all-reduce follows
     its matmuls; where ranks share cores, a call then also waits for its partner to get a core back, which a loop
-    of bare calls (both partners always ready) never shows. The figure is then the loop's time less that of
-    ``work`` alone, per call.
+    of bare calls (both partners always ready) never shows. Only the calls are timed.
     """
     import nbcoll
 
     pair = comm.split(comm.rank // 2)
     x, y = nbcoll.to_device(np.ones(1)), nbcoll.empty(1, np.float64)
-
-    def loop(calls: bool) -> float:
-        pair.all_reduce(x, y)  # start together
+    pair.all_reduce(x, y)  # warm-up, and the pairs start together
+    seconds = 0.0
+    for _ in range(repeats):
+        if work is not None:
+            work()
         start = time.perf_counter()
-        for _ in range(repeats):
-            if work is not None:
-                work()
-            if calls:
-                pair.all_reduce(x, y)
-        return (time.perf_counter() - start) / repeats
-
-    loop(True)  # warm-up
-    seconds = loop(True) - (loop(False) if work is not None else 0.0)
+        pair.all_reduce(x, y)
+        seconds += time.perf_counter() - start
     pair.destroy()
-    return max(seconds, 0.0)
+    return seconds / repeats
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
