@@ -102,6 +102,8 @@ class Rates:
     chunk_bytes: int = 1 << 20
     cores: int | None = None  # devices the ranks share (CPU cores here); None: one device per rank
     call_latency: float = 0.0  # seconds each collective or transfer call costs beyond the alpha-beta model
+    # seconds an all-reduce between partners that take turns on shared cores waits beyond ``call_latency``
+    partner_wait: float = 0.0
     embed_overhead: float = 0.0  # seconds per micro-batch of the embedding, forward + backward (first stage)
     head_overhead: float = 0.0  # seconds per micro-batch of final norm, head and loss beyond their FLOPs (last stage)
     update_overhead: float = 0.0  # seconds per block of the optimizer step, once per training step
@@ -119,7 +121,7 @@ def all_reduce_seconds(nbytes: float, ranks: int, rates: Rates) -> float:
     if ranks == 1:
         return 0.0
     ring = tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, rates.link)
-    return ring + rates.call_latency
+    return ring + rates.call_latency + rates.partner_wait
 
 
 def stage_seconds(spec: ModelSpec, layout: Layout, stage: int, rates: Rates) -> tuple[float, float, float]:
@@ -176,7 +178,8 @@ def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
     parts = {
         "compute": m * compute + update,
         "bubble": fill_and_drain,
-        "sharing": max(0.0, shared - m * compute - update - fill_and_drain),
+        # A rank waiting on a collective or a neighbour leaves its core to another rank's work.
+        "sharing": max(0.0, shared - m * (compute + tp_comm + pp_comm) - update - fill_and_drain),
         "tp comm": m * tp_comm,
         "pp comm": m * pp_comm,
         "dp comm": dp_comm,
@@ -332,7 +335,7 @@ def measure_rates(
 
 
 def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] | None = None) -> float:
-    """Collective: the mean seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
+    """Collective: the median seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
     tensor-parallel partners run): the whole fixed cost of a call where the ranks run.
 
     With ``work``, each call follows one ``work()`` on every rank, as a tensor-parallel layer's all-reduce follows
@@ -344,15 +347,15 @@ def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] |
     pair = comm.split(comm.rank // 2)
     x, y = nbcoll.to_device(np.ones(1)), nbcoll.empty(1, np.float64)
     pair.all_reduce(x, y)  # warm-up, and the pairs start together
-    seconds = 0.0
+    times = []
     for _ in range(repeats):
         if work is not None:
             work()
         start = time.perf_counter()
         pair.all_reduce(x, y)
-        seconds += time.perf_counter() - start
+        times.append(time.perf_counter() - start)
     pair.destroy()
-    return seconds / repeats
+    return float(np.median(times))
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
