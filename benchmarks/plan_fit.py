@@ -58,7 +58,7 @@ def measure_layout(comm, layout, steps: int) -> float:
 RATE_FIELDS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")
 
 
-def calibrate(comm, args: argparse.Namespace) -> Rates:
+def calibrate(comm, args: argparse.Namespace, busy: float) -> Rates:
     """Collective: the rates of now. Every rank times the pieces of a step at the same moment, at the micro-batch
     sizes the layouts use, so under the machine's load of the run; with the ranks sharing fewer cores than there
     are ranks, each had ``cores / ranks`` of a core, so the times are scaled to one rank with a core of its own
@@ -71,7 +71,7 @@ def calibrate(comm, args: argparse.Namespace) -> Rates:
         )
     else:
         comm.barrier()
-        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=0.4)
+        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=busy)
         share = min(1.0, args.cores / comm.size) if args.cores else 1.0
         timed = np.array([getattr(rates, name) for name in RATE_FIELDS])
         timed = np.concatenate([timed[:1] / share, timed[1:] * share])
@@ -80,7 +80,8 @@ def calibrate(comm, args: argparse.Namespace) -> Rates:
     # shared cores the partner may still be waiting for a core: the difference is the wait.
     block = ParallelTransformerBlock(SPEC.hidden, SPEC.heads, solo, SPEC.mlp_ratio, causal=True)
     x = nbcoll.tensor(np.zeros((1, SPEC.seq_len, SPEC.hidden)))
-    ready, after_work = (measure_call_latency(comm, repeats=40, work=work) for work in (None, lambda: block(x)))
+    calls = max(20, int(100 * busy))
+    ready, after_work = (measure_call_latency(comm, calls, work) for work in (None, lambda: block(x)))
     ready, after_work = rank0(comm, np.array([ready, after_work]))
     solo.destroy()
     return dataclasses.replace(rates, call_latency=ready, partner_wait=max(after_work - ready, 0.0))
@@ -96,13 +97,13 @@ def rank0(comm, values: np.ndarray) -> list[float]:
 def run_rank(args: argparse.Namespace) -> int:
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
-    first = calibrate(comm, args)
+    first = calibrate(comm, args, busy=2.0)
     predictions = plan(SPEC, comm.size, first)
     rows = []
     for once in predictions:
         # The machine's load changes over the minutes of the run (other work shares its cores), so each layout is
         # also predicted from rates timed just before it runs; the ranking uses the first timing.
-        rates = calibrate(comm, args)
+        rates = calibrate(comm, args, busy=0.4)
         now = predict(SPEC, once.layout, rates)
         measured = measure_layout(comm, once.layout, args.steps)
         rows.append((once, now, measured, rates))

@@ -2,21 +2,29 @@
 
 For a transformer (``layers`` blocks of width ``h``, MLP width ``f``, sequence ``s``, vocabulary ``V``) and a
 layout ``dp x tp x pp`` with ``m`` micro-batches, one micro-batch of ``t = batch / (dp m) x s`` tokens costs on
-one pipeline stage::
+pipeline stage ``k`` (:func:`stage_seconds`)::
 
-    compute   layers/pp x (3 x layer_flops(t) / tp / rate + overhead)     forward + backward = 3 forwards
-              + on the last stage 3 x 2 t h V / tp / rate                  the head
-    tp comm   layers/pp x 4 all-reduces of t h values over tp              f and g, forward and backward
-    pp comm   2 transfers of t h values to a neighbour                     activation up, gradient down
+    compute   layers/pp x (3 x layer_flops(t) / tp / rate + block overhead)   forward + backward = 3 forwards
+              + on the first stage the embedding's overhead
+              + on the last stage 3 x 2 t h V / tp / rate + head overhead      norm, head and loss
+    tp comm   (4 x layers/pp + 1 on the first, + 4 on the last) all-reduces    f and g of each block, forward
+              of t h values over tp                                            and backward; embedding; loss
+    pp comm   2 transfers of t h values to a neighbour                         activation up, gradient down
 
-and the step is ``(m + pp - 1) x stage time`` (the ``pp - 1`` extra slots are the bubble) plus one all-reduce of
-the stage's gradients over ``dp``. Where the ranks share fewer devices than there are ranks (``cores``: several
-ranks per CPU), the step lasts at least all ranks' compute over the devices, and a bubble costs nothing while
-another rank can use the device. ``rate`` (FLOP/s) and ``overhead`` (seconds per block forward and backward:
-Python and kernel launches, which dominate small models) are measured by :func:`measure_rates`; each collective's
-time is the communicator's calibrated alpha-beta model (:mod:`nbcoll.comm.tuner`) plus ``call_latency``, the
-fixed cost of one call measured where the ranks run (Python's share, and on a shared CPU the wait for the peer
-to be scheduled: :func:`measure_call_latency`). Memory per rank counts the
+The slowest stage paces the micro-batches and every other stage adds its turn while the pipeline fills and
+drains: the step is ``(m - 1) x max_k c_k + sum_k c_k`` (``(m + pp - 1) x c`` for equal stages; the fill and
+drain are the bubble), plus the optimizer's update and one all-reduce of the stage's gradients over ``dp``. Where
+the ranks share fewer devices than there are ranks (``cores``: several ranks per CPU), the step lasts at least
+all ranks' compute over the devices; a rank idle in the bubble or waiting on a collective leaves its device to
+another rank's work.
+
+What the model reads is measured (:class:`Rates`): the FLOP rate and the fixed cost of a block's forward and
+backward (Python and kernel launches, which dominate small models) from timing a block at the micro-batch sizes
+the layouts use (:func:`measure_rates`, :func:`token_range`), the embedding's and the head and loss's fixed
+costs, and the optimizer's per block. Each collective costs the communicator's calibrated alpha-beta model
+(:mod:`nbcoll.comm.tuner`) at its real size, plus ``call_latency``, the fixed cost of one call where the ranks
+run, and, for an all-reduce, ``partner_wait``: on shared cores a call that follows a layer's work
+also waits for its partner to get a core back (:func:`measure_call_latency`). Memory per rank counts the
 parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
 flight (``min(m, pp)`` under 1F1B).
 
@@ -30,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,7 +170,10 @@ def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
     dp, tp, pp, m = layout.dp, layout.tp, layout.pp, layout.chunks
     value = spec.bytes_per_value
     per_stage = spec.layers // pp
-    stages = [stage_seconds(spec, layout, s, rates) for s in range(pp)]
+    # Tensor-parallel partners that wait for a core lose nothing when another stage's rank uses that core; only
+    # without a pipeline, where every rank runs the same work in lockstep, do they all wait together.
+    stage_rates = dataclasses.replace(rates, partner_wait=0.0) if pp > 1 else rates
+    stages = [stage_seconds(spec, layout, s, stage_rates) for s in range(pp)]
     slowest = max(range(pp), key=lambda s: sum(stages[s]))
     compute, tp_comm, pp_comm = stages[slowest]
     fill_and_drain = sum(sum(c) for c in stages) - sum(stages[slowest])
