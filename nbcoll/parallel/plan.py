@@ -23,8 +23,9 @@ backward (Python and kernel launches, which dominate small models) from timing a
 the layouts use (:func:`measure_rates`, :func:`token_range`), the embedding's and the head and loss's fixed
 costs, and the optimizer's per block. Each collective costs the communicator's calibrated alpha-beta model
 (:mod:`nbcoll.comm.tuner`) at its real size, plus ``call_latency``, the fixed cost of one call where the ranks
-run, and, for an all-reduce, ``partner_wait``: on shared cores a call that follows a layer's work
-also waits for its partner to get a core back (:func:`measure_call_latency`). Memory per rank counts the
+run, and, for an all-reduce, ``partner_wait``: on shared cores a call that follows a layer's work also waits for
+its partner to get a core back (:func:`measure_call_latency`), time that costs the step nothing in a pipeline,
+whose other stages use the core meanwhile. Memory per rank counts the
 parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
 flight (``min(m, pp)`` under 1F1B).
 
