@@ -15,10 +15,10 @@ warm-up step and ``--steps`` timed steps; rank 0 keeps the median step. Both pre
 first timing ("predicted") and from the one just before the layout, with the median error of each.
 
 What it reaches: on a 2-core machine shared with other work, the median error over the 15 layouts from the first
-timing was 14% to 21% (the performance page of the docs has the runs), under the 25% aimed at; from the brief
-timing before each layout it was worse, 28% to 37%: the load moves faster than a layout runs, and 0.4 s of timing
-catches one moment of it. What is left is the machine: the same layout's step moves by up to 2x from one run to
-the next, and a block's time by up to 5x from one brief timing to the next.
+timing was 16% to 40% over six runs (24% the middle; the performance page of the docs has a run and the reasons);
+from the brief timing before each layout it was 18% to 42%: the load moves faster than a layout runs, and 0.4 s
+of timing catches one moment of it. What is left is the machine: the same layout's step moves by up to 3x from
+one run to the next, and a block's time by up to 10x from one brief timing to the next.
 """
 
 from __future__ import annotations
