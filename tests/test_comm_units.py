@@ -2,6 +2,10 @@
 of both transports (a connection from this process to itself)."""
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +18,10 @@ from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.errors import CommMismatchError, CommTimeoutError
 from nbcoll.comm.p2p import RecvOp, SendOp
-from nbcoll.comm.progress import Watchdog, process_alive
 from nbcoll.comm.topology import Topology
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
 from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
+from nbcoll.comm.watchdog import Watchdog, process_alive
 from nbcoll.ipc_memory import IpcBuffer
 
 STEPS, CHUNK = 4, 64
@@ -207,3 +211,28 @@ def test_a_wait_that_cannot_progress_times_out_with_the_operation_and_step(pair)
     text = str(info.value)
     for words in ("rank 7", "recv from peer 0", "step 0", "waiting for", "flight recorder", "timed out"):
         assert words in text
+
+
+def test_the_comm_package_imports_without_mpi4py():
+    """Only communicators over MPI need mpi4py: the package, its algorithms and its engine import without it."""
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import nbcoll.comm, nbcoll.comm.algorithms.ring, nbcoll.comm.engine, nbcoll.comm.watchdog\n"
+        "print('imported')"
+    )
+    env = {**os.environ, "NBCOLL_BACKEND": "numpy"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr
+
+
+def test_every_setting_is_read_once_into_the_config():
+    """No module of the comm package reads the environment itself: ``CommConfig.from_env`` is the one place."""
+    package = Path(nbcoll.__file__).parent / "comm"
+    readers = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "config.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ("os.environ" in line or "getenv" in line) and "NBCOLL_" in line
+    ]
+    assert not readers, f"settings read outside nbcoll/comm/config.py: {readers}"

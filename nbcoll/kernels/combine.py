@@ -307,12 +307,21 @@ def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
     out, a, b = _operand(out, "out"), _operand(a, "a"), _operand(b, "b")
     _same_layout(out, "out", a, "a")
     _same_layout(out, "out", b, "b")
-    if backend.get_backend() == "numpy":
-        combine_reference(name, a, b, out=out)
-        return out
-    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
-    launch_1d(kernels[name], out.size, _flat(out), _flat(a), _flat(b))
+    fold_into(name, _flat(out), _flat(a), _flat(b))
     return out
+
+
+def fold_into(rule: str, out: Any, a: Any, b: Any) -> None:
+    """``for i: out[i] = rule(a[i], b[i])`` on 1-D contiguous arrays of one dtype and size, without checks.
+
+    The launch the collectives call once per chunk: they check their buffers and parse their op
+    (:func:`kernel_op` gives ``rule``) once, when the collective is called, not again for every chunk.
+    """
+    if backend.get_backend() == "numpy":
+        combine_reference(rule, a, b, out=out)
+        return
+    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
+    launch_1d(kernels[rule], out.size, out, a, b)
 
 
 def combine(op: Any, dst: Any, src: Any) -> Any:
