@@ -5,6 +5,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +19,13 @@ from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.errors import CommMismatchError, CommTimeoutError
 from nbcoll.comm.p2p import RecvOp, SendOp
+from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Prims, Step, name_of
 from nbcoll.comm.topology import Topology
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
 from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
 from nbcoll.comm.watchdog import Watchdog, process_alive
 from nbcoll.ipc_memory import IpcBuffer
+from nbcoll.kernels import combine
 
 STEPS, CHUNK = 4, 64
 
@@ -236,3 +239,42 @@ def test_every_setting_is_read_once_into_the_config():
         if ("os.environ" in line or "getenv" in line) and "NBCOLL_" in line
     ]
     assert not readers, f"settings read outside nbcoll/comm/config.py: {readers}"
+
+
+def _wait_ready(step: Step) -> None:
+    deadline = time.monotonic() + 30
+    while not step.ready():
+        assert time.monotonic() < deadline, step.waiting_for()
+
+
+def test_prims_are_bound_once_and_each_call_is_one_step_with_its_flags(pair):
+    """Prims over a connection to this process: ``send(2, 6)``, then ``recv_reduce_copy(2, 6)`` folds it in."""
+    send, recv = pair
+    local = nbcoll.to_device(np.arange(8, dtype=np.float32))
+    out = nbcoll.zeros(8, np.float32)
+    halve = lambda value: combine.divide(value, 2)  # noqa: E731 - avg's last step, on two ranks
+    to_self = Prims(local, out, send=[send])
+    from_self = Prims(local, out, recv=[recv], op="avg", post=halve)
+    first = to_self.send(2, 6)
+    assert (first.flags, first.name, first.span, first.nbytes) == (SEND, "send", (2, 6), 16)
+    _wait_ready(first)
+    first.run()
+    fold = from_self.recv_reduce_copy(2, 6)
+    assert fold.flags == RECV | REDUCE | COPY | POST and fold.name == "recv_reduce_copy"
+    _wait_ready(fold)
+    fold.run()
+    assert np.array_equal(nbcoll.to_host(out), [0, 0, 2, 3, 4, 5, 0, 0])  # (x + x) / 2, only in [2, 6)
+    resend = to_self.send(0, 3)
+    _wait_ready(resend)
+    resend.run()
+    wrong = from_self.recv(0, 4)  # the peer sent 3 elements: the ranks disagree about the call
+    _wait_ready(wrong)
+    with pytest.raises(CommMismatchError, match="expected a chunk of 16 bytes"):
+        wrong.run()
+
+
+def test_a_primitive_name_is_its_flags():
+    assert name_of(RECV | REDUCE | COPY | SEND) == "recv_reduce_copy_send"
+    assert name_of(COPY | SEND) == "copy_send" and name_of(RECV | COPY) == "recv"
+    assert name_of(DIRECT | RECV | REDUCE | COPY | POST) == "direct_recv_reduce_copy"
+    assert name_of(DIRECT | SEND) == "direct_send"
