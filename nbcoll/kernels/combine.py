@@ -385,18 +385,26 @@ def divide(dst: Any, n: int) -> Any:
         raise TypeError(f"n: expected a positive integer (a number of ranks), got {type(n).__name__}")
     if n < 1:
         raise ValueError(f"n: expected a positive integer (a number of ranks), got {n}")
+    divide_in_place(_flat(dst), int(n))
+    return dst
+
+
+def divide_in_place(dst: Any, n: int) -> None:
+    """:func:`divide` on a 1-D contiguous array and a positive ``int``, without checks.
+
+    avg's last step in the collectives, once per final chunk: they check their buffers once, when they are called.
+    """
     if backend.get_backend() == "numpy":
-        dst[...] = divide_reference(dst, int(n))
-        return dst
+        dst[...] = divide_reference(dst, n)
+        return
     if dst.dtype == np.float16:
-        launch_1d(true_divide_float16_kernel, dst.size, _flat(dst), np.float32(n))
+        launch_1d(true_divide_float16_kernel, dst.size, dst, np.float32(n))
     elif dst.dtype.kind == "f":
-        launch_1d(true_divide_kernel, dst.size, _flat(dst), dst.dtype.type(n))
+        launch_1d(true_divide_kernel, dst.size, dst, dst.dtype.type(n))
     else:
         # uint64 // int64 would be computed in float64 by Numba's type rules; keep uint64 in uint64.
         divisor = np.uint64(n) if dst.dtype == np.uint64 else np.int64(n)
-        launch_1d(floor_divide_kernel, dst.size, _flat(dst), divisor)
-    return dst
+        launch_1d(floor_divide_kernel, dst.size, dst, divisor)
 
 
 def pre_op(op: Any, x: Any) -> Any:
