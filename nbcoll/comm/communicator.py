@@ -231,7 +231,7 @@ class Communicator(Collectives):
         return self._group
 
     def drive(self, ops: list[Any]) -> None:
-        """Progress operations built on this communicator's connections until done (see :mod:`.progress`).
+        """Progress operations built on this communicator's connections until done (see :mod:`.watchdog`).
 
         They run in issue order with this communicator's other operations, after any still in flight.
         """
