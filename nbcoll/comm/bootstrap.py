@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll import backend, device
 from nbcoll.comm import tuner
@@ -166,7 +170,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
         (config.buffsize, config.steps, config.transport, backend.get_backend()),
     )
-    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models()})
+    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)

@@ -24,7 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll import memory
 from nbcoll.comm.bootstrap import Wiring, bootstrap, release, rendezvous
@@ -33,13 +37,11 @@ from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
-from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.engine import Engine
+from nbcoll.comm.errors import CommAbortedError
 from nbcoll.comm.group import Group
 from nbcoll.comm.p2p import RecvOp, SendOp, describe_array
-from nbcoll.comm.progress import TAG_ABORT, Watchdog, abort_message_source
-from nbcoll.comm.refusal import Refusals
-from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
-from nbcoll.comm.work import Progress, Work, records_of
+from nbcoll.comm.watchdog import TAG_ABORT, Watchdog, abort_message_source
 
 NOCOLOR = -1
 """``split(color=NOCOLOR)`` leaves this rank out of every new communicator (NCCL_SPLIT_NOCOLOR)."""
@@ -68,7 +70,7 @@ class Communicator(Collectives):
     Creating one is collective over ``mpi_comm``: every rank of it must call. Use :func:`init`.
     """
 
-    def __init__(self, mpi_comm: MPI.Comm, config: CommConfig | None = None, *, _node_key: Any = None) -> None:
+    def __init__(self, mpi_comm: Any, config: CommConfig | None = None, *, _node_key: Any = None) -> None:
         self.config = config or CommConfig.from_env()
         rank = mpi_comm.Get_rank()
         self.log = Logger(rank, self.config.debug, self.config.debug_subsys)
@@ -77,15 +79,14 @@ class Communicator(Collectives):
         self.recorder = FlightRecorder(self.config.flight_recorder)
         self._counters: dict[int, PeerCounters] = {}
         self._aborted_by: int | None = None
-        self._abort_requests: list[MPI.Request] = []
+        self._abort_requests: list[Any] = []  # MPI requests of abort messages
         self._destroyed = False
         machine_pids = {p: self._wiring.pids[p] for p in self.topology.machine_ranks if p != rank}
-        self._refusals = Refusals(self._wiring.ctrl, self.config.timeout)
         self._connecting = threading.Lock()
         self.watchdog = Watchdog(rank, self.config.timeout, self.aborted_by, machine_pids, self.recorder, self.log)
-        # Every operation, of every kind, runs through this one queue in issue order (see :mod:`.work`).
-        self._progress = Progress(self._drive_now, f"nbcoll-progress-rank{rank}")
-        self._group = Group(self._run_batch, self._cancel_batch)
+        # Call numbers, algorithm choice, tracer, windows, and the one queue every operation runs through.
+        self.engine = Engine(self)
+        self._group = Group(self.engine.run_batch, self.engine.cancel_batch)
 
     # -- who is who ---------------------------------------------------------------------------------------------
 
@@ -218,8 +219,8 @@ class Communicator(Collectives):
             if by is not None:
                 self._aborted_by = by
                 self.log.warn("INIT", f"communicator aborted by rank {by}")
-            elif self._refusals.poll() is not None:
-                self.log.warn("INIT", self._refusals.conflict)
+            elif self.engine.refusals.poll() is not None:
+                self.log.warn("INIT", self.engine.refusals.conflict)
                 self.abort()
         return self._aborted_by
 
@@ -229,25 +230,10 @@ class Communicator(Collectives):
         try:
             self.watchdog.check_aborted()
         except CommAbortedError as exc:
-            if self._refusals.conflict is None:
+            conflict = self.engine.refusals.conflict
+            if conflict is None:
                 raise
-            raise CommAbortedError(f"rank {self.rank}: {self._refusals.conflict}") from exc
-
-    def _settle_refusals(self) -> None:
-        """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
-        try:
-            self._refusals.settle(self.watchdog.check_aborted)
-        except CommAbortedError:
-            self.abort()
-            raise
-
-    def _mark_run(self, seq: int) -> None:
-        """Collective call ``seq`` runs here: abort at once if a peer has refused it."""
-        try:
-            self._refusals.ran(seq)
-        except CommAbortedError:
-            self.abort()
-            raise
+            raise CommAbortedError(f"rank {self.rank}: {conflict}") from exc
 
     def _check_peer(self, peer: Any, arg: str = "peer") -> int:
         if not isinstance(peer, numbers.Integral) or isinstance(peer, bool):
@@ -279,6 +265,8 @@ class Communicator(Collectives):
         peer = self._check_peer(peer)
         with self._connecting:  # the caller's thread and the progress thread may both ask for it first
             if peer not in self._wiring.send:
+                from nbcoll.comm.transport.mpi import MpiSendConnection  # only for a peer on another node
+
                 self._wiring.send[peer] = MpiSendConnection(
                     peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
                 )
@@ -297,6 +285,8 @@ class Communicator(Collectives):
         peer = self._check_peer(peer)
         with self._connecting:
             if peer not in self._wiring.recv:
+                from nbcoll.comm.transport.mpi import MpiRecvConnection  # only for a peer on another node
+
                 self._wiring.recv[peer] = MpiRecvConnection(
                     peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
                 )
@@ -330,7 +320,7 @@ class Communicator(Collectives):
         >>> comm.destroy()
         """
         self._check_usable()
-        self._settle_refusals()
+        self.engine.settle()
         data = self._flat_buffer(buf, "buf")
         peer = self._check_peer(peer)
         record = self.recorder.record("send", peer, data.size * data.dtype.itemsize, describe_array(data))
@@ -348,7 +338,7 @@ class Communicator(Collectives):
         >>> comm.destroy()
         """
         self._check_usable()
-        self._settle_refusals()
+        self.engine.settle()
         data = self._flat_buffer(buf, "buf")
         memory.require_writable(data, "buf")
         peer = self._check_peer(peer)
@@ -373,7 +363,7 @@ class Communicator(Collectives):
         return self._group
 
     def drive(self, ops: list[Any]) -> None:
-        """Progress operations built on this communicator's connections until done (see :mod:`.progress`).
+        """Progress operations built on this communicator's connections until done (see :mod:`.watchdog`).
 
         They run in issue order with this communicator's other operations, after any still in flight.
 
@@ -383,40 +373,7 @@ class Communicator(Collectives):
         >>> comm.destroy()
         """
         self._check_usable()
-        self._run_batch(list(ops), [])
-
-    def _drive_now(self, ops: list[Any]) -> None:
-        """Progress ``ops`` on this thread; only the queue (:class:`~nbcoll.comm.work.Progress`) calls this."""
-        self._check_usable()
-        self.watchdog.drive(ops)
-
-    def _run_batch(self, ops: list[Any], works: list[Work]) -> None:
-        """Run ``ops`` after everything issued before and wait for them; finish ``works`` with the outcome."""
-        if not ops and not works:
-            return
-        try:
-            for op in ops:
-                for seq in getattr(op, "seqs", ()):
-                    self._mark_run(seq)
-        except CommAbortedError as exc:
-            self._cancel_batch(ops, works, exc)
-            raise
-        self._progress.submit(ops, works, wait=True)
-
-    def _cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
-        """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""
-        for op in ops:
-            for record in records_of(op):
-                record.finish("cancelled")
-            for name, _, seq, _ in getattr(op, "parts", ()):  # a collective: tell the peers it will not run
-                if self._refusals.is_open(seq):
-                    self._refusals.refuse(seq, f"{name} in a comm.group()")
-        for work in works:
-            error = CommError(
-                f"rank {self.rank}: {work.description} cancelled: its group did not run "
-                f"({type(cause).__name__}: {cause})"
-            )
-            work._finish(error)
+        self.engine.run_batch(list(ops), [])
 
     # -- counters -----------------------------------------------------------------------------------------------
 
@@ -448,7 +405,7 @@ class Communicator(Collectives):
 
     # -- new communicators --------------------------------------------------------------------------------------
 
-    def _derive(self, mpi_comm: MPI.Comm) -> Communicator:
+    def _derive(self, mpi_comm: Any) -> Communicator:
         try:
             return Communicator(mpi_comm, self.config, _node_key=self._wiring.node_key)
         finally:
@@ -580,13 +537,13 @@ class Communicator(Collectives):
         """
         if self._destroyed:
             return
-        if not self._progress.quiesce(self.config.timeout):
+        progress = self.engine.progress
+        if not progress.quiesce(self.config.timeout):
             self.abort()  # releases the running operation at its next check
-            self._progress.cancel(CommAbortedError(f"rank {self.rank}: the communicator was destroyed before it ran"))
-            self._progress.quiesce(self.config.timeout)
+            progress.cancel(CommAbortedError(f"rank {self.rank}: the communicator was destroyed before it ran"))
+            progress.quiesce(self.config.timeout)
         self._destroyed = True
-        self._refusals.close()
-        self._close_collectives()
+        self.engine.close()
         for conn in [*self._wiring.send.values(), *self._wiring.recv.values()]:
             conn.close()
         self._wiring.control.close()
@@ -615,7 +572,7 @@ class SingleRankWarning(UserWarning):
     """
 
 
-def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> Communicator:
+def init(mpi_comm: Any = None, config: CommConfig | None = None) -> Communicator:
     """Collective: a communicator of the ranks of ``mpi_comm`` (default ``MPI.COMM_WORLD``).
 
     Settings come from the ``NBCOLL_*`` environment variables unless ``config`` is given

@@ -18,7 +18,14 @@ variable                   default   meaning
 ``NBCOLL_DEBUG``           (off)     ``WARN``, ``INFO`` or ``TRACE``
 ``NBCOLL_DEBUG_SUBSYS``    ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
 ``NBCOLL_FLIGHT_RECORDER`` 32        operations each rank remembers for error messages
+``NBCOLL_ALGO``            (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
+``NBCOLL_CHECK``           0         1: compare every collective call's signature across ranks first
+``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
+``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ========================== ========= ===================================================================
+
+A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
+``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.
 """
 
 from __future__ import annotations
@@ -95,6 +102,10 @@ class CommConfig:
     debug: str | None = None
     debug_subsys: frozenset[str] = frozenset({"ALL"})
     flight_recorder: int = 32
+    algo: str | None = None
+    check: bool = False
+    trace: str | None = None
+    tuner_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -107,6 +118,9 @@ class CommConfig:
                 f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
                 f"holds whole elements of any dtype, got {self.buffsize}"
             )
+        from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
+
+        parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
 
     @property
     def chunk_bytes(self) -> int:
@@ -139,4 +153,8 @@ class CommConfig:
             debug=_choice(env, "NBCOLL_DEBUG", DEBUG_LEVELS, upper=True),
             debug_subsys=frozenset(s.strip() for s in subsys.split(",") if s.strip()) or frozenset({"ALL"}),
             flight_recorder=_int(env, "NBCOLL_FLIGHT_RECORDER", 32, 1),
+            algo=env.get("NBCOLL_ALGO", "").strip() or None,
+            check=env.get("NBCOLL_CHECK", "0").strip() == "1",
+            trace=env.get("NBCOLL_TRACE", "").strip() or None,
+            tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
         )

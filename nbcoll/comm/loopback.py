@@ -45,7 +45,6 @@ from nbcoll import backend
 from nbcoll.comm.communicator import Communicator
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.errors import CommAbortedError, CommTimeoutError
-from nbcoll.comm.inprocess import Fabric, ThreadComm
 
 JOIN_GRACE_SECONDS = 30.0
 """How long past ``NBCOLL_TIMEOUT`` a run waits for rank threads before it gives up on them."""
@@ -80,6 +79,10 @@ class Loopback:
             )
         self.config = config or CommConfig.from_env()
         self.size = int(nranks)
+        # The in-process wiring subclasses mpi4py's Request, so it is imported here: `import nbcoll.comm`
+        # works without mpi4py, and only a loopback world needs it.
+        from nbcoll.comm.inprocess import Fabric, ThreadComm
+
         self._fabric = Fabric(self.size, self.config.timeout)
         self.comms: list[Communicator | None] = [None] * self.size
         world = [ThreadComm(self._fabric, ("world", id(self)), rank, self.size) for rank in range(self.size)]

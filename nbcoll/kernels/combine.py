@@ -327,6 +327,15 @@ def _combine_into(op: str, out: Any, a: Any, b: Any) -> Any:
     return out
 
 
+def fold_into(rule: str, out: Any, a: Any, b: Any) -> None:
+    """``for i: out[i] = rule(a[i], b[i])`` on 1-D contiguous arrays of one dtype and size, without checks.
+
+    The launch the collectives call once per chunk: they check their buffers and parse their op
+    (:func:`kernel_op` gives ``rule``) once, when the collective is called, not again for every chunk.
+    """
+    _combine_into(rule, out, a, b)
+
+
 def combine(op: Any, dst: Any, src: Any) -> Any:
     """``for i: dst[i] = op(dst[i], src[i])``, the reduction step of the collectives. Returns ``dst``.
 
@@ -413,6 +422,14 @@ def _divide_in_place(dst: Any, n: int) -> Any:
         divisor = np.uint64(n) if dst.dtype == np.uint64 else np.int64(n)
         launch_1d(floor_divide_kernel, dst.size, flat_view(dst), divisor)
     return dst
+
+
+def divide_in_place(dst: Any, n: int) -> None:
+    """:func:`divide` on a 1-D contiguous array and a positive ``int``, without checks.
+
+    avg's last step in the collectives, once per final chunk: they check their buffers once, when they are called.
+    """
+    _divide_in_place(dst, n)
 
 
 def pre_op(op: Any, x: Any) -> Any:
