@@ -141,7 +141,7 @@ def test_collective_features_on_the_simulator(section):
 
 def test_mismatch_is_reported_on_every_rank(monkeypatch, capsys):
     monkeypatch.setenv("NBCOLL_CHECK", "1")
-    _loopback(3, "numpy", coll_features.section_check)
+    _loopback(3, "numpy", coll_features.section_check, check=True)
     out = capsys.readouterr().out
     for rank in range(3):
         assert f"rank {rank}: mismatch detected" in out
@@ -151,7 +151,7 @@ def test_mismatch_is_reported_on_every_rank(monkeypatch, capsys):
 def test_trace_records_every_step_and_draws(tmp_path, monkeypatch):
     traces = tmp_path / "trace"
     monkeypatch.setenv("NBCOLL_TRACE", str(traces))
-    _loopback(3, "numpy", coll_features.section_trace)
+    _loopback(3, "numpy", coll_features.section_trace, trace=str(traces))
     assert sorted(os.listdir(traces)) == ["rank0.jsonl", "rank1.jsonl", "rank2.jsonl"]
     from nbcoll.__main__ import main
 
