@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -350,7 +351,9 @@ class Collectives:
         current = backend.get_backend()
         if current not in cache:
             models = self._wiring.link_models.get(current) or tuner.default_models(current)
-            cache[current] = tuner.slowest(models, self.topology.transports() or {"ipc"})
+            transports = self.topology.transports() or {"ipc"}
+            windows = self.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
+            cache[current] = dataclasses.replace(tuner.slowest(models, transports), window_bytes=windows)
         return cache[current]
 
     def _allowed(self, collective: str) -> list[str]:
