@@ -72,6 +72,7 @@ def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     fastest = min(calls, key=lambda a: measured[a])
     return {
         "collective": collective,
+        "block_bytes": block_bytes,
         "nbytes": bandwidth.total_bytes(collective, count, f32, comm.size),
         "measured": measured,
         "predicted": predicted,
@@ -89,8 +90,37 @@ def summary(rows: list[dict]) -> dict:
         "cases": len(rows),
         "median_abs_error": statistics.median(errors),
         "choice_accuracy": sum(r["choice_is_fastest"] for r in rows) / len(rows),
+        "choice_within_10pct": sum(r["lost"] <= 0.10 for r in rows) / len(rows),
         "median_time_lost": statistics.median(r["lost"] for r in rows),
         "worst_time_lost": max(r["lost"] for r in rows),
+    }
+
+
+def refit(rows: list[dict], nranks: int, chunk_bytes: int, window_bytes: int) -> dict:
+    """The model's form fitted to these very measurements (:func:`nbcoll.comm.tuner.fit`): how well its terms can
+    explain the times at all, apart from how well a calibration taken at another moment sets its parameters."""
+    from nbcoll.comm import tuner
+
+    cases = [(r, a) for r in rows for a in r["measured"]]
+    terms = [
+        tuner.cost_terms(r["collective"], a, r["block_bytes"], nranks, chunk_bytes, window_bytes) for r, a in cases
+    ]
+    model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], [r["measured"][a] for r, a in cases])
+    model.window_bytes = window_bytes
+    errors, lost = [], []
+    for r in rows:
+        predicted = {
+            a: tuner.estimate(r["collective"], a, r["block_bytes"], nranks, chunk_bytes, model) for a in r["measured"]
+        }
+        errors += [abs(predicted[a] / r["measured"][a] - 1) for a in predicted]
+        choice = min(predicted, key=lambda a: predicted[a])
+        lost.append(r["measured"][choice] / min(r["measured"].values()) - 1)
+    return {
+        "alpha": model.alpha,
+        "beta": model.beta,
+        "gamma": model.gamma,
+        "median_abs_error": statistics.median(errors),
+        "choice_within_10pct": sum(x <= 0.10 for x in lost) / len(lost),
     }
 
 
@@ -114,8 +144,9 @@ def format_rst(all_rows: dict[str, list[dict]], totals: dict, env: dict, nranks:
         f"({env['machine']}). Cost model: {model}. Command: ``python benchmarks/model_fit.py{command}`` "
         f"(``mpiexec -n {nranks}``). Over {totals['cases']} cases: median absolute error "
         f"{totals['median_abs_error']:.0%}, the tuner's choice was the fastest in {totals['choice_accuracy']:.0%} "
-        f"of them, median time lost to its choice {totals['median_time_lost']:.0%} "
-        f"(worst {totals['worst_time_lost']:.0%}).",
+        f"of them and within 10% of the fastest in {totals['choice_within_10pct']:.0%}, median time lost to its "
+        f"choice {totals['median_time_lost']:.0%} (worst {totals['worst_time_lost']:.0%}). "
+        f"{refit_sentence(totals['refit'])}",
         "",
     ]
     for collective, rows in all_rows.items():
@@ -141,6 +172,15 @@ def format_rst(all_rows: dict[str, list[dict]], totals: dict, env: dict, nranks:
     return "\n".join(out)
 
 
+def refit_sentence(fitted: dict) -> str:
+    return (
+        f"Fitted to these measurements themselves (gamma {fitted['gamma'] * 1e6:.0f} us, alpha "
+        f"{fitted['alpha'] * 1e6:.0f} us, beta {fitted['beta'] / 1e9:.2f} GB/s), the model's median error is "
+        f"{fitted['median_abs_error']:.0%} and its choice within 10% of the fastest in "
+        f"{fitted['choice_within_10pct']:.0%} of the sizes."
+    )
+
+
 def run_rank(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
@@ -164,13 +204,19 @@ def run_rank(args: argparse.Namespace) -> int:
             print(format_table(all_rows[collective], comm.size), flush=True)
     if comm.rank == 0:
         totals = summary([r for rows in all_rows.values() for r in rows])
+        local = all(comm.transport_to(p) == "ipc" for p in range(comm.size) if p != comm.rank)
+        window_bytes = comm.config.buffsize if local else 0  # the direct algorithms' windows, as the tuner counts
+        totals["refit"] = refit(
+            [r for rows in all_rows.values() for r in rows], comm.size, comm.config.chunk_bytes, window_bytes
+        )
         model = (
             "calibrated on this machine just before" if tuner.calibration_file().exists() else "the tuner's defaults"
         )
         print(
             f"# {totals['cases']} cases: median |error| {totals['median_abs_error']:.0%}; tuner's choice fastest in "
-            f"{totals['choice_accuracy']:.0%}; median time lost {totals['median_time_lost']:.0%}, worst "
-            f"{totals['worst_time_lost']:.0%} (model: {model})"
+            f"{totals['choice_accuracy']:.0%}, within 10% of it in {totals['choice_within_10pct']:.0%}; median time "
+            f"lost {totals['median_time_lost']:.0%}, worst {totals['worst_time_lost']:.0%} (model: {model})\n"
+            f"# {refit_sentence(totals['refit'])}"
         )
         env = environment()
         out.mkdir(parents=True, exist_ok=True)

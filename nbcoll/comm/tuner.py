@@ -46,7 +46,7 @@ from nbcoll import backend
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call), fitted to
     # the collectives' times on a 2-core CPU machine (numpy) or set by hand (sim, cuda).
-    "numpy": {"ipc": (31e-6, 10.5e9, 119e-6), "mpi": (60e-6, 5.0e9, 119e-6)},
+    "numpy": {"ipc": (31e-6, 9.9e9, 127e-6), "mpi": (60e-6, 5.0e9, 127e-6)},
     "sim": {"ipc": (8e-3, 2.0e6, 20e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
     "cuda": {"ipc": (20e-6, 50e9, 100e-6), "mpi": (60e-6, 5e9, 100e-6)},
 }
@@ -121,27 +121,32 @@ def slowest(models: dict[str, LinkModel], transports: set[str]) -> LinkModel:
 
 
 def fit(steps: list[float], moved: list[float], seconds: list[float]) -> LinkModel:
-    """Least-squares fit of ``seconds = gamma + steps x alpha + moved / beta`` to measured collectives.
+    """Fit ``seconds = gamma + steps x alpha + moved / beta`` to measured collectives, in relative terms.
 
-    Each sample is weighted by ``1 / seconds``, so the fit minimizes relative errors: a 100 us call counts as
-    much as a 10 ms one. A parameter that noise made negative is held at its floor (no call or step is free of
-    cost below zero, no copy is infinitely fast) and the others are fitted again.
+    It minimizes ``sum(log(predicted / measured) ** 2)``: an estimate twice too high costs as much as one twice
+    too low, and a 100 us call counts as much as a 10 ms one. A linear least-squares fit weighted by
+    ``1 / seconds`` starts it; Gauss-Newton steps refine it. A parameter is never below its floor (no call or
+    step costs less than nothing, no copy is infinitely fast).
     """
-    measured = np.asarray(seconds, dtype=np.float64)
-    columns = {"gamma": np.ones_like(measured), "alpha": np.asarray(steps, float), "inv_beta": np.asarray(moved, float)}
-    floors = {"gamma": 0.0, "alpha": 1e-7, "inv_beta": 1e-12}
-    held: dict[str, float] = {}
-    while True:
-        free = [k for k in columns if k not in held]
-        rest = measured - sum(floors[k] * columns[k] for k in held)
-        a = np.stack([columns[k] for k in free], axis=1) / measured[:, None]
-        values = dict(zip(free, np.linalg.lstsq(a, rest / measured, rcond=None)[0], strict=True))
-        negative = [k for k in free if values[k] <= floors[k]]
-        if not negative or len(free) == 1:
+    y = np.asarray(seconds, dtype=np.float64)
+    x = np.stack([np.ones_like(y), np.asarray(steps, float), np.asarray(moved, float)], axis=1)
+    floors = np.array([0.0, 1e-7, 1e-12])  # gamma, alpha, 1 / beta
+    theta = np.maximum(np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)[0], floors)
+
+    def cost(t: np.ndarray) -> float:
+        return float(np.sum(np.log(x @ t / y) ** 2))
+
+    for _ in range(50):
+        predicted = x @ theta
+        step = np.linalg.lstsq(x / predicted[:, None], -np.log(predicted / y), rcond=None)[0]
+        scale, before = 1.0, cost(theta)
+        while scale > 1e-4 and cost(np.maximum(theta + scale * step, floors)) >= before:
+            scale /= 2
+        if scale <= 1e-4:
             break
-        held[min(negative, key=lambda k: values[k])] = 0.0
-    params = {k: max(float(values.get(k, floors[k])), floors[k]) for k in columns}
-    return LinkModel(alpha=params["alpha"], beta=1.0 / params["inv_beta"], gamma=params["gamma"])
+        theta = np.maximum(theta + scale * step, floors)
+    gamma, alpha, inv_beta = (float(v) for v in theta)
+    return LinkModel(alpha=alpha, beta=1.0 / inv_beta, gamma=gamma)
 
 
 def _chunks(nbytes: float, chunk_bytes: float) -> int:
