@@ -109,6 +109,8 @@ def test_model_fit_reports_error_and_choice_accuracy(tmp_path):
     report = json.loads((tmp_path / "model_fit_2ranks_quick.json").read_text())
     assert report["model"] == "the tuner's defaults"
     assert 0 <= report["summary"]["choice_accuracy"] <= 1 and report["summary"]["median_abs_error"] >= 0
+    assert 0 <= report["summary"]["choice_within_10pct"] <= 1
+    assert report["summary"]["refit"]["median_abs_error"] >= 0 and report["summary"]["refit"]["alpha"] > 0
     for rows in report["results"].values():
         for row in rows:
             assert set(row["measured"]) == set(row["predicted"]) and row["choice"] in row["measured"]
