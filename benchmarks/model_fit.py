@@ -12,8 +12,13 @@ Run::
     python benchmarks/model_fit.py                  # launches itself on 4 ranks, numpy backend
     mpiexec -n 2 python benchmarks/model_fit.py
     python benchmarks/model_fit.py --quick          # small sizes, one rank count: a smoke test
+    python benchmarks/model_fit.py --rescore benchmarks/results/quiet/model_fit_2ranks_2026-11-29_a.json
 
 Writes ``model_fit_<n>ranks.json`` and ``.rst`` into ``--out`` (default ``benchmarks/results``).
+
+``--rescore`` judges the current model against the times an earlier run stored (one node, numpy backend, default
+``NBCOLL_BUFFSIZE`` and ``NBCOLL_STEPS``), without measuring: a change of the model can be checked against times
+taken on a quiet machine, on a machine that is not quiet now.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ranks", default="4", help="rank counts to launch when not under mpiexec (default 4)")
     p.add_argument("--repeats", type=int, default=None, help="timed samples per size and algorithm (default 5)")
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json and .rst")
+    p.add_argument("--rescore", metavar="JSON", help="predict the times stored in JSON with today's defaults; print")
     p.add_argument(
         "--calibrate",
         action="store_true",
@@ -233,8 +239,45 @@ def run_rank(args: argparse.Namespace) -> int:
     return 0
 
 
+def rescore(path: str) -> int:
+    """Today's default model against the measured times of an earlier run: errors, choices and the refit."""
+    from nbcoll.comm import tuner
+    from nbcoll.comm.config import CommConfig
+
+    stored = json.loads(Path(path).read_text())
+    n, config = stored["nranks"], CommConfig()
+    model = tuner.slowest(tuner.default_models("numpy"), {"ipc"})
+    model.window_bytes = config.buffsize  # one node: the direct algorithms read through windows
+    rows = [r for rows in stored["results"].values() for r in rows]
+    for r in rows:
+        r.setdefault("block_bytes", r["nbytes"] // n if r["collective"] == "all_gather" else r["nbytes"])
+        r["predicted"] = {
+            a: tuner.estimate(r["collective"], a, r["block_bytes"], n, config.chunk_bytes, model) for a in r["measured"]
+        }
+        r["error"] = {a: r["predicted"][a] / r["measured"][a] - 1 for a in r["measured"]}
+        r["choice"] = min(r["predicted"], key=lambda a: r["predicted"][a])
+        r["fastest"] = min(r["measured"], key=lambda a: r["measured"][a])
+        r["choice_is_fastest"] = r["choice"] == r["fastest"]
+        r["lost"] = r["measured"][r["choice"]] / r["measured"][r["fastest"]] - 1
+    for part in stored["results"].values():
+        print(format_table(part, n))
+    totals = summary(rows)
+    totals["refit"] = refit(rows, n, config.chunk_bytes, config.buffsize)
+    print(
+        f"# times of {stored['env']['date']}, {n} ranks, today's defaults (gamma {model.gamma * 1e6:.0f} us, alpha "
+        f"{model.alpha * 1e6:.0f} us, beta {model.beta / 1e9:.2f} GB/s): median |error| "
+        f"{totals['median_abs_error']:.0%}; choice fastest in {totals['choice_accuracy']:.0%}, within 10% of it in "
+        f"{totals['choice_within_10pct']:.0%}; median time lost {totals['median_time_lost']:.0%}, worst "
+        f"{totals['worst_time_lost']:.0%}\n# {refit_sentence(totals['refit'])}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_on_ranks(__file__, run_rank, parse_args(argv), argv)
+    args = parse_args(argv)
+    if args.rescore:
+        return rescore(args.rescore)
+    return run_on_ranks(__file__, run_rank, args, argv)
 
 
 if __name__ == "__main__":

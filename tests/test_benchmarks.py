@@ -101,6 +101,18 @@ def test_gpu_check_names_what_is_missing(tmp_path):
     assert "MISSING: no MPI runtime" in done.stdout
 
 
+def test_the_default_model_fits_the_stored_quiet_machine_times_on_two_ranks():
+    """The issue's bar, checked without timing anything: today's defaults against the 2-rank times stored from a
+    quiet machine predict with a median error of at most 25%, and choose within 10% of the fastest at >= 90%."""
+    for stored in ("model_fit_2ranks_2026-11-29_a.json", "model_fit_2ranks_2026-11-29_b.json"):
+        times = BENCHMARKS / "results" / "quiet" / stored
+        done = _run([sys.executable, str(BENCHMARKS / "model_fit.py"), "--rescore", str(times)])
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = re.search(r"median \|error\| (\d+)%; choice fastest in \d+%, within 10% of it in (\d+)%", done.stdout)
+        assert summary, done.stdout
+        assert int(summary[1]) <= 25 and int(summary[2]) >= 90, done.stdout
+
+
 @pytest.mark.mpi
 def test_model_fit_reports_error_and_choice_accuracy(tmp_path):
     script = str(BENCHMARKS / "model_fit.py")
