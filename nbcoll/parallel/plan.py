@@ -14,9 +14,9 @@ the stage's gradients over ``dp``. Where the ranks share fewer devices than ther
 ranks per CPU), the step lasts at least all ranks' compute over the devices, and a bubble costs nothing while
 another rank can use the device. ``rate`` (FLOP/s) and ``overhead`` (seconds per block forward and backward:
 Python and kernel launches, which dominate small models) are measured by :func:`measure_rates`; each collective's
-time is the communicator's calibrated alpha-beta model (:mod:`nbcoll.comm.tuner`) plus ``call_latency``, the
-fixed cost of one call measured where the ranks run (Python's share, and on a shared CPU the wait for the peer
-to be scheduled: :func:`measure_call_latency`). Memory per rank counts the
+time is the communicator's calibrated cost model (:mod:`nbcoll.comm.tuner`), whose fixed cost per call
+``gamma`` gives way to ``call_latency`` where that is measured where the ranks run (Python's share, and on a
+shared CPU the wait for the peer to be scheduled: :func:`measure_call_latency`). Memory per rank counts the
 parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
 flight (``min(m, pp)`` under 1F1B).
 
@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,8 +107,9 @@ class Prediction:
 def all_reduce_seconds(nbytes: float, ranks: int, rates: Rates) -> float:
     if ranks == 1:
         return 0.0
-    ring = tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, rates.link)
-    return ring + rates.call_latency
+    # A measured call latency is the whole fixed cost of a call where the ranks run: it replaces the model's gamma.
+    link = dataclasses.replace(rates.link, gamma=rates.call_latency) if rates.call_latency else rates.link
+    return tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, link)
 
 
 def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
