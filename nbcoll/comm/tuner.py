@@ -11,7 +11,7 @@ ranks, chunks of ``c`` bytes, windows of ``w``)::
 
     ring all-reduce      (2n-1) steps per round of n chunks;           (3n-2)/n x S   (copy in, fold, copy out)
     tree all-reduce      4 (S/2c + log2 n) steps (two trees, up, down);  2 S (n = 2) to 3.5 S (inner nodes)
-    direct all-reduce    1 step per window w (in place over IPC),        n x S        (post, fold n sources)
+    direct all-reduce    2 steps per window w (in place over IPC),       n x S        (post, fold n sources)
                          or 2 per chunk through FIFOs;                   2(n-1) x S
     halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
 
@@ -45,9 +45,9 @@ from nbcoll import backend
 
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call). numpy's ipc:
-    # fitted to the times in benchmarks/results/quiet/model_fit_2ranks_* (2 ranks of a quiet 2-core machine); the
-    # rest set by hand.
-    "numpy": {"ipc": (39e-6, 8.5e9, 150e-6), "mpi": (60e-6, 5.0e9, 150e-6)},
+    # fitted to the times in benchmarks/results/quiet/model_fit_2ranks_* (2 ranks of a 2-core machine at rest);
+    # the rest set by hand.
+    "numpy": {"ipc": (52e-6, 11.0e9, 96e-6), "mpi": (80e-6, 5.0e9, 96e-6)},
     "sim": {"ipc": (8e-3, 2.0e6, 20e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
     "cuda": {"ipc": (20e-6, 50e9, 100e-6), "mpi": (60e-6, 5e9, 100e-6)},
 }
@@ -171,9 +171,9 @@ def cost_terms(
             return (2 * n - 1) * rounds, (3 * n - 2) / n * s
         if algo == "tree":  # an inner node folds two children and sends down to two; n = 2 has no inner node
             return 4 * (_chunks(s / 2, chunk_bytes) + depth), (2.0 if n == 2 else 3.5) * s
-        if algo == "direct":
+        if algo == "direct":  # a window round waits twice: for the peers to be done reading, then for their posts
             if window_bytes:
-                return _chunks(s, window_bytes), n * s
+                return 2 * _chunks(s, window_bytes), n * s
             return 2 * chunks, 2 * (n - 1) * s
         if algo == "halving_doubling":
             p = 1 << (n.bit_length() - 1)
@@ -190,7 +190,7 @@ def cost_terms(
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:
-                return _chunks(s, window_bytes), (n + 1) * s
+                return 2 * _chunks(s, window_bytes), (n + 1) * s
             return n * chunks, (2 * n - 1) * s
     if collective == "all_to_all":
         return 2 * (n - 1) * chunks, 2 * (n - 1) * s
