@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json, .rst and .png")
     p.add_argument("--plot-dir", default=str(HERE.parent / "docs" / "_static"), help="directory for the .png")
     p.add_argument("--no-plot", action="store_true", help="skip the plot (no matplotlib needed)")
-    p.add_argument("--peers", default="mpi,gloo", help="peers to compare with: mpi, gloo (default both)")
+    p.add_argument("--peers", default="mpi,gloo", help="comma-separated: mpi (always run), gloo (default mpi,gloo)")
     return p.parse_args(argv)
 
 
