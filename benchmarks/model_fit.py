@@ -276,7 +276,9 @@ def rescore(path: str, out: Path) -> int:
         f"today's defaults (gamma {model.gamma * 1e6:.0f} us, alpha {model.alpha * 1e6:.0f} us, beta "
         f"{model.beta / 1e9:.2f} GB/s) against the times measured then"
     )
-    command = f" --rescore {path}"
+    where = Path(path).resolve()
+    shown = where.relative_to(HERE.parent) if where.is_relative_to(HERE.parent) else where.name  # no machine's path
+    command = f" --rescore {shown}"
     stem.with_suffix(".rst").write_text(format_rst(stored["results"], totals, stored["env"], n, described, command))
     print(f"# wrote {stem}.rst")
     return 0
