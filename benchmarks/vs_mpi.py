@@ -1,16 +1,18 @@
-"""nbcoll's collectives against the MPI library's, on the same host buffers, in the same run.
+"""nbcoll's collectives against the MPI library's and torch.distributed's gloo, on the same host buffers, in one run.
 
-For every collective and size, each rank times MPI (through mpi4py) and every nbcoll algorithm that applies,
-interleaved repeat by repeat so that both see the same machine noise; a sample is the slowest rank's time,
-and the table keeps the median of the repeats. The ratio is MPI's time over the best nbcoll algorithm's time,
-which is also nbcoll's busbw over MPI's (the same bytes and the same factor divide both). The results of both
-libraries are compared element by element on exact inputs.
+For every collective and size, each rank times MPI (through mpi4py), gloo (torch.distributed on CPU, when torch
+is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
+repeat so that all see the same machine noise; a sample is the slowest rank's time, and the table keeps the
+median of the repeats. A ratio is the peer's time over the best nbcoll algorithm's time, which is also nbcoll's
+busbw over the peer's (the same bytes and the same factor divide both). The results of every library are
+compared element by element on exact inputs.
 
 Run::
 
     python benchmarks/vs_mpi.py                     # launches itself on 2 and then 4 ranks, numpy backend
     mpiexec -n 4 python benchmarks/vs_mpi.py        # one rank count
     python benchmarks/vs_mpi.py --quick             # a few small sizes, for a smoke test
+    python benchmarks/vs_mpi.py --peers mpi         # MPI only (no torch needed or imported)
 
 It writes ``vs_mpi_<n>ranks.json`` and ``.rst`` (the tables of the docs' Performance page) into ``--out``
 (default ``benchmarks/results``), and the plot ``vs_mpi_<n>ranks.png`` into ``--plot-dir`` (default
@@ -34,6 +36,8 @@ import numpy as np
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 QUICK_SIZES = [8, 4 << 10, 64 << 10]
+PEERS = ("MPI", "gloo")
+"""The contenders that are not nbcoll algorithms."""
 TARGET = 0.8
 """The goal: nbcoll's best algorithm reaches this fraction of MPI's busbw from 1 MiB up."""
 HERE = Path(__file__).resolve().parent
@@ -49,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json, .rst and .png")
     p.add_argument("--plot-dir", default=str(HERE.parent / "docs" / "_static"), help="directory for the .png")
     p.add_argument("--no-plot", action="store_true", help="skip the plot (no matplotlib needed)")
+    p.add_argument("--peers", default="mpi,gloo", help="comma-separated: mpi (always run), gloo (default mpi,gloo)")
     return p.parse_args(argv)
 
 
@@ -104,8 +109,8 @@ def sample(world, call, inner: int) -> float:
     return world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX)
 
 
-def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
-    """Median seconds of MPI and of every nbcoll algorithm at one size, and whether their results agree."""
+def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None) -> dict:
+    """Median seconds of MPI, gloo and every nbcoll algorithm at one size, and whether their results agree."""
     from nbcoll.comm.algorithms import ALGORITHMS
     from nbcoll.perf import bandwidth
 
@@ -117,6 +122,9 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
         recv_mpi[...] = send if rank == 0 else 0
     contenders = {"MPI": mpi_call(world, collective, send, recv_mpi)}
     results = {}
+    if gloo is not None:
+        results["gloo"] = recv_mpi.copy()  # a broadcast root's buffer already holds the data
+        contenders["gloo"] = gloo.call(collective, send, results["gloo"])
     for algo in ALGORITHMS[collective]:
         recv = np.zeros_like(recv_mpi)
         results[algo] = recv
@@ -131,10 +139,10 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
         for name, call in contenders.items():
             samples[name].append(sample(world, call, inner))
     medians = {name: statistics.median(s) for name, s in samples.items()}
-    algos = [a for a in medians if a != "MPI"]
+    algos = [a for a in medians if a not in PEERS]
     best = min(algos, key=lambda a: medians[a])
     factor = bandwidth.bus_factor(collective, n)
-    return {
+    row = {
         "collective": collective,
         "nbytes": nbytes,
         "count": count,
@@ -145,6 +153,10 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
         "best_busbw": nbytes / medians[best] / 1e9 * factor,
         "agree": bool(agree),
     }
+    if "gloo" in medians:
+        row["gloo_ratio"] = medians["gloo"] / medians[best]
+        row["gloo_busbw"] = nbytes / medians["gloo"] / 1e9 * factor
+    return row
 
 
 def environment() -> dict:
@@ -167,14 +179,24 @@ def environment() -> dict:
 
 
 def format_table(rows: list[dict], nranks: int) -> str:
-    """Plain text: one line per size with MPI's time, every algorithm's, the best, and the ratio."""
-    algos = list(rows[0]["seconds"])
-    names = "".join(f"{a[:10] + '(us)':>16}" for a in algos)
-    lines = [f"# {rows[0]['collective']}, {nranks} ranks", f"#{'size (B)':>11}{names}{'best':>18}{'ratio':>8}"]
+    """nccl-tests style: per size, every contender's time, then busbw of MPI, gloo and nbcoll's best, and ratios."""
+    names = list(rows[0]["seconds"])
+    gloo = "gloo" in names
+    times = "".join(f"{a[:10] + '(us)':>16}" for a in names)
+    peers = f"{'MPI':>9}{'gloo':>9}" if gloo else f"{'MPI':>9}"
+    ratios = f"{'xMPI':>7}{'xgloo':>7}" if gloo else f"{'xMPI':>7}"
+    lines = [
+        f"# {rows[0]['collective']}, {nranks} ranks, float32 sum; busbw in GB/s; x<peer> = nbcoll busbw / peer busbw",
+        f"#{'size (B)':>11}{'count':>10}{times} | busbw:{peers}{'nbcoll':>9}{'best':>18}{ratios}",
+    ]
     for r in rows:
-        times = "".join(f"{r['seconds'][a] * 1e6:16.1f}" for a in algos)
+        cells = "".join(f"{r['seconds'][a] * 1e6:16.1f}" for a in names)
+        bws = f"{r['mpi_busbw']:9.4f}" + (f"{r['gloo_busbw']:9.4f}" if gloo else "")
+        xs = f"{r['ratio']:7.2f}" + (f"{r['gloo_ratio']:7.2f}" if gloo else "")
         mark = "" if r["agree"] else "  RESULTS DIFFER"
-        lines.append(f"{r['nbytes']:12d}{times}{r['best']:>18}{r['ratio']:8.2f}{mark}")
+        lines.append(
+            f"{r['nbytes']:12d}{r['count']:10d}{cells} |       {bws}{r['best_busbw']:9.4f}{r['best']:>18}{xs}{mark}"
+        )
     return "\n".join(lines)
 
 
@@ -182,7 +204,7 @@ def verdict(all_rows: dict[str, list[dict]]) -> str:
     """One sentence on the target: the ratios from 1 MiB up, the lowest and the median, and whether it is met."""
     large = [r for rows in all_rows.values() for r in rows if r["nbytes"] >= 1 << 20]
     if not large:
-        return "No size of 1 MiB or more was measured."
+        return "No size of 1 MiB or more was measured." + gloo_verdict(all_rows)
     worst = min(large, key=lambda r: r["ratio"])
     median = statistics.median(r["ratio"] for r in large)
     met = "met" if worst["ratio"] >= TARGET else "not met"
@@ -192,11 +214,24 @@ def verdict(all_rows: dict[str, list[dict]]) -> str:
         for c, rows in all_rows.items()
         if any(r["nbytes"] >= 1 << 20 for r in rows)
     )
-    return (
+    text = (
         f"From 1 MiB up, the best nbcoll algorithm reached {worst['ratio']:.2f}x to "
         f"{max(r['ratio'] for r in large):.2f}x MPI's busbw (median {median:.2f}x; per collective: {per_collective}). "
         f"The {TARGET}x target is {met}; the lowest ratio is {worst['collective']} at {worst['nbytes']} B."
     )
+    return text + gloo_verdict(all_rows)
+
+
+def gloo_verdict(all_rows: dict[str, list[dict]]) -> str:
+    """One sentence on gloo at every size: the lowest and median ratio, and where nbcoll is behind."""
+    rows = [r for rows in all_rows.values() for r in rows if "gloo_ratio" in r]
+    if not rows:
+        return ""
+    behind = [f"{r['collective']} {r['nbytes']} B ({r['gloo_ratio']:.2f}x)" for r in rows if r["gloo_ratio"] < 1]
+    median = statistics.median(r["gloo_ratio"] for r in rows)
+    lowest, highest = min(r["gloo_ratio"] for r in rows), max(r["gloo_ratio"] for r in rows)
+    where = f"; below 1.0x at {', '.join(behind)}" if behind else "; at least 1.0x everywhere"
+    return f" Against gloo, at every size: {lowest:.2f}x to {highest:.2f}x (median {median:.2f}x){where}."
 
 
 def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command: str) -> str:
@@ -213,24 +248,25 @@ def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command:
     ]
     for collective, rows in all_rows.items():
         out += [
-            f".. list-table:: {collective}, {nranks} ranks (busbw in GB/s; ratio = nbcoll busbw / MPI busbw)",
+            f".. list-table:: {collective}, {nranks} ranks (busbw in GB/s; ratio = nbcoll busbw / peer busbw)",
             "   :header-rows: 1",
             "",
             "   * - size (B)",
             "     - MPI busbw",
             "     - nbcoll best",
             "     - algorithm",
-            "     - ratio",
+            "     - ratio to MPI",
         ]
+        gloo = "gloo_ratio" in rows[0]
+        if gloo:
+            out[-3:-3] = ["     - gloo busbw"]
+            out += ["     - ratio to gloo"]
         for r in rows:
             flag = " (results differ)" if not r["agree"] else ""
-            out += [
-                f"   * - {r['nbytes']}",
-                f"     - {r['mpi_busbw']:.4f}",
-                f"     - {r['best_busbw']:.4f}",
-                f"     - {r['best']}",
-                f"     - {r['ratio']:.2f}{flag}",
-            ]
+            out += [f"   * - {r['nbytes']}", f"     - {r['mpi_busbw']:.4f}"]
+            out += [f"     - {r['gloo_busbw']:.4f}"] if gloo else []
+            out += [f"     - {r['best_busbw']:.4f}", f"     - {r['best']}", f"     - {r['ratio']:.2f}{flag}"]
+            out += [f"     - {r['gloo_ratio']:.2f}"] if gloo else []
         out.append("")
     return "\n".join(out)
 
@@ -269,15 +305,27 @@ def run_rank(args: argparse.Namespace) -> int:
     if args.max_bytes:
         sizes = [s for s in sizes if s <= args.max_bytes]
     repeats = args.repeats or (2 if args.quick else 5)
+    gloo = None
+    if "gloo" in args.peers.split(","):
+        import gloo_peer
+
+        gloo, why_not = gloo_peer.start(world)
+        if gloo is None and comm.rank == 0:
+            print(f"# {why_not}", flush=True)
     all_rows: dict[str, list[dict]] = {}
     for collective in args.collectives.split(","):
-        rows = [measure(world, comm, collective, size, repeats) for size in sizes]
+        rows = [measure(world, comm, collective, size, repeats, gloo) for size in sizes]
         all_rows[collective] = rows
         if comm.rank == 0:
             print(format_table(rows, n), flush=True)
+    if gloo is not None:
+        gloo.close()
     if comm.rank == 0:
         env = environment()
-        command = "python benchmarks/vs_mpi.py" + (" --quick" if args.quick else "") + f"  (mpiexec -n {n})"
+        if gloo is not None:
+            env["torch"] = gloo.version
+        flags = (" --quick" if args.quick else "") + ("" if args.peers == "mpi,gloo" else f" --peers {args.peers}")
+        command = f"python benchmarks/vs_mpi.py{flags}  (mpiexec -n {n})"
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stem = out / f"vs_mpi_{n}ranks{'_quick' if args.quick else ''}"

@@ -108,12 +108,12 @@ def perf(args: argparse.Namespace) -> int:
 
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-bytes", type=int, default=4 << 20, help="largest ping-pong message (default 4 MiB)")
-    parser.add_argument("--repeats", type=int, default=5, help="ping-pongs per size; the median is kept")
+    parser.add_argument("--max-bytes", type=int, default=4 << 20, help="largest collective timed (default 4 MiB)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed samples per case; the median is kept")
 
 
 @subcommand(
-    "calibrate", "measure latency and bandwidth per transport for the tuner (run under mpiexec)", _calibrate_arguments
+    "calibrate", "fit the tuner's model per transport to timed collectives (run under mpiexec)", _calibrate_arguments
 )
 def calibrate(args: argparse.Namespace) -> int:
     from nbcoll.comm import calibrate as calibration

@@ -255,25 +255,38 @@ def test_cost_model_prefers_few_steps_for_small_and_ring_for_large():
     algos = list(ALGORITHMS["all_reduce"])
     assert choose("all_reduce", algos, 8, 8, 1 << 19, model) in ("direct", "halving_doubling", "tree")
     assert choose("all_reduce", algos, 256 << 20, 8, 1 << 19, model) in ("ring", "halving_doubling")
+    # One round of 4 chunks: send, 2 folds on the way, fold + copy, 2 copy-throughs, copy out; 10 blocks of S/4.
     steps, moved = cost_terms("all_reduce", "ring", 4 << 20, 4, 1 << 20)
-    assert steps == 2 * 3 and moved == 2 * 3 / 4 * (4 << 20)
+    assert steps == 7 and moved == 10 / 4 * (4 << 20)
+    # Direct reads its peers in place through windows: two waits per window round, n x S copied or folded.
+    assert cost_terms("all_reduce", "direct", 4 << 20, 4, 1 << 20, window_bytes=4 << 20) == (2, 4 * (4 << 20))
 
 
-def test_fit_recovers_latency_and_bandwidth():
-    sizes = [8, 1024, 1 << 16, 1 << 20]
-    model = fit(sizes, [20e-6 + s / 2e9 for s in sizes])
-    assert model.alpha == pytest.approx(20e-6, rel=1e-6) and model.beta == pytest.approx(2e9, rel=1e-6)
+def test_fit_recovers_the_call_the_step_and_the_byte_cost():
+    cases = [(1, 64), (3, 1 << 16), (7, 1 << 20), (15, 16 << 20), (4, 8 << 20), (30, 1 << 10)]
+    seconds = [100e-6 + steps * 20e-6 + moved / 2e9 for steps, moved in cases]
+    model = fit([c[0] for c in cases], [c[1] for c in cases], seconds)
+    assert model.gamma == pytest.approx(100e-6, rel=1e-6) and model.alpha == pytest.approx(20e-6, rel=1e-6)
+    assert model.beta == pytest.approx(2e9, rel=1e-6)
+    # Noise that makes a parameter negative holds it at its floor: no negative step cost.
+    flat = fit([1, 2, 3], [0, 1 << 20, 2 << 20], [1e-3, 0.9e-3, 1.1e-3])
+    assert flat.alpha > 0 and flat.gamma >= 0 and flat.beta > 0
 
 
 @pytest.mark.mpi
 def test_calibrate_stores_a_model_per_transport_that_the_tuner_loads(tmp_path):
     store = tmp_path / "tuner.json"
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TUNER_FILE": str(store)}
-    result = run_ranks(2, code="from nbcoll.__main__ import main; main(['calibrate', '--max-bytes', '4096'])", env=env)
+    result = run_ranks(
+        2,
+        code="from nbcoll.__main__ import main; main(['calibrate', '--max-bytes', '4096', '--repeats', '2'])",
+        env=env,
+    )
     assert "ipc: alpha =" in result.outputs[0] and "mpi: alpha =" in result.outputs[0], result.report()
+    assert "gamma =" in result.outputs[0] and "predicted" in result.outputs[0], result.report()
     saved = json.loads(store.read_text())
     (models,) = saved.values()
     assert set(models) == {"ipc", "mpi"}
-    assert all(m["alpha"] > 0 and 0 < m["beta"] < float("inf") for m in models.values())
+    assert all(m["alpha"] > 0 and 0 < m["beta"] < float("inf") and m["gamma"] >= 0 for m in models.values())
     lonely = run_ranks(1, code="from nbcoll.__main__ import main; print('status', main(['calibrate']))", env=env)
     assert "needs at least 2 ranks" in lonely.outputs[0] and "status 2" in lonely.outputs[0]

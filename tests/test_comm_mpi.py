@@ -21,6 +21,7 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "mpi_scripts")
 P2P = os.path.join(SCRIPTS, "comm_p2p.py")
 SPLIT = os.path.join(SCRIPTS, "comm_split.py")
 FAULTS = os.path.join(SCRIPTS, "comm_faults.py")
+PIPELINE = os.path.join(SCRIPTS, "mpi_pipeline.py")
 
 
 def run(nprocs, script, *args, timeout=150, **env):
@@ -71,6 +72,15 @@ def test_ipc_inside_and_mpi_across_pretend_nodes(backend):
     result = run(4, P2P, FAKE_NODES, NBCOLL_BACKEND=backend, NBCOLL_RANKS_PER_NODE=2)
     every_rank_says(result, "p2p ok")
     assert "node 1 of 2 (local rank 1 of 2)" in result.outputs[3]
+
+
+@pytest.mark.parametrize(("nprocs", "ranks_per_node"), [(2, 1), (3, 2), (4, 2)])
+def test_mpi_connections_keep_every_receive_posted_and_collectives_stay_exact(nprocs, ranks_per_node):
+    # 256-byte chunks in 4 slots: every larger message is many chunks, so the pipeline fills up.
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_RANKS_PER_NODE": ranks_per_node, "NBCOLL_BUFFSIZE": 1024}
+    result = run(nprocs, PIPELINE, NBCOLL_STEPS=4, **env)
+    every_rank_says(result, "pipeline ok")
+    assert "kept 4 receives posted" in result.outputs[-1]
 
 
 @pytest.mark.parametrize(

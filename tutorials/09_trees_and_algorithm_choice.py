@@ -3,10 +3,12 @@
 What you learn here:
 
 - the four all-reduce algorithms of nbcoll, each a trade between *steps* (each costs a latency, alpha) and
-  *bytes* (each costs 1/bandwidth, beta): ring (``2(n-1)`` steps, ``2(n-1)/n`` of the buffer), double binary
-  tree (about ``2 log2 n`` steps, but about twice the buffer through an inner node), direct (one step, ``n-1``
-  buffers) and halving-doubling (``2 log2 n`` steps *and* ``2(n-1)/n`` of the buffer, on a power of two ranks);
-- the tuner's estimate ``time = steps x alpha + bytes / beta``, with ``comm.estimate``, and where it switches
+  *bytes* (each byte copied or folded costs 1/bandwidth, beta): ring (``2n-1`` steps a round, each byte copied
+  or folded about 3 times), double binary tree (about ``4 log2 n`` steps, up to 3.5 copies through an inner
+  node), direct (one step per window, ``n`` buffers folded) and halving-doubling (``4 log2 n`` steps, a copy
+  of the buffer and then as much as the ring);
+- the tuner's estimate ``time = gamma + steps x alpha + bytes / beta`` (gamma: the fixed cost of a call), with
+  ``comm.estimate``, and where it switches
   from one algorithm to the next as the message grows, for 4, 8 and 64 ranks;
 - how to force an algorithm (``algo=``, or ``NBCOLL_ALGO=ring`` for a whole job), and how the measured times of
   each algorithm compare with the model's.
@@ -90,13 +92,14 @@ for mirrored in (False, True):
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-# 3. The cost model: steps x alpha + bytes / beta.
+# 3. The cost model: gamma + steps x alpha + bytes / beta.
 #
-# tuner.cost_terms counts, for one rank on the critical path, the steps it waits through and the bytes it sends.
-# The estimate weighs them with the link's alpha and beta: this machine's calibrated ones (mpiexec -n 2 python -m
-# nbcoll calibrate), or the defaults of the backend.
+# tuner.cost_terms counts, for the busiest rank, the steps it waits through and the bytes it copies or folds (a
+# chunk through a FIFO is copied in by its sender and out by its receiver). The estimate weighs them with alpha
+# and beta and adds gamma, the fixed cost of a call: this machine's calibrated values (mpiexec -n 2 python -m
+# nbcoll calibrate fits them to timed collectives), or the defaults of the backend.
 CHUNK = CommConfig().chunk_bytes  # the default FIFO: 4 MiB in 8 slots
-say(f"3. cost terms of all-reduce on n = 4 ranks, {human(CHUNK)} chunks: (steps, bytes sent)")
+say(f"3. cost terms of all-reduce on n = 4 ranks, {human(CHUNK)} chunks: (steps, bytes copied or folded)")
 say("   " + f"{'size':>10}" + "".join(f"{a:>22}" for a in ALGOS))
 for size in (64, 64 << 10, 4 << 20, 64 << 20):
     terms = [tuner.cost_terms("all_reduce", a, size, 4, CHUNK) for a in ALGOS]
@@ -139,13 +142,13 @@ for label, model in (
     ("GPU node (cuda, ipc defaults)", tuner.LinkModel(*tuner.DEFAULTS["cuda"]["ipc"])),
     ("this CPU (numpy, ipc defaults)", tuner.LinkModel(*tuner.DEFAULTS["numpy"]["ipc"])),
 ):
-    say(f"   {label}: alpha = {model.alpha * 1e6:g} us, beta = {human(model.beta)}/s")
+    say(f"   {label}: gamma = {model.gamma * 1e6:g} us, alpha = {model.alpha * 1e6:g} us, beta = {human(model.beta)}/s")
     for nranks in (4, 8, 64):
         plan = crossovers(nranks, model, CHUNK)
         say(f"     n = {nranks:2d}: " + ", then ".join(f"{algo} from {human(size)}" for size, algo in plan))
-say("   Ring and halving-doubling send the same bytes and, for large buffers, about as many chunks: the model")
-say("   all but ties them, the rounding of chunk counts decides, and the choice can flip between the two (a tie")
-say("   goes to the ring). Direct wins while latency dominates; the larger n, the sooner it stops winning.")
+say("   Halving-doubling sends what the ring sends, but first copies the buffer into the output: where bytes")
+say("   dominate the model puts it behind the ring, and only its fewer steps win it a range on many ranks.")
+say("   Direct wins while latency dominates; the larger n, the sooner it stops winning.")
 say()
 
 # ---------------------------------------------------------------------------------------------------------------

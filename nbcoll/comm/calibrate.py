@@ -1,9 +1,15 @@
-"""``python -m nbcoll calibrate``: measure each transport's latency and bandwidth for the tuner.
+"""``python -m nbcoll calibrate``: measure, per transport, the three parameters of the tuner's cost model.
 
-Ranks 0 and 1 play ping-pong over each transport in turn (the others wait), at sizes from 8 bytes up to
-``max_bytes``; half the round trip, the median over repeats, is one transfer. A least-squares line through
-``seconds = alpha + bytes / beta`` gives the two parameters (:func:`nbcoll.comm.tuner.fit`), which rank 0
-stores for this machine and backend.
+For each transport in turn, every rank runs a fixed set of collectives and algorithms (``CALIBRATION``) at sizes
+from 64 bytes up to ``max_bytes``, interleaved repeat by repeat so that every case sees the same machine noise; a
+sample is the slowest rank's time, and the median of the repeats is kept. A weighted least-squares fit of
+``seconds = gamma + steps x alpha + bytes / beta``, with the steps and bytes that
+:func:`nbcoll.comm.tuner.cost_terms` counts for each case, gives the three parameters
+(:func:`nbcoll.comm.tuner.fit`), which rank 0 stores for this machine and backend.
+
+Timing the collectives themselves, rather than a ping-pong, is what makes the parameters fit what they
+predict: a point-to-point message pays a whole call's fixed cost per transfer, while a step inside a
+collective does not.
 
 Example::
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -24,34 +31,69 @@ from nbcoll.comm import tuner
 from nbcoll.comm.communicator import Communicator
 from nbcoll.comm.config import CommConfig
 
-
-def ping_pong(comm: Communicator, nbytes: int, repeats: int) -> float:
-    """Seconds for one transfer of ``nbytes`` between ranks 0 and 1 (half the median round trip)."""
-    buf = nbcoll.to_device(np.zeros(nbytes, np.uint8))
-    times = []
-    for _ in range(repeats + 1):  # the first round trip warms up the connection
-        start = time.perf_counter()
-        if comm.rank == 0:
-            comm.send(buf, 1)
-            comm.recv(buf, 1)
-        elif comm.rank == 1:
-            comm.recv(buf, 0)
-            comm.send(buf, 0)
-        times.append((time.perf_counter() - start) / 2)
-    return statistics.median(times[1:])
+CALIBRATION = {
+    "all_reduce": ("ring", "tree", "direct", "halving_doubling"),
+    "broadcast": ("ring", "tree"),
+    "all_gather": ("ring", "direct"),
+}
+"""The collectives and algorithms timed: every term of the model varies across them."""
+SIZES = (64, 4 << 10, 64 << 10, 1 << 20, 4 << 20)
 
 
-def measure(transport: str, max_bytes: int, repeats: int) -> tuple[list[int], list[float]]:
+def _call(comm: Communicator, collective: str, algo: str, nbytes: int) -> Callable[[], object]:
+    count = max(1, nbytes // 4)
+    send = nbcoll.to_device(np.ones(count, np.float32))
+    if collective == "all_reduce":
+        out = nbcoll.zeros(count, np.float32)
+        return lambda: comm.all_reduce(send, out, algo=algo)
+    if collective == "broadcast":
+        out = nbcoll.zeros(count, np.float32)
+        return lambda: comm.broadcast(send, out, root=0, algo=algo)
+    out = nbcoll.zeros(count * comm.size, np.float32)
+    return lambda: comm.all_gather(send, out, algo=algo)
+
+
+def _sample(world: MPI.Comm, call: Callable[[], object], inner: int) -> float:
+    world.Barrier()
+    start = time.perf_counter()
+    for _ in range(inner):
+        call()
+    return world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX)
+
+
+def measure(transport: str, max_bytes: int, repeats: int) -> tuple[list[tuple[str, str, int]], list[float], int]:
+    """Median seconds of every calibration case over ``transport``; also the window size the direct steps used."""
+    world = MPI.COMM_WORLD
     config = dataclasses.replace(CommConfig.from_env(), transport=transport)
-    comm = Communicator(MPI.COMM_WORLD, config)
-    sizes, seconds = [], []
-    size = 8
-    while size <= max_bytes:
-        sizes.append(size)
-        seconds.append(ping_pong(comm, size, repeats))
-        size *= 4
+    comm = Communicator(world, config)
+    cases = [(c, a, s) for s in SIZES if s <= max(max_bytes, 64) for c, algos in CALIBRATION.items() for a in algos]
+    calls = [_call(comm, *case) for case in cases]
+    for call in calls:  # warm-up: connections, windows, first touch of pages
+        call()
+    inner = [max(1, min(10, (256 << 10) // size)) for *_, size in cases]
+    samples: list[list[float]] = [[] for _ in cases]
+    for _ in range(repeats):
+        for i, call in enumerate(calls):
+            samples[i].append(_sample(world, call, inner[i]))
+    windows = config.buffsize if transport == "ipc" else 0  # every pair on ipc: direct steps use windows
     comm.destroy()
-    return sizes, seconds
+    return cases, [statistics.median(s) for s in samples], windows
+
+
+def fit_transport(transport: str, max_bytes: int, repeats: int) -> tuple[tuner.LinkModel, list[str]]:
+    """The fitted model of one transport, and one line per case (measured and predicted) for the report."""
+    world = MPI.COMM_WORLD
+    cases, seconds, windows = measure(transport, max_bytes, repeats)
+    chunk = CommConfig.from_env().chunk_bytes
+    terms = [tuner.cost_terms(c, a, s, world.Get_size(), chunk, windows) for c, a, s in cases]
+    model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], seconds)
+    check = dataclasses.replace(model, window_bytes=windows)
+    lines = [
+        f"  {c:>10} {a:<16} {s:>9} B  {sec * 1e6:9.1f} us measured, "
+        f"{tuner.estimate(c, a, s, world.Get_size(), chunk, check) * 1e6:9.1f} predicted"
+        for (c, a, s), sec in zip(cases, seconds, strict=True)
+    ]
+    return model, lines
 
 
 def main(max_bytes: int = 4 << 20, repeats: int = 5) -> int:
@@ -61,15 +103,14 @@ def main(max_bytes: int = 4 << 20, repeats: int = 5) -> int:
         return 2
     models = {}
     for transport in ("ipc", "mpi"):
-        sizes, seconds = measure(transport, max_bytes, repeats)
-        models[transport] = tuner.fit(sizes, seconds)
+        models[transport], lines = fit_transport(transport, max_bytes, repeats)
         if world.Get_rank() == 0:
+            m = models[transport]
             print(
-                f"{transport}: alpha = {models[transport].alpha * 1e6:.1f} us, "
-                f"beta = {models[transport].beta / 1e9:.3f} GB/s  ({nbcoll.get_backend()} backend)"
+                f"{transport}: alpha = {m.alpha * 1e6:.1f} us, beta = {m.beta / 1e9:.3f} GB/s, "
+                f"gamma = {m.gamma * 1e6:.1f} us  ({nbcoll.get_backend()} backend, {world.Get_size()} ranks)"
             )
-            for size, sec in zip(sizes, seconds, strict=True):
-                print(f"  {size:>10} B  {sec * 1e6:10.1f} us")
+            print("\n".join(lines))
     if world.Get_rank() == 0:
         print(f"saved to {tuner.save_models(models)}")
     return 0

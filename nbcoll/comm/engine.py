@@ -19,6 +19,7 @@ A collective call goes through it top-down::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,9 @@ class Engine:
         if current not in self._link_models:
             comm = self.comm
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
-            self._link_models[current] = tuner.slowest(models, comm.topology.transports() or {"ipc"})
+            transports = comm.topology.transports() or {"ipc"}
+            windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
+            self._link_models[current] = dataclasses.replace(tuner.slowest(models, transports), window_bytes=windows)
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:

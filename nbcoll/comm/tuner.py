@@ -1,18 +1,24 @@
-"""The cost model that picks an algorithm, NCCL-style: ``time = steps x latency + bytes / bandwidth``.
+"""The cost model that picks an algorithm, NCCL-style: ``time = gamma + steps x alpha + bytes / beta``.
 
-Every step of an algorithm waits for a peer and moves one chunk, so it costs a latency ``alpha`` (the
-hand-over through the FIFO, a kernel launch, a poll) plus the chunk's bytes at the link's bandwidth ``beta``.
-For each collective and algorithm, :func:`cost_terms` counts, for one rank on the critical path, the steps and
-the bytes it sends::
+A collective call costs a fixed ``gamma`` (the Python that checks its arguments, plans its steps and starts the
+progress loop: NCCL's base latency); every step that waits for a peer costs a latency ``alpha`` (the hand-over
+through the FIFO or window, a kernel launch, a poll); and every byte the busiest rank copies or folds costs
+``1 / beta``. Bytes are counted where the time goes: a chunk sent through a FIFO is copied into the slot by its
+sender and out of it by its receiver, a fold reads two operands and writes one, so ``beta`` is the rate of the
+copy and combine kernels as much as of the link. For each collective and algorithm, :func:`cost_terms` counts,
+for the busiest rank, the steps it waits through and the bytes it copies or folds (buffer of ``S`` bytes, ``n``
+ranks, chunks of ``c`` bytes, windows of ``w``)::
 
-    ring all-reduce          2(n-1) steps per round of n chunks;  2(n-1)/n x S bytes
-    tree all-reduce          2 log2(n) steps + one per chunk;     about 2 S bytes through an inner node
-    direct all-reduce        2 steps per chunk;                   (n-1) x S bytes
-    halving-doubling         2 log2(n) exchanges;                 2(n-1)/n x S bytes
+    ring all-reduce      (2n-1) steps per round of n chunks;           (3n-2)/n x S   (copy in, fold, copy out)
+    tree all-reduce      4 (S/2c + log2 n) steps (two trees, up, down);  2 S (n = 2) to 3.5 S (inner nodes)
+    direct all-reduce    2 steps per window w (in place over IPC),       n x S        (post, fold n sources)
+                         or 2 per chunk through FIFOs;                   2(n-1) x S
+    halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
 
-The estimate is ``steps x alpha + bytes / beta`` with the parameters of the slowest transport used anywhere in
-the communicator (:func:`slowest`). ``python -m nbcoll calibrate`` measures ``alpha`` and ``beta`` per transport
-with a ping-pong and stores them per machine and backend; without a calibration the defaults below apply.
+The estimate uses the parameters of the slowest transport used anywhere in the communicator (:func:`slowest`).
+``python -m nbcoll calibrate`` times the collectives themselves per transport and fits ``gamma``, ``alpha`` and
+``beta`` to those times by least squares (:func:`fit`), storing them per machine and backend; without a
+calibration the defaults below apply (fitted the same way on a 2-core CPU machine).
 
 Every rank must pick the same algorithm, or their steps do not match and the collective hangs. So the choice
 depends only on what every rank knows alike: the topology, and rank 0's calibration, which the communicator
@@ -32,23 +38,33 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from nbcoll import backend
 from nbcoll.comm.config import CommConfig
 
 DEFAULTS = {
-    # backend -> transport -> (alpha seconds per step, beta bytes per second), measured on a 2-core CPU machine.
-    "numpy": {"ipc": (40e-6, 2.0e9), "mpi": (60e-6, 1.0e9)},
-    "sim": {"ipc": (8e-3, 2.0e6), "mpi": (8e-3, 2.0e6)},
-    "cuda": {"ipc": (20e-6, 50e9), "mpi": (60e-6, 5e9)},
+    # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call). numpy's ipc:
+    # fitted to the times in benchmarks/results/quiet/model_fit_2ranks_* (2 ranks of a 2-core machine at rest);
+    # the rest set by hand.
+    "numpy": {"ipc": (52e-6, 11.0e9, 96e-6), "mpi": (80e-6, 5.0e9, 96e-6)},
+    "sim": {"ipc": (8e-3, 2.0e6, 20e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
+    "cuda": {"ipc": (20e-6, 50e9, 100e-6), "mpi": (60e-6, 5e9, 100e-6)},
 }
 
 
 @dataclass
 class LinkModel:
-    """One transport's parameters: seconds per step and bytes per second."""
+    """One transport's parameters: seconds per step, bytes per second, seconds per call.
+
+    ``window_bytes`` is the size of the windows the direct algorithms read their peers through when every link
+    is ipc (0: they go through FIFOs); the communicator sets it.
+    """
 
     alpha: float
     beta: float
+    gamma: float = 0.0
+    window_bytes: int = 0
 
 
 def calibration_file(config: CommConfig | None = None) -> Path:
@@ -66,6 +82,10 @@ def default_models(backend_name: str) -> dict[str, LinkModel]:
     return {t: LinkModel(*p) for t, p in DEFAULTS[backend_name].items()}
 
 
+_STORED = ("alpha", "beta", "gamma")
+"""The fields a calibration stores (a file written before ``gamma`` existed keeps the default's)."""
+
+
 def load_models(config: CommConfig | None = None) -> dict[str, LinkModel]:
     """The calibrated models of this machine and backend, or the defaults."""
     models = default_models(backend.get_backend())
@@ -76,7 +96,8 @@ def load_models(config: CommConfig | None = None) -> dict[str, LinkModel]:
         except (OSError, ValueError):
             stored = {}
         for transport, params in stored.items():
-            models[transport] = LinkModel(**params)
+            base = asdict(models.get(transport, LinkModel(0.0, 1.0)))
+            models[transport] = LinkModel(**{**base, **{k: v for k, v in params.items() if k in _STORED}})
     return models
 
 
@@ -85,80 +106,105 @@ def save_models(models: dict[str, LinkModel]) -> Path:
     path = calibration_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {}
-    data[_key()] = {t: asdict(m) for t, m in models.items()}
+    data[_key()] = {t: {k: getattr(m, k) for k in _STORED} for t, m in models.items()}
     path.write_text(json.dumps(data, indent=2))
     return path
 
 
 def slowest(models: dict[str, LinkModel], transports: set[str]) -> LinkModel:
-    """One model for links of several transports: the largest ``alpha`` and the smallest ``beta`` among them.
+    """One model for links of several transports: the largest ``alpha`` and ``gamma``, the smallest ``beta``.
 
     A collective is as slow as its slowest link, and one transport may have the longer latency while the other
     has the lower bandwidth; taking the worst of each keeps the result independent of which is which.
     """
     used = [models[t] for t in sorted(transports)]
-    return LinkModel(alpha=max(m.alpha for m in used), beta=min(m.beta for m in used))
+    return LinkModel(alpha=max(m.alpha for m in used), beta=min(m.beta for m in used), gamma=max(m.gamma for m in used))
 
 
-def fit(sizes: list[int], seconds: list[float]) -> LinkModel:
-    """Least-squares fit of ``seconds = alpha + bytes / beta`` to a ping-pong's one-way times."""
-    n = len(sizes)
-    mean_x, mean_y = sum(sizes) / n, sum(seconds) / n
-    sxx = sum((x - mean_x) ** 2 for x in sizes)
-    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds, strict=True))
-    slope = sxy / sxx if sxx else 0.0
-    if slope <= 0:  # noise hid the size dependence: fall back to the largest transfer's average rate
-        largest = max(range(n), key=lambda i: sizes[i])
-        alpha = min(seconds)
-        return LinkModel(alpha=alpha, beta=sizes[largest] / max(seconds[largest], 1e-9))
-    alpha = max(mean_y - slope * mean_x, 1e-7)
-    return LinkModel(alpha=alpha, beta=1.0 / slope)
+def fit(steps: list[float], moved: list[float], seconds: list[float]) -> LinkModel:
+    """Fit ``seconds = gamma + steps x alpha + moved / beta`` to measured collectives, in relative terms.
+
+    It minimizes ``sum(log(predicted / measured) ** 2)``: an estimate twice too high costs as much as one twice
+    too low, and a 100 us call counts as much as a 10 ms one. A linear least-squares fit weighted by
+    ``1 / seconds`` starts it; Gauss-Newton steps refine it. A parameter is never below its floor (no call or
+    step costs less than nothing, no copy is infinitely fast).
+    """
+    y = np.asarray(seconds, dtype=np.float64)
+    x = np.stack([np.ones_like(y), np.asarray(steps, float), np.asarray(moved, float)], axis=1)
+    floors = np.array([0.0, 1e-7, 1e-12])  # gamma, alpha, 1 / beta
+    theta = np.maximum(np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)[0], floors)
+
+    def cost(t: np.ndarray) -> float:
+        return float(np.sum(np.log(x @ t / y) ** 2))
+
+    for _ in range(50):
+        predicted = x @ theta
+        step = np.linalg.lstsq(x / predicted[:, None], -np.log(predicted / y), rcond=None)[0]
+        scale, before = 1.0, cost(theta)
+        while scale > 1e-4 and cost(np.maximum(theta + scale * step, floors)) >= before:
+            scale /= 2
+        if scale <= 1e-4:
+            break
+        theta = np.maximum(theta + scale * step, floors)
+    gamma, alpha, inv_beta = (float(v) for v in theta)
+    return LinkModel(alpha=alpha, beta=1.0 / inv_beta, gamma=gamma)
 
 
-def cost_terms(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int) -> tuple[float, float]:
-    """``(steps, bytes)`` on the critical path of one rank, for a buffer of ``nbytes`` (per rank where the
-    collective has one block per rank: all-gather's input, reduce-scatter's output, all-to-all's total / n)."""
+def _chunks(nbytes: float, chunk_bytes: float) -> int:
+    return max(1, math.ceil(nbytes / chunk_bytes))
+
+
+def cost_terms(
+    collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, window_bytes: int = 0
+) -> tuple[float, float]:
+    """``(steps, bytes)`` of the busiest rank: the steps it waits through and the bytes it copies or folds, for a
+    buffer of ``nbytes`` (per rank where the collective has one block per rank: all-gather's input,
+    reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows."""
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
-    chunks = max(1, math.ceil(s / chunk_bytes))
+    chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
     if collective == "all_reduce":
-        if algo == "ring":
-            rounds = max(1, math.ceil(s / (n * chunk_bytes)))
-            return 2 * (n - 1) * rounds, 2 * (n - 1) / n * s
-        if algo == "tree":
-            return 2 * (2 * depth + chunks), 2 * s
-        if algo == "direct":
-            return 2 * chunks, (n - 1) * s
+        if algo == "ring":  # per block: send, (n-2) folds on the way, fold + copy, (n-2) copy-throughs, copy out
+            rounds = _chunks(s, n * chunk_bytes)
+            return (2 * n - 1) * rounds, (3 * n - 2) / n * s
+        if algo == "tree":  # an inner node folds two children and sends down to two; n = 2 has no inner node
+            return 4 * (_chunks(s / 2, chunk_bytes) + depth), (2.0 if n == 2 else 3.5) * s
+        if algo == "direct":  # a window round waits twice: for the peers to be done reading, then for their posts
+            if window_bytes:
+                return 2 * _chunks(s, window_bytes), n * s
+            return 2 * chunks, 2 * (n - 1) * s
         if algo == "halving_doubling":
             p = 1 << (n.bit_length() - 1)
-            extra_steps, extra_bytes = (2 * chunks, 2 * s) if p != n else (0, 0.0)
-            per_round = sum(max(1, math.ceil(s / (2**k) / chunk_bytes)) for k in range(1, int(math.log2(p)) + 1))
-            return 2 * per_round + extra_steps, 2 * (p - 1) / p * s + extra_bytes
+            exchanges = sum(4 * _chunks(s / 2**k, chunk_bytes) for k in range(1, int(math.log2(p)) + 1))
+            steps, moved = chunks + exchanges, s + 4 * (p - 1) / p * s
+            return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
     if collective in ("broadcast", "reduce"):
         if algo == "ring":
-            return n - 1 + chunks - 1, s
+            return chunks + n - 2, 2 * s
         if algo == "tree":
-            return depth + chunks - 1, 2 * s
+            return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
     if collective in ("all_gather", "reduce_scatter"):
         if algo == "ring":
-            return (n - 1) * chunks, (n - 1) * s
+            return n * chunks, (2 * n - 1) * s
         if algo == "direct":
-            return n * chunks, (n - 1) * s
+            if window_bytes:
+                return 2 * _chunks(s, window_bytes), (n + 1) * s
+            return n * chunks, (2 * n - 1) * s
     if collective == "all_to_all":
-        return (n - 1) * chunks * 2, (n - 1) * s
+        return 2 * (n - 1) * chunks, 2 * (n - 1) * s
     if collective in ("gather", "scatter"):
-        return (n - 1) * chunks, (n - 1) * s
+        return (n - 1) * chunks, 2 * (n - 1) * s
     if collective == "barrier":
         return 2 * math.ceil(math.log2(n)), 0.0
     raise ValueError(f"algo: no cost model for {collective} with {algo!r}")
 
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
-    """Predicted seconds: ``steps x alpha + bytes / beta``."""
-    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes)
-    return steps * model.alpha + moved / model.beta
+    """Predicted seconds: ``gamma + steps x alpha + bytes / beta``."""
+    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes)
+    return model.gamma + steps * model.alpha + moved / model.beta
 
 
 def choose(collective: str, allowed: list[str], nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> str:

@@ -22,11 +22,11 @@ What the model reads is measured (:class:`Rates`): the FLOP rate and the fixed c
 backward (Python and kernel launches, which dominate small models) from timing a block at the micro-batch sizes
 the layouts use (:func:`measure_rates`, :func:`token_range`), the embedding's and the head and loss's fixed
 costs, and the optimizer's per block. Each collective costs the communicator's calibrated alpha-beta model
-(:mod:`nbcoll.comm.tuner`) at its real size, plus ``call_latency``, the fixed cost of one call where the ranks
-run, and, for an all-reduce, ``partner_wait``: on shared cores a call that follows a layer's work also waits for
-its partner to get a core back (:func:`measure_call_latency`), time that costs the step nothing in a pipeline,
-whose other stages use the core meanwhile. Memory per rank counts the
-parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
+(:mod:`nbcoll.comm.tuner`) at its real size, whose fixed cost per call ``gamma`` gives way to ``call_latency``,
+the fixed cost of one call measured where the ranks run, and, for an all-reduce, ``partner_wait``: on shared cores
+a call that follows a layer's work also waits for its partner to get a core back (:func:`measure_call_latency`),
+time that costs the step nothing in a pipeline, whose other stages use the core meanwhile. Memory per rank counts
+the parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
 flight (``min(m, pp)`` under 1F1B).
 
 Example::
@@ -130,8 +130,9 @@ class Prediction:
 def all_reduce_seconds(nbytes: float, ranks: int, rates: Rates) -> float:
     if ranks == 1:
         return 0.0
-    ring = tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, rates.link)
-    return ring + rates.call_latency + rates.partner_wait
+    # A measured call latency is the whole fixed cost of a call where the ranks run: it replaces the model's gamma.
+    link = dataclasses.replace(rates.link, gamma=rates.call_latency) if rates.call_latency else rates.link
+    return tuner.estimate("all_reduce", "ring", int(nbytes), ranks, rates.chunk_bytes, link) + rates.partner_wait
 
 
 def stage_seconds(spec: ModelSpec, layout: Layout, stage: int, rates: Rates) -> tuple[float, float, float]:

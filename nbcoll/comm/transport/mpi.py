@@ -1,16 +1,26 @@
 """The mpi transport: chunks travel as MPI messages, staged through host memory, between nodes.
 
 Each slot of the FIFO exists twice: a device slot that the caller fills or reads with kernels (the same
-interface as the ipc transport), and a host slot that MPI reads or writes. Credits are MPI's own:
+interface as the ipc transport), and a host slot that MPI reads or writes (on ``numpy`` the two are one array,
+so no staging copy is made). Credits are MPI's own, and both directions keep ``steps`` chunks in flight::
 
-* the receiver keeps one ``Irecv`` posted per free host slot, for the chunks it has been told to expect
-  (:meth:`~nbcoll.comm.connection.RecvConnection.expect`); a posted receive is a credit;
+    receiver: keep an Irecv posted in every free slot        sender: Issend each chunk as soon as its slot is free
+              (steps receives at once, in step order)                (at most steps Issends pending)
+
+* a posted receive is a credit: the receiver posts one in every slot it does not hold, so up to ``steps``
+  chunks can be on the wire at once, as NCCL's network proxy keeps its receives posted;
 * the sender sends each chunk with ``Issend``, which completes only once the matching receive is posted, so
   a sender can never run more than ``steps`` chunks ahead of its receiver;
-* the device-to-host copy of chunk k+1 runs while chunk k is on the wire (``Issend`` returns at once).
+* neither side blocks: ``ready()`` tests a request, and the progress loop decides how long to wait, bounded by
+  ``NBCOLL_TIMEOUT``; the device-to-host copy of chunk k+1 runs while chunk k is on the wire.
 
-A chunk's MPI tag says whether it ends its message. Device pointers go to MPI only with
+MPI matches the messages of one sender in the order they were sent, and the receives are posted in step order,
+so the receive posted for step ``s`` gets chunk ``s``. A chunk's MPI tag says whether it ends its message. The
+receives still posted when the connection closes are cancelled. Device pointers go to MPI only with
 ``NBCOLL_MPI_CUDA_AWARE=1`` on ``cuda``: an MPI library that is not CUDA-aware crashes on them.
+
+``most_posted`` (receiver) and ``most_in_flight`` (sender) record the most requests ever pending at once: the
+depth of the pipeline a run reached.
 
 Example::
 
@@ -49,14 +59,18 @@ def _host_to_device(host: np.ndarray, device: Any) -> None:
 
 
 class _StagedSlots:
-    """``steps`` device slots and, unless MPI reads device memory itself, their host staging twins."""
+    """``steps`` device slots and, unless MPI can read them where they are, their host staging twins.
+
+    MPI reads a device slot in place on ``numpy`` (it is host memory) and on ``cuda`` with a CUDA-aware MPI.
+    """
 
     def __init__(self, steps: int, chunk_bytes: int, cuda_aware: bool) -> None:
-        self.direct = cuda_aware and backend.get_backend() == "cuda"
+        name = backend.get_backend()
+        self.direct = name == "numpy" or (cuda_aware and name == "cuda")
         self.device = [memory.empty(chunk_bytes, np.uint8) for _ in range(steps)]
         if self.direct:
             self.host = self.device
-        elif backend.get_backend() == "cuda":
+        elif name == "cuda":
             self.host = [backend.cuda().pinned_array(chunk_bytes, np.uint8) for _ in range(steps)]
         else:
             self.host = [np.empty(chunk_bytes, np.uint8) for _ in range(steps)]
@@ -75,8 +89,8 @@ class _StagedSlots:
 _UNFINISHED: list[tuple[MPI.Request, Any]] = []
 """Requests still pending when their connection closed (after a failure), kept with their buffers.
 
-Cancelling them is not reliable in every MPI (it can crash), and their buffers must outlive them, so they are
-left to finish, or not, while the process lives."""
+Cancelling a send is not reliable in every MPI (it can crash), and the buffers must outlive the requests, so
+they are left to finish, or not, while the process lives."""
 
 
 def _abandon(requests: list[MPI.Request | None], buffers: Any) -> None:
@@ -85,8 +99,18 @@ def _abandon(requests: list[MPI.Request | None], buffers: Any) -> None:
             _UNFINISHED.append((request, buffers))
 
 
+def _cancel_receives(requests: list[MPI.Request | None], buffers: Any) -> None:
+    """Cancel the receives no chunk has matched; one that matched meanwhile, or resists, is left as abandoned."""
+    for request in requests:
+        if request is None or request.Test():
+            continue
+        request.Cancel()
+        if not request.Test():  # a receive's cancel completes locally; this keeps even a stubborn MPI unblocked
+            _UNFINISHED.append((request, buffers))
+
+
 class MpiSendConnection(SendConnection):
-    """Stages each chunk to the host and sends it with ``Issend``."""
+    """Stages each chunk to the host and sends it with ``Issend``; up to ``steps`` sends are pending at once."""
 
     transport = "mpi"
 
@@ -95,13 +119,17 @@ class MpiSendConnection(SendConnection):
         self.mpi_comm = mpi_comm
         self.slots = _StagedSlots(steps, chunk_bytes, cuda_aware)
         self.requests: list[MPI.Request | None] = [None] * steps
-        self.delivered = 0
+        self.in_flight = 0  # Issends not yet known to be matched
+        self.most_in_flight = 0
 
     def ready(self) -> bool:
-        request = self.requests[self.step % self.steps]
-        if request is not None and not request.Test():
-            return False
-        self.requests[self.step % self.steps] = None
+        index = self.step % self.steps
+        request = self.requests[index]
+        if request is not None:
+            if not request.Test():
+                return False
+            self.requests[index] = None
+            self.in_flight -= 1
         return True
 
     def slot(self) -> Any:
@@ -113,6 +141,8 @@ class MpiSendConnection(SendConnection):
         tag = TAG_LAST if last else TAG_MORE
         buffer = [self.slots.host[index][:nbytes], MPI.BYTE]
         self.requests[index] = self.mpi_comm.Issend(buffer, dest=self.peer, tag=tag)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         self.step += 1
 
     def waiting_for(self) -> str:
@@ -126,7 +156,7 @@ class MpiSendConnection(SendConnection):
 
 
 class MpiRecvConnection(RecvConnection):
-    """Keeps a receive posted in every free host slot; copies each arrived chunk into its device slot."""
+    """Keeps a receive posted in every free slot; hands each arrived chunk over in its device slot."""
 
     transport = "mpi"
 
@@ -135,27 +165,27 @@ class MpiRecvConnection(RecvConnection):
         self.mpi_comm = mpi_comm
         self.slots = _StagedSlots(steps, chunk_bytes, cuda_aware)
         self.requests: list[MPI.Request | None] = [None] * steps
-        self.posted = 0
-        self.expected = 0
+        self.posted = 0  # receives posted so far; those for steps [step, posted) are pending
+        self.most_posted = 0
         self.arrived: Chunk | None = None
 
     def expect(self, chunks: int) -> None:
-        self.expected = max(self.expected, self.step) + chunks
-        self._post_receives()
+        self._post_receives()  # every free slot already gets a receive; this only posts them early
 
     def _post_receives(self) -> None:
-        # Receives are posted in step order; MPI matches messages of one sender in order, so the receive
-        # posted for step s gets chunk s. None is posted beyond what the caller expects, so that no receive is
-        # left pending when a message ends.
-        wanted = max(self.expected, self.step + 1)
-        if self.slots.direct and self.posted < wanted and self.posted - self.step < self.steps:
+        # A receive in every slot the caller does not hold: the slot of the chunk being consumed is reposted
+        # only by release(), once the caller is done with it.
+        if self.posted - self.step == self.steps:
+            return
+        if self.slots.direct:
             synchronize()  # MPI writes the device slot itself: kernels still reading its last chunk must be done
-        while self.posted < wanted and self.posted - self.step < self.steps:
+        while self.posted - self.step < self.steps:
             index = self.posted % self.steps
             self.requests[index] = self.mpi_comm.Irecv(
                 [self.slots.host[index], MPI.BYTE], source=self.peer, tag=MPI.ANY_TAG
             )
             self.posted += 1
+        self.most_posted = max(self.most_posted, self.posted - self.step)
 
     def ready(self) -> bool:
         if self.arrived is not None:
@@ -183,7 +213,10 @@ class MpiRecvConnection(RecvConnection):
         self._post_receives()
 
     def waiting_for(self) -> str:
-        return f"chunk {self.step} from the sender over MPI: {self.step} chunks consumed so far"
+        return (
+            f"chunk {self.step} from the sender over MPI: {self.step} chunks consumed so far, "
+            f"{self.posted - self.step} receives posted"
+        )
 
     def close(self) -> None:
-        _abandon(self.requests, self.slots)
+        _cancel_receives(self.requests, self.slots)
