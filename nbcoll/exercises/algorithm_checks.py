@@ -79,18 +79,13 @@ def _run_cases(exercise: str, nranks: int, function: Any, trace: str, results: l
 
     collective, algo = COLLECTIVES[exercise]
     original = algorithms.ALGORITHMS[collective][algo]
-    previous_trace = os.environ.get("NBCOLL_TRACE")
     algorithms.ALGORITHMS[collective][algo] = function  # for every rank: they are threads of this process
-    os.environ["NBCOLL_TRACE"] = os.path.join(trace, f"{nranks}ranks")
+    config = CommConfig(**SETTINGS, trace=os.path.join(trace, f"{nranks}ranks"))
     try:
-        with loopback(nranks, CommConfig(**SETTINGS)) as world:
+        with loopback(nranks, config) as world:
             return world.run(lambda comm: _run_rank_cases(comm, exercise, nranks, results))
     finally:
         algorithms.ALGORITHMS[collective][algo] = original
-        if previous_trace is None:
-            os.environ.pop("NBCOLL_TRACE", None)
-        else:
-            os.environ["NBCOLL_TRACE"] = previous_trace
 
 
 def _run_rank_cases(comm: Any, exercise: str, nranks: int, results: list[dict] | None) -> int:
