@@ -371,6 +371,54 @@ def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] |
     return float(np.median(times))
 
 
+def measure_costs(
+    spec: ModelSpec, comm: Communicator, cores: int | None = None, busy: float = 2.0, compute: Rates | None = None
+) -> Rates:
+    """Collective: every cost a plan of ``comm.size`` ranks reads, timed on all ranks at the same moment, so under
+    the load the run will meet; rank 0's figures are returned on every rank, so every rank predicts alike.
+
+    The compute costs (:func:`measure_rates` over a one-rank communicator, at the micro-batch sizes of
+    :func:`token_range`, for ``busy`` seconds): with the ranks sharing ``cores`` cores, each rank had
+    ``cores / ranks`` of one, so the times are scaled to a rank with a core of its own (the model itself knows the
+    ranks share the cores). ``compute`` given (say, on the simulator, whose threads run in Python) stands in for
+    them. Then the calls: ``call_latency`` from all-reduces with the partner ready, ``partner_wait`` the more an
+    all-reduce waits when it follows a block's forward (:func:`measure_call_latency`).
+    """
+    import nbcoll
+    from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+
+    solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
+    if compute is None:
+        comm.barrier()
+        rates = measure_rates(spec, cores=cores, tokens=token_range(spec, comm.size), comm=solo, busy=busy)
+        share = min(1.0, cores / comm.size) if cores else 1.0
+        timed = [getattr(rates, name) for name in _COMPUTE_COSTS]
+        timed = [timed[0] / share] + [seconds * share for seconds in timed[1:]]
+        rates = dataclasses.replace(rates, **dict(zip(_COMPUTE_COSTS, _from_rank0(comm, timed), strict=True)))
+    else:
+        rates = dataclasses.replace(compute, cores=cores)
+    dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
+    block = ParallelTransformerBlock(spec.hidden, spec.heads, solo, spec.mlp_ratio, causal=True)
+    x = nbcoll.tensor(np.zeros((1, spec.seq_len, spec.hidden)), dtype=dtype)
+    calls = max(20, int(100 * busy))
+    ready, after_work = (measure_call_latency(comm, calls, work) for work in (None, lambda: block(x)))
+    ready, after_work = _from_rank0(comm, [ready, after_work])
+    solo.destroy()
+    return dataclasses.replace(rates, call_latency=ready, partner_wait=max(after_work - ready, 0.0))
+
+
+_COMPUTE_COSTS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")
+
+
+def _from_rank0(comm: Communicator, values: list[float]) -> list[float]:
+    """Collective: rank 0's ``values`` on every rank."""
+    import nbcoll
+
+    out = nbcoll.empty(len(values), np.float64)
+    comm.broadcast(nbcoll.to_device(np.array(values, dtype=np.float64)), out)
+    return [float(v) for v in nbcoll.to_host(out)]
+
+
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
     """The ranked layouts as a table, then why the best wins."""
     head = (
@@ -393,6 +441,7 @@ __all__ = [
     "format_plan",
     "layouts",
     "measure_call_latency",
+    "measure_costs",
     "measure_rates",
     "plan",
     "predict",
