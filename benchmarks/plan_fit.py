@@ -5,10 +5,11 @@ measured step times side by side, and the median error.
     mpiexec -n 4 python benchmarks/plan_fit.py --steps 3
 
 First every rank times the pieces of a step at the same moment, for 2 seconds, under the machine's load of the
-run (``calibrate``): a tensor-parallel block's forward and backward at the smallest and the largest micro-batch
-of the layouts, the embedding, the norm, head and loss, the optimizer's update, and the fixed cost of a
-collective call, with and without a block's work before it. The times are scaled to one rank with a core of its
-own, since the model knows the ranks share ``--cores`` CPUs. The planner ranks the layouts from those figures.
+run (``calibrate``, through ``nbcoll.parallel.plan.measure_costs``, as tutorial 20 does): a tensor-parallel
+block's forward and backward at the smallest and the largest micro-batch of the layouts, the embedding, the norm,
+head and loss, the optimizer's update, and the fixed cost of a collective call, with and without a block's work
+before it. The times are scaled to one rank with a core of its own, since the model knows the ranks share
+``--cores`` CPUs. The planner ranks the layouts from those figures.
 Then, for every layout, the pieces are timed again (0.4 s) and the LM is built (tensor-parallel layers over
 ``mesh["tp"]``, DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``), trained one
 warm-up step and ``--steps`` timed steps; rank 0 keeps the median step. Both predictions are printed, from the

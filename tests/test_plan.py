@@ -100,3 +100,10 @@ def test_plan_command_prints_the_ranking():
     assert "dp=" in proc.stdout and "wins" in proc.stdout
     bad = subprocess.run(run[:4] + ["--heads", "3", "--ranks", "7"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no layout" in bad.stderr
+    waits = subprocess.run(
+        run + ["--call-latency", "1", "--partner-wait", "2"], capture_output=True, text=True, timeout=120
+    )
+    assert waits.returncode == 0 and "call 1.00 ms, partner wait 2.00 ms" in waits.stdout
+    helped = subprocess.run(run[:4] + ["--help"], capture_output=True, text=True, timeout=120)
+    for term in ("compute", "bubble", "tp comm", "pp comm", "dp comm", "sharing", "head and the loss", "measure_costs"):
+        assert term in helped.stdout
