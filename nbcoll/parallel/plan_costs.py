@@ -148,7 +148,12 @@ def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] |
 
 
 def measure_costs(
-    spec: ModelSpec, comm: Communicator, cores: int | None = None, busy: float = 2.0, compute: Rates | None = None
+    spec: ModelSpec,
+    comm: Communicator,
+    cores: int | None = None,
+    busy: float = 2.0,
+    compute: Rates | None = None,
+    partner_wait: bool = True,
 ) -> Rates:
     """Collective: every cost a plan of ``comm.size`` ranks reads, timed on all ranks at the same moment, so under
     the load the run will meet; rank 0's figures are returned on every rank, so every rank predicts alike.
@@ -157,8 +162,9 @@ def measure_costs(
     :func:`token_range`, for ``busy`` seconds): with the ranks sharing ``cores`` cores, each rank had
     ``cores / ranks`` of one, so the times are scaled to a rank with a core of its own (the model itself knows the
     ranks share the cores). ``compute`` given (say, on the simulator, whose threads run in Python) stands in for
-    them. Then the calls: ``call_latency`` from all-reduces with the partner ready, ``partner_wait`` the more an
-    all-reduce waits when it follows a block's forward (:func:`measure_call_latency`).
+    them. Then the calls (:func:`measure_call_latency`, ``max(20, 100 x busy)`` of each): ``call_latency`` from
+    all-reduces with the partner ready, and, unless ``partner_wait`` is False (where a block's forward takes
+    seconds, as on the simulator), ``partner_wait``, the more an all-reduce waits when it follows a block's forward.
     """
     import nbcoll
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
@@ -173,11 +179,14 @@ def measure_costs(
         rates = dataclasses.replace(rates, **dict(zip(_COMPUTE_COSTS, _from_rank0(comm, timed), strict=True)))
     else:
         rates = dataclasses.replace(compute, cores=cores)
-    dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
-    block = ParallelTransformerBlock(spec.hidden, spec.heads, solo, spec.mlp_ratio, causal=True)
-    x = nbcoll.tensor(np.zeros((1, spec.seq_len, spec.hidden)), dtype=dtype)
     calls = max(20, int(100 * busy))
-    ready, after_work = (measure_call_latency(comm, calls, work) for work in (None, lambda: block(x)))
+    ready = measure_call_latency(comm, calls)
+    after_work = ready
+    if partner_wait:
+        dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
+        block = ParallelTransformerBlock(spec.hidden, spec.heads, solo, spec.mlp_ratio, causal=True)
+        x = nbcoll.tensor(np.zeros((1, spec.seq_len, spec.hidden)), dtype=dtype)
+        after_work = measure_call_latency(comm, calls, lambda: block(x))
     ready, after_work = _from_rank0(comm, [ready, after_work])
     solo.destroy()
     return dataclasses.replace(rates, call_latency=ready, partner_wait=max(after_work - ready, 0.0))
