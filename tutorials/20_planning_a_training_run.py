@@ -69,7 +69,7 @@ if TINY:  # a block's forward takes seconds on the simulator: NumPy's compute ra
 else:
     rates = measure_costs(SPEC, comm, cores=cores, busy=0.4)
 ms = 1e3  # the costs below in milliseconds
-say("   NumPy's defaults, not timed on the simulator:" if TINY else "   rank 0's figures, for a core per rank:")
+say("   compute: NumPy's defaults, not timed on the simulator" if TINY else "   rank 0's figures, for a core per rank:")
 say(f"   a block, forward + backward   {rates.flops_per_second / 1e9:.2f} GFLOP/s + {rates.block_overhead * ms:.2f} ms")
 say(f"   embedding (first stage)       {rates.embed_overhead * ms:.2f} ms")
 say(f"   norm, head, loss (last stage) {rates.head_overhead * ms:.2f} ms beyond their FLOPs")
