@@ -86,9 +86,9 @@ def measure_rates(
         def loss_of(logits: Any, ids: Any) -> Any:
             return F.cross_entropy(logits.reshape(-1, spec.vocab), ids.reshape(-1))
     else:
-        block = ParallelTransformerBlock(spec.hidden, spec.heads, comm, spec.mlp_ratio, causal=True)
-        embed = tp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm)
-        head = tp.ColumnParallelLinear(spec.hidden, spec.vocab, comm)
+        block = ParallelTransformerBlock(spec.hidden, spec.heads, comm, spec.mlp_ratio, causal=True, dtype=dtype)
+        embed = tp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm, dtype=dtype)
+        head = tp.ColumnParallelLinear(spec.hidden, spec.vocab, comm, dtype=dtype)
 
         def loss_of(logits: Any, ids: Any) -> Any:
             return tp.vocab_parallel_cross_entropy(logits, ids, comm)
@@ -169,6 +169,10 @@ def measure_costs(
     import nbcoll
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
+    if busy < 0:
+        raise ValueError(f"measure_costs(busy): expected seconds >= 0, got {busy}")
+    if cores is not None and cores < 1:
+        raise ValueError(f"measure_costs(cores): expected at least 1 or None, got {cores}")
     solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
     if compute is None:
         comm.barrier()
@@ -184,7 +188,7 @@ def measure_costs(
     after_work = ready
     if partner_wait:
         dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
-        block = ParallelTransformerBlock(spec.hidden, spec.heads, solo, spec.mlp_ratio, causal=True)
+        block = ParallelTransformerBlock(spec.hidden, spec.heads, solo, spec.mlp_ratio, causal=True, dtype=dtype)
         x = nbcoll.tensor(np.zeros((1, spec.seq_len, spec.hidden)), dtype=dtype)
         after_work = measure_call_latency(comm, calls, lambda: block(x))
     ready, after_work = _from_rank0(comm, [ready, after_work])
