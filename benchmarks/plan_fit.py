@@ -5,10 +5,11 @@ measured step times side by side, and the median error.
     mpiexec -n 4 python benchmarks/plan_fit.py --steps 3
 
 First every rank times the pieces of a step at the same moment, for 2 seconds, under the machine's load of the
-run (``calibrate``): a tensor-parallel block's forward and backward at the smallest and the largest micro-batch
-of the layouts, the embedding, the norm, head and loss, the optimizer's update, and the fixed cost of a
-collective call, with and without a block's work before it. The times are scaled to one rank with a core of its
-own, since the model knows the ranks share ``--cores`` CPUs. The planner ranks the layouts from those figures.
+run (``calibrate``, through ``nbcoll.parallel.plan.measure_costs``, as tutorial 20 does): a tensor-parallel
+block's forward and backward at the smallest and the largest micro-batch of the layouts, the embedding, the norm,
+head and loss, the optimizer's update, and the fixed cost of a collective call, with and without a block's work
+before it. The times are scaled to one rank with a core of its own, since the model knows the ranks share
+``--cores`` CPUs. The planner ranks the layouts from those figures.
 Then, for every layout, the pieces are timed again (0.4 s) and the LM is built (tensor-parallel layers over
 ``mesh["tp"]``, DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``), trained one
 warm-up step and ``--steps`` timed steps; rank 0 keeps the median step. Both predictions are printed, from the
@@ -34,17 +35,7 @@ import numpy as np
 
 import nbcoll
 from nbcoll.parallel.hybrid import HybridLM
-from nbcoll.parallel.plan import (
-    ModelSpec,
-    Rates,
-    default_rates,
-    measure_call_latency,
-    measure_rates,
-    plan,
-    predict,
-    token_range,
-)
-from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+from nbcoll.parallel.plan import ModelSpec, Rates, default_rates, measure_costs, plan, predict
 
 SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
 
@@ -65,43 +56,13 @@ def measure_layout(comm, layout, steps: int) -> float:
     return statistics.median(times[1:])
 
 
-RATE_FIELDS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")
-
-
 def calibrate(comm, args: argparse.Namespace, busy: float) -> Rates:
-    """Collective: the rates of now. Every rank times the pieces of a step at the same moment, at the micro-batch
-    sizes the layouts use, so under the machine's load of the run; with the ranks sharing fewer cores than there
-    are ranks, each had ``cores / ranks`` of a core, so the times are scaled to one rank with a core of its own
-    (the model knows the ranks share the cores). Rank 0's figures are used everywhere, so every rank predicts
-    alike. Then the fixed cost of a collective call between pairs of ranks, all pairs at once."""
-    solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
-    if args.flops:  # given on the command line
-        rates = dataclasses.replace(
-            default_rates(args.cores), flops_per_second=args.flops, block_overhead=args.overhead
-        )
-    else:
-        comm.barrier()
-        rates = measure_rates(SPEC, cores=args.cores, tokens=token_range(SPEC, comm.size), comm=solo, busy=busy)
-        share = min(1.0, args.cores / comm.size) if args.cores else 1.0
-        timed = np.array([getattr(rates, name) for name in RATE_FIELDS])
-        timed = np.concatenate([timed[:1] / share, timed[1:] * share])
-        rates = dataclasses.replace(rates, **dict(zip(RATE_FIELDS, rank0(comm, timed), strict=True)))
-    # A call with its partner ready; then one after a block's forward, as tensor-parallel calls come, where on
-    # shared cores the partner may still be waiting for a core: the difference is the wait.
-    block = ParallelTransformerBlock(SPEC.hidden, SPEC.heads, solo, SPEC.mlp_ratio, causal=True)
-    x = nbcoll.tensor(np.zeros((1, SPEC.seq_len, SPEC.hidden)))
-    calls = max(20, int(100 * busy))
-    ready, after_work = (measure_call_latency(comm, calls, work) for work in (None, lambda: block(x)))
-    ready, after_work = rank0(comm, np.array([ready, after_work]))
-    solo.destroy()
-    return dataclasses.replace(rates, call_latency=ready, partner_wait=max(after_work - ready, 0.0))
-
-
-def rank0(comm, values: np.ndarray) -> list[float]:
-    """Collective: rank 0's ``values`` on every rank."""
-    out = nbcoll.empty(values.shape, np.float64)
-    comm.broadcast(nbcoll.to_device(values.astype(np.float64)), out)
-    return [float(v) for v in nbcoll.to_host(out)]
+    """Collective: the rates of now (:func:`~nbcoll.parallel.plan.measure_costs`), or, given ``--flops``, the
+    command line's compute rate and block overhead with only the calls timed."""
+    given = None
+    if args.flops:
+        given = dataclasses.replace(default_rates(), flops_per_second=args.flops, block_overhead=args.overhead)
+    return measure_costs(SPEC, comm, cores=args.cores, busy=busy, compute=given)
 
 
 def run_rank(args: argparse.Namespace) -> int:

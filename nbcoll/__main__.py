@@ -168,7 +168,26 @@ def exercise(args: argparse.Namespace) -> int:
     return 0
 
 
+PLAN_TERMS = """\
+what one step costs (see nbcoll.parallel.plan):
+  compute    each block's FLOPs at a FLOP rate plus a fixed cost per block (forward + backward); the first
+             stage adds the embedding, the last the final norm, the head and the loss; the optimizer's update
+  bubble     the other stages' turns while the pipeline fills and drains (pp > 1)
+  tp comm    4 all-reduces per block, 1 in the embedding and 4 in the head and loss (tp > 1)
+  pp comm    the activation to the next stage and its gradient back, per micro-batch (pp > 1)
+  dp comm    one all-reduce of the rank's gradients (dp > 1)
+  sharing    with --cores below the ranks, a step lasts at least all ranks' compute over the cores
+Collectives cost the tuner's calibrated alpha-beta model plus --call-latency per call; an all-reduce waits
+--partner-wait more for its partner to get a shared core back (not with pp > 1, where another stage's rank
+uses the core meanwhile). Without --measure the compute rates are NumPy-on-CPU
+defaults; --measure times a block, the embedding, the head and loss and the update here, in one process.
+The calls are timed only where ranks run: nbcoll.parallel.plan.measure_costs(spec, comm) times every term
+on all ranks at once (benchmarks/plan_fit.py and tutorial 20 use it).
+"""
+
+
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog, parser.formatter_class = PLAN_TERMS, argparse.RawDescriptionHelpFormatter
     for name, default, what in [
         ("layers", 4, "transformer blocks"),
         ("hidden", 64, "model width"),
@@ -181,26 +200,38 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     ]:
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
     parser.add_argument("--bytes", type=int, default=4, choices=(2, 4, 8), help="bytes per value (default 4)")
-    parser.add_argument("--measure", action="store_true", help="time a block here for the compute rate")
+    parser.add_argument(
+        "--measure", action="store_true", help="time the compute costs here (block, embedding, head and loss, update)"
+    )
     parser.add_argument("--cores", type=int, default=None, help="devices the ranks share (default: one per rank)")
+    parser.add_argument("--call-latency", type=float, default=0.0, help="ms each collective call costs (default 0)")
+    parser.add_argument(
+        "--partner-wait", type=float, default=0.0, help="ms more per all-reduce on shared cores (default 0)"
+    )
 
 
 @subcommand("plan", "predict step time and memory of every dp x tp x pp layout and rank them", _plan_arguments)
 def plan(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from nbcoll.parallel import plan as planner
 
     spec = planner.ModelSpec(
         args.layers, args.hidden, args.seq, args.batch, args.heads, args.vocab, bytes_per_value=args.bytes
     )
     rates = planner.measure_rates(spec, cores=args.cores) if args.measure else planner.default_rates(args.cores)
+    rates = dataclasses.replace(rates, call_latency=args.call_latency / 1e3, partner_wait=args.partner_wait / 1e3)
     try:
         predictions = planner.plan(spec, args.ranks, rates)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    ms = 1e3
     print(
         f"{spec}\n{args.ranks} ranks; {rates.flops_per_second / 1e9:.2f} GFLOP/s, "
-        f"{rates.block_overhead * 1e3:.2f} ms per block, link alpha {rates.link.alpha * 1e6:.0f} us, "
-        f"beta {rates.link.beta / 1e9:.2f} GB/s\n"
+        f"{rates.block_overhead * ms:.2f} ms per block, embedding {rates.embed_overhead * ms:.2f} ms, "
+        f"head and loss {rates.head_overhead * ms:.2f} ms, update {rates.update_overhead * ms:.2f} ms per block;\n"
+        f"link alpha {rates.link.alpha * 1e6:.0f} us, beta {rates.link.beta / 1e9:.2f} GB/s, "
+        f"call {rates.call_latency * ms:.2f} ms, partner wait {rates.partner_wait * ms:.2f} ms\n"
     )
     print(planner.format_plan(predictions, args.top))
     return 0

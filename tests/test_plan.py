@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.tuner import LinkModel
 from nbcoll.parallel.plan import (
     Layout,
@@ -14,6 +15,7 @@ from nbcoll.parallel.plan import (
     explain,
     format_plan,
     layouts,
+    measure_costs,
     measure_rates,
     plan,
     predict,
@@ -79,6 +81,24 @@ def test_rates_are_timed_at_the_sizes_the_layouts_use():
     assert rates.flops_per_second > 0 and rates.block_overhead >= 0 and rates.update_overhead > 0
 
 
+def test_costs_are_timed_on_every_rank_and_rank_0s_returned():
+    tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)
+    given = dataclasses.replace(RATES, embed_overhead=1e-3)
+
+    def both(comm):
+        timed = measure_costs(tiny, comm, cores=1, busy=0.0)
+        return timed, measure_costs(tiny, comm, busy=0.0, compute=given, partner_wait=False)
+
+    (timed, fixed), (timed_1, fixed_1) = loopback.run(2, both, config=CommConfig(timeout=120))
+    assert timed == timed_1 and fixed == fixed_1  # every rank predicts alike
+    assert timed.cores == 1 and timed.partner_wait >= 0
+    assert min(timed.flops_per_second, timed.update_overhead, timed.call_latency) > 0
+    assert fixed.flops_per_second == given.flops_per_second and fixed.embed_overhead == 1e-3
+    assert fixed.call_latency > 0 and fixed.partner_wait == 0
+    with pytest.raises(ValueError, match="busy"):
+        loopback.run(1, lambda comm: measure_costs(tiny, comm, busy=-1.0))
+
+
 def test_plan_ranks_fastest_first_and_explains_the_winner():
     ranked = plan(SPEC, ranks=4, rates=RATES)
     times = [p.step_seconds for p in ranked]
@@ -100,3 +120,10 @@ def test_plan_command_prints_the_ranking():
     assert "dp=" in proc.stdout and "wins" in proc.stdout
     bad = subprocess.run(run[:4] + ["--heads", "3", "--ranks", "7"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no layout" in bad.stderr
+    waits = subprocess.run(
+        run + ["--call-latency", "1", "--partner-wait", "2"], capture_output=True, text=True, timeout=120
+    )
+    assert waits.returncode == 0 and "call 1.00 ms, partner wait 2.00 ms" in waits.stdout
+    helped = subprocess.run(run[:4] + ["--help"], capture_output=True, text=True, timeout=120)
+    for term in ("compute", "bubble", "tp comm", "pp comm", "dp comm", "sharing", "head and the loss", "measure_costs"):
+        assert term in helped.stdout

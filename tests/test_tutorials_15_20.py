@@ -42,5 +42,8 @@ def test_tutorial_20_plans_measures_and_trains_a_hybrid():
     proc = run_python([str(TUTORIALS / "20_planning_a_training_run.py")], "numpy", timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stdout.count("predicted") >= 4 and "median error" in proc.stdout
+    for term in ("embedding (first stage)", "norm, head, loss (last stage)", "optimizer update", "a collective call"):
+        assert term in proc.stdout  # every cost the planner reads, timed on the ranks
+    assert "an all-reduce after a block" in proc.stdout
     assert "3. A hybrid run on the 3-D mesh" in proc.stdout and proc.stdout.count("wins") == 2
     assert "2 x 2 x 2 needs 8 ranks" in proc.stdout

@@ -2,26 +2,29 @@
 
 What you learn here:
 
-- what a training step costs under each ``dp x tp x pp`` layout: compute (a measured rate and a per-block
-  overhead), the pipeline bubble, each collective (the communicator's alpha-beta model), and, on this machine,
-  the ranks taking turns on fewer CPU cores than ranks;
+- what a training step costs under each ``dp x tp x pp`` layout: every block's compute (a measured FLOP rate and
+  fixed cost per block), the first stage's embedding, the last stage's norm, head and loss, the optimizer's
+  update, the pipeline bubble, each collective (the communicator's alpha-beta model, plus the fixed cost of a
+  call and the wait for a tensor-parallel partner), and, on this machine, the ranks taking turns on fewer CPU
+  cores than ranks;
+- how to measure those costs: ``measure_costs(spec, comm)`` times them on all ranks at once, under the load the
+  run will meet (``benchmarks/plan_fit.py`` calls the same function);
 - how the planner ranks layouts and says why the best one wins (``python -m nbcoll plan`` prints the same);
 - how far the prediction is from a measured step, for a few layouts (``benchmarks/plan_fit.py`` runs them all);
 - a 4-rank run on the 3-D mesh (``DeviceMesh(comm, dp=, tp=, pp=)``) in the layout the planner ranks first among
   those that combine two dimensions (with 4 ranks one size is 1), trained a few steps (a loss that falls).
 
-Run it with ``python tutorials/20_planning_a_training_run.py``: it times one block first, then re-launches
-itself on 4 ranks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it keeps to
-toy sizes: a two-block model of width 4, default rates instead of a timing, one measured layout, two steps.
+Run it with ``python tutorials/20_planning_a_training_run.py``: it re-launches itself on 4 ranks. On the
+simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it keeps to toy sizes: a two-block
+model of width 4, NumPy's default compute rates instead of a timing (only the calls are timed), one measured
+layout, two steps.
 
 Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
 
-import sys
-
 import nbcoll.launch
 from nbcoll.backend import get_backend
-from nbcoll.parallel.plan import ModelSpec, measure_rates
+from nbcoll.parallel.plan import ModelSpec
 
 TINY = get_backend() == "sim"
 if TINY:
@@ -29,14 +32,9 @@ if TINY:
 else:
     SPEC = ModelSpec(layers=4, hidden=32, seq_len=16, batch=16, heads=4, vocab=32, bytes_per_value=8)
 STEPS = 2 if TINY else 6
-
-if not nbcoll.launch.under_mpi() and not TINY:  # time a block alone, before the ranks share the machine
-    rates = measure_rates(SPEC)
-    sys.argv += [str(rates.flops_per_second), str(rates.block_overhead)]
 nbcoll.launch.relaunch(4)
 
 # Everything below runs on each of the 4 ranks.
-import dataclasses  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -45,7 +43,7 @@ import numpy as np  # noqa: E402
 
 import nbcoll  # noqa: E402
 from nbcoll.parallel.hybrid import HybridLM  # noqa: E402
-from nbcoll.parallel.plan import Layout, default_rates, explain, format_plan, measure_call_latency, plan  # noqa: E402
+from nbcoll.parallel.plan import Layout, default_rates, explain, format_plan, measure_costs, plan  # noqa: E402
 
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
@@ -62,15 +60,22 @@ say(f"the model: {SPEC}")
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-say("1. The plan")
-rates = default_rates(cores=os.cpu_count())
-# The launching process passed its timing; started under mpiexec directly, the defaults stand in.
-flops, overhead = (float(sys.argv[-2]), float(sys.argv[-1])) if len(sys.argv) >= 3 else (2e9, 4e-3)
-rates = dataclasses.replace(rates, flops_per_second=flops, block_overhead=overhead)
-rates = dataclasses.replace(rates, call_latency=measure_call_latency(comm))  # pairs of ranks, all at once
-timed = "not timed on the simulator, NumPy's defaults" if TINY else "one block timed alone"
-say(f"   {timed}: {flops / 1e9:.2f} GFLOP/s and {overhead * 1e3:.1f} ms of fixed cost per forward")
-say(f"   and backward; a collective call costs {rates.call_latency * 1e3:.2f} ms here (rank 0's figures)")
+say("1. The costs, timed on the 4 ranks at once, and the plan")
+# All ranks time the pieces of a step together, so under the load the runs will meet; each rank had a share of a
+# core, so the times are scaled to a rank with a core of its own (the planner knows the ranks share the cores).
+cores = os.cpu_count()
+if TINY:  # a block's forward takes seconds on the simulator: NumPy's compute rates stand in, only calls are timed
+    rates = measure_costs(SPEC, comm, cores=cores, busy=0.0, compute=default_rates(), partner_wait=False)
+else:
+    rates = measure_costs(SPEC, comm, cores=cores, busy=0.4)
+ms = 1e3  # the costs below in milliseconds
+say("   compute: NumPy's defaults, not timed on the simulator" if TINY else "   rank 0's figures, for a core per rank:")
+say(f"   a block, forward + backward   {rates.flops_per_second / 1e9:.2f} GFLOP/s + {rates.block_overhead * ms:.2f} ms")
+say(f"   embedding (first stage)       {rates.embed_overhead * ms:.2f} ms")
+say(f"   norm, head, loss (last stage) {rates.head_overhead * ms:.2f} ms beyond their FLOPs")
+say(f"   optimizer update              {rates.update_overhead * ms:.2f} ms per block")
+say(f"   a collective call             {rates.call_latency * ms:.2f} ms beyond the alpha-beta model")
+say(f"   an all-reduce after a block   {rates.partner_wait * ms:.2f} ms more: the partner waits for a core")
 say(f"   the {comm.size} ranks share {rates.cores} CPU cores")
 predictions = plan(SPEC, comm.size, rates)
 for line in format_plan(predictions, top=6).splitlines():

@@ -18,16 +18,17 @@ the ranks share fewer devices than there are ranks (``cores``: several ranks per
 all ranks' compute over the devices; a rank idle in the bubble or waiting on a collective leaves its device to
 another rank's work.
 
-What the model reads is measured (:class:`Rates`): the FLOP rate and the fixed cost of a block's forward and
-backward (Python and kernel launches, which dominate small models) from timing a block at the micro-batch sizes
-the layouts use (:func:`measure_rates`, :func:`token_range`), the embedding's and the head and loss's fixed
-costs, and the optimizer's per block. Each collective costs the communicator's calibrated alpha-beta model
+What the model reads is measured (:class:`Rates`, :mod:`nbcoll.parallel.plan_costs`): the FLOP rate and the fixed
+cost of a block's forward and backward (Python and kernel launches, which dominate small models) from timing a
+block at the micro-batch sizes the layouts use, the embedding's and the head and loss's fixed costs, and the
+optimizer's per block. Each collective costs the communicator's calibrated alpha-beta model
 (:mod:`nbcoll.comm.tuner`) at its real size, whose fixed cost per call ``gamma`` gives way to ``call_latency``,
 the fixed cost of one call measured where the ranks run, and, for an all-reduce, ``partner_wait``: on shared cores
-a call that follows a layer's work also waits for its partner to get a core back (:func:`measure_call_latency`),
-time that costs the step nothing in a pipeline, whose other stages use the core meanwhile. Memory per rank counts
-the parameters, gradients and optimizer state of the rank's shard, and the activations of the micro-batches in
-flight (``min(m, pp)`` under 1F1B).
+a call that follows a layer's work also waits for its partner to get a core back, time that costs the step
+nothing in a pipeline, whose other stages use the core meanwhile. :func:`~nbcoll.parallel.plan_costs.measure_costs`
+(offered here too) times all of them on the ranks at once. Memory per rank counts the parameters, gradients and
+optimizer state of the rank's shard, and the activations of the micro-batches in flight (``min(m, pp)`` under
+1F1B).
 
 Example::
 
@@ -35,22 +36,21 @@ Example::
     for p in plan(spec, ranks=4)[:3]:
         print(p.layout, f"{p.step_seconds * 1e3:.1f} ms", p.memory_bytes)
     print(explain(plan(spec, ranks=4)))
+    rates = measure_costs(spec, comm, cores=2)   # collective, on the ranks of the run: every cost above, timed
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from nbcoll.comm import tuner
 
-if TYPE_CHECKING:
-    from nbcoll.comm import Communicator
+# Measuring the costs the model reads lives in its own module; offered here too, beside the model.
+from nbcoll.parallel.plan_costs import measure_call_latency as measure_call_latency
+from nbcoll.parallel.plan_costs import measure_costs as measure_costs
+from nbcoll.parallel.plan_costs import measure_rates as measure_rates
+from nbcoll.parallel.plan_costs import token_range as token_range
 
 
 @dataclass(frozen=True)
@@ -257,121 +257,6 @@ def default_rates(cores: int | None = None) -> Rates:
     return Rates(flops_per_second=2e9, block_overhead=4e-3, link=link, cores=cores)
 
 
-def token_range(spec: ModelSpec, ranks: int) -> tuple[int, int]:
-    """The fewest and the most tokens one micro-batch holds over the layouts of ``ranks``: where to time."""
-    counts = [spec.batch // (lay.dp * lay.chunks) * spec.seq_len for lay in layouts(spec, ranks)]
-    return (min(counts), max(counts)) if counts else (spec.seq_len, spec.batch * spec.seq_len)
-
-
-def _interleaved_seconds(runs: list[Callable[[], Any]], repeats: int, busy: float) -> list[float]:
-    """The mean seconds of each of ``runs``, called in turn (after one round that warms up) for at least
-    ``repeats`` rounds and until ``busy`` seconds have passed. In turn, so that on a shared CPU every piece meets
-    the same load; the mean, not the median, since a step is preempted as often as its pieces are."""
-    for run in runs:
-        run()
-    totals, rounds, start = [0.0] * len(runs), 0, time.perf_counter()
-    while rounds < repeats or time.perf_counter() - start < busy:
-        for i, run in enumerate(runs):
-            begin = time.perf_counter()
-            run()
-            totals[i] += time.perf_counter() - begin
-        rounds += 1
-    return [total / rounds for total in totals]
-
-
-def measure_rates(
-    spec: ModelSpec,
-    repeats: int = 3,
-    cores: int | None = None,
-    tokens: tuple[int, int] | None = None,
-    comm: Communicator | None = None,
-    busy: float = 0.0,
-) -> Rates:
-    """Time, in this process, the pieces of a step at two micro-batch sizes of ``tokens`` (by default one
-    sequence and eight; :func:`token_range` gives the sizes a plan's layouts use): a transformer block's forward
-    and backward, the line through the two giving the FLOP rate (slope) and the per-block overhead (intercept);
-    the embedding's, and the norm, head and loss's, forward and backward beyond their FLOPs; and the optimizer
-    step over a block's parameters. Given ``comm`` (a one-rank communicator), the pieces are the tensor-parallel
-    layers a run trains, over it; otherwise the plain layers. The pieces run in turn, ``repeats`` rounds or more,
-    until ``busy`` seconds have passed."""
-    import nbcoll
-    import nbcoll.functional as F
-    from nbcoll import nn
-    from nbcoll.parallel import tensor_parallel as tp
-    from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
-
-    dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
-    rng = np.random.default_rng(0)
-    norm = nn.LayerNorm(spec.hidden, dtype=dtype)
-    if comm is None:
-        block = nn.TransformerBlock(spec.hidden, spec.heads, mlp_ratio=spec.mlp_ratio, causal=True, dtype=dtype)
-        embed = nn.Embedding(spec.vocab, spec.hidden, dtype=dtype)
-        head = nn.Linear(spec.hidden, spec.vocab, dtype=dtype)
-
-        def loss_of(logits: Any, ids: Any) -> Any:
-            return F.cross_entropy(logits.reshape(-1, spec.vocab), ids.reshape(-1))
-    else:
-        block = ParallelTransformerBlock(spec.hidden, spec.heads, comm, spec.mlp_ratio, causal=True)
-        embed = tp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm)
-        head = tp.ColumnParallelLinear(spec.hidden, spec.vocab, comm)
-
-        def loss_of(logits: Any, ids: Any) -> Any:
-            return tp.vocab_parallel_cross_entropy(logits, ids, comm)
-
-    low, high = tokens or (spec.seq_len, 8 * spec.seq_len)
-    inputs = []
-    for count in (low, high):
-        rows = max(1, count // spec.seq_len)
-        x = nbcoll.tensor(rng.standard_normal((rows, spec.seq_len, spec.hidden)), dtype=dtype)
-        inputs.append((rows * spec.seq_len, x, rng.integers(0, spec.vocab, (rows, spec.seq_len))))
-    optimizer = nbcoll.optim.SGD(block.parameters(), lr=0.0, momentum=0.9)  # lr 0 leaves the block as it is
-    runs = [lambda x=x: block(x).sum().backward() for _, x, _ in inputs]  # leaves gradients for the optimizer
-    runs += [lambda x=x, ids=ids: loss_of(head(norm(x)), ids).backward() for _, x, ids in inputs]
-    runs += [lambda ids=inputs[0][2]: embed(ids).sum().backward(), optimizer.step]
-    block_low, block_high, head_low, _, embed_overhead, update_overhead = _interleaved_seconds(runs, repeats, busy)
-    (t1, _, _), (t2, _, _) = inputs
-    f1, f2 = 3 * spec.layer_flops(t1), 3 * spec.layer_flops(t2)
-    # The line through the two block times; a slope that noise made negative means FLOPs too few to see.
-    seconds_per_flop = min(max((block_high - block_low) / (f2 - f1), 0.0), block_high / f2) if f2 > f1 else 0.0
-    seconds_per_flop = max(seconds_per_flop, 1e-13)
-    overhead = max(block_low - f1 * seconds_per_flop, 0.0)
-    head_flops = 3 * 2.0 * t1 * spec.hidden * spec.vocab
-    head_overhead = max(head_low - head_flops * seconds_per_flop, 0.0)  # the small micro-batch: mostly fixed
-    return Rates(
-        1.0 / seconds_per_flop,
-        overhead,
-        default_rates().link,
-        cores=cores,
-        embed_overhead=embed_overhead,
-        head_overhead=head_overhead,
-        update_overhead=update_overhead,
-    )
-
-
-def measure_call_latency(comm: Any, repeats: int = 20, work: Callable[[], Any] | None = None) -> float:
-    """Collective: the median seconds of an 8-byte all-reduce between pairs of ranks, all pairs at once (as
-    tensor-parallel partners run): the whole fixed cost of a call where the ranks run.
-
-    With ``work``, each call follows one ``work()`` on every rank, as a tensor-parallel layer's all-reduce follows
-    its matmuls; where ranks share cores, a call then also waits for its partner to get a core back, which a loop
-    of bare calls (both partners always ready) never shows. Only the calls are timed.
-    """
-    import nbcoll
-
-    pair = comm.split(comm.rank // 2)
-    x, y = nbcoll.to_device(np.ones(1)), nbcoll.empty(1, np.float64)
-    pair.all_reduce(x, y)  # warm-up, and the pairs start together
-    times = []
-    for _ in range(repeats):
-        if work is not None:
-            work()
-        start = time.perf_counter()
-        pair.all_reduce(x, y)
-        times.append(time.perf_counter() - start)
-    pair.destroy()
-    return float(np.median(times))
-
-
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
     """The ranked layouts as a table, then why the best wins."""
     head = (
@@ -393,10 +278,7 @@ __all__ = [
     "explain",
     "format_plan",
     "layouts",
-    "measure_call_latency",
-    "measure_rates",
     "plan",
     "predict",
     "stage_seconds",
-    "token_range",
 ]
