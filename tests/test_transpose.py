@@ -39,6 +39,7 @@ def test_every_dtype_both_kernels(backend, dtype, rng):
         ((TILE_DIM + 1, 7), (1, 0)),  # a ragged second row of tiles
         ((3, TILE_DIM + 2), (-1, -2)),  # negative axes; a ragged second column of tiles
         ((1, 1), (1, 0)),
+        ((11, 3), (1, 0)),  # smaller than a tile: a 16 x 8 block, two thread rows per column of the tile
         ((0, 4), (1, 0)),
         ((2, 0, 3), (0, 2, 1)),
         ((5,), (0,)),
