@@ -30,7 +30,7 @@ from nbcoll.kernels.indexing import broadcast_shapes, broadcast_strides, offset_
 from nbcoll.kernels.registry import register
 
 TILE = 16
-"""Side of the square tiles staged in shared memory; a block is TILE x TILE threads (256), fewer for small outputs."""
+"""Side of the square tiles staged in shared memory; a block is TILE x TILE threads (256), fewer for thin outputs."""
 
 MAX_GRID_Z = 65535
 """CUDA's limit on gridDim.z; longer batches are walked in a grid-stride loop."""
@@ -77,7 +77,7 @@ def _make_tiled_kernel(dtype: np.dtype) -> Any:
     def tiled_kernel(a, b, out, m, k, n, batch_shape, a_batch_strides, b_batch_strides):
         # Thread (ty, tx) of block (bx, by, bz) computes out[batch, by*side + ty, bx*side + tx] for batches
         # bz, bz + gridDim.z, ..., loading one element of each staged tile per step. The block is side x side
-        # threads (side = TILE, or less for small matrices) and uses the top-left side x side of each tile.
+        # threads (side = TILE, or less for thin outputs) and uses the top-left side x side of each tile.
         a_tile = cuda.shared.array((TILE, TILE), acc_type)
         b_tile = cuda.shared.array((TILE, TILE), acc_type)
         side = cuda.blockDim.x
@@ -166,12 +166,17 @@ def _shape_error(a: Any, b: Any, why: str) -> ValueError:
 
 
 def tile_side(m: int, n: int) -> int:
-    """Side of the tiles (and of the square block) for an (M, N) output: TILE, or less when M and N both are.
+    """Side of the tiles (and of the square block) for an (M, N) output: the power of two that covers its shorter
+    side, from 4 up to TILE.
 
-    A 2 x 3 output needs 9 threads, not 256. On a GPU the idle threads of a full tile cost little; on the
-    simulator, which runs every launched thread in Python, they are most of the time of a small matmul.
+    A (4, 59) output takes 15 blocks of 4 x 4 threads rather than 4 blocks of 16 x 16, most of them idle. On a GPU
+    that changes little; on the simulator, which runs every launched thread in Python, it is most of the time of a
+    small matmul. Below 4 x 4 threads the simulator's cost per block outweighs the threads saved.
     """
-    return min(TILE, max(m, n))
+    side = 4
+    while side < min(m, n, TILE):
+        side *= 2
+    return side
 
 
 def matmul(a: Any, b: Any) -> Any:
@@ -187,7 +192,7 @@ def matmul(a: Any, b: Any) -> Any:
     edges; after a ``syncthreads`` each thread adds the TILE products of its row of the A tile and its column of
     the B tile, then a second ``syncthreads`` lets the tiles be overwritten. Every element loaded from global
     memory is thus used TILE times from shared memory: global loads drop from ``2*M*N*K`` (naive) to about
-    ``M*K*ceil(N/TILE) + K*N*ceil(M/TILE)``. An output smaller than a tile gets a smaller tile (:func:`tile_side`).
+    ``M*K*ceil(N/TILE) + K*N*ceil(M/TILE)``. An output thinner than a tile gets smaller tiles (:func:`tile_side`).
     """
     a, b = _check_operands(a, b)
     a_shape, b_shape = tuple(int(s) for s in a.shape), tuple(int(s) for s in b.shape)

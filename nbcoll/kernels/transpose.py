@@ -73,7 +73,7 @@ def _make_swap_last_two_kernel(bits_dtype: np.dtype) -> Any:
     @cuda.jit
     def swap_last_two_kernel(x, out, rows, cols):
         # Block (bx, by, bz) moves the side x side tile at rows by*side..., columns bx*side... of matrix bz (and
-        # bz + gridDim.z, ...), side = blockDim.x (TILE_DIM, or less for small matrices, a multiple of blockDim.y);
+        # bz + gridDim.z, ...), side = blockDim.x (TILE_DIM, or less for thin matrices, a multiple of blockDim.y);
         # each thread moves side / blockDim.y elements of the tile.
         tile = cuda.shared.array((TILE_DIM, PADDED_TILE_DIM), element)
         side = cuda.blockDim.x
@@ -146,13 +146,15 @@ def _is_last_two_swap(axes: tuple[int, ...]) -> bool:
 def swap_block(rows: int, cols: int) -> tuple[int, int]:
     """The tile side and the rows of threads for swapping (rows, cols) matrices: (TILE_DIM, BLOCK_ROWS), or less.
 
-    A matrix smaller than a tile gets a smaller tile, still a whole number of thread rows: a 2 x 3 matrix needs
-    9 threads, not 256. On a GPU the idle threads of a full tile cost little; on the simulator, which runs every
-    launched thread in Python, they are most of the time of a small transpose.
+    A thin matrix gets a smaller tile, the power of two that covers its shorter side (at least 4): a (59, 4)
+    matrix takes 15 blocks of 4 x 4 threads rather than 2 blocks of 32 x 8, most of them idle. On a GPU that
+    changes little; on the simulator, which runs every launched thread in Python, it is most of the time of a
+    small transpose.
     """
-    side = min(TILE_DIM, max(rows, cols))
-    block_rows = min(BLOCK_ROWS, side)
-    return -(-side // block_rows) * block_rows, block_rows
+    side = 4
+    while side < min(rows, cols, TILE_DIM):
+        side *= 2
+    return side, min(BLOCK_ROWS, side)
 
 
 def _bits(x: Any) -> Any:
