@@ -31,6 +31,7 @@ CATEGORIES = {
         "combine_reference",
         "astype",
         "combine_into",
+        "fold_into",
         "ufunc",
     ),
     "polling for abort messages (MPI Iprobe)": ("abort_message_source", "Iprobe"),

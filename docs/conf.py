@@ -54,6 +54,10 @@ html_static_path: list[str] = []
 html_theme_options = {"navigation_with_keys": True}
 nitpicky = False
 
+# Source links only from the module that defines an object: following a name re-exported by a package (the
+# ``nbcoll`` page documents ``nbcoll.use_backend``) made the source pages link back to anchors that do not exist.
+viewcode_follow_imported_members = False
+
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
@@ -137,9 +141,27 @@ class ApiGroup(SphinxDirective):
         return container.children
 
 
+def skip_function_steps_without_docstring(app, what, name, obj, skip, options):
+    """Leave out ``forward`` and ``backward`` of a ``Function`` subclass when they have no docstring of their own.
+
+    They would show the base class's example under a signature of device arrays, which teaches nothing the
+    class docstring does not; None lets autodoc decide every other member.
+    """
+    from nbcoll.tensors.function import Function
+
+    owner = getattr(obj, "__qualname__", "").rpartition(".")[0]
+    module = sys.modules.get(getattr(obj, "__module__", ""), None)
+    cls = getattr(module, owner, None) if owner and "." not in owner else None
+    if name in ("forward", "backward") and isinstance(cls, type) and issubclass(cls, Function):
+        if cls is not Function and not getattr(obj, "__doc__", None):
+            return True
+    return None
+
+
 def setup(app):
     app.add_directive("nbcoll-tutorials", TutorialList)
     app.add_directive("nbcoll-api-group", ApiGroup)
+    app.connect("autodoc-skip-member", skip_function_steps_without_docstring)
     # The groups depend on which API pages exist: read the index again at every build.
     app.connect("env-get-outdated", lambda app, env, added, changed, removed: ["api/index"])
     return {"parallel_read_safe": True}

@@ -274,8 +274,9 @@ class TutorialPage(SphinxDirective):
         self.env.note_dependency(str(tutorial.path))
         folder = run_dir(tutorial)
         ran = (folder / "status").is_file()
-        if ran:
-            self.env.note_dependency(str(folder / "status"))
+        # Also when the run is missing: Sphinx re-reads a page whose dependency does not exist, so a page built
+        # without its run shows the run as soon as a later build makes one.
+        self.env.note_dependency(str(folder / "status"))
         lines = self.page_source(tutorial, folder if ran else None)
         container = nodes.section()
         container.document = self.state.document

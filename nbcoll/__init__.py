@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 # The communication layer imports mpi4py, which initialises MPI: load it only when a program asks for it.
 _COMM_NAMES = {
     "init": "nbcoll.comm",
+    "loopback": "nbcoll.comm",
     "Communicator": "nbcoll.comm",
     "NOCOLOR": "nbcoll.comm",
     "CommError": "nbcoll.comm",
@@ -58,6 +59,7 @@ __all__ = [
     "Communicator",
     "NOCOLOR",
     "init",
+    "loopback",
     "data",
     "datasets",
     "load",

@@ -40,7 +40,17 @@ their time there; a shorter interval halves their time."""
 
 
 class BackendError(RuntimeError):
-    """The requested backend cannot run in this process."""
+    """The requested backend cannot run in this process.
+
+    >>> import nbcoll
+    >>> from nbcoll.backend import device_backend
+    >>> other = {"sim": "cuda", "cuda": "sim"}[device_backend()]     # the device backend this process lacks
+    >>> try:
+    ...     nbcoll.set_backend(other)
+    ... except nbcoll.BackendError as error:
+    ...     print(type(error).__name__, "-", str(error).split(":")[0])
+    BackendError - set_backend(name)
+    """
 
 
 def gpu_count() -> int:
@@ -153,7 +163,12 @@ _current = _startup
 
 
 def get_backend() -> str:
-    """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``."""
+    """The backend in use: ``"cuda"``, ``"sim"`` or ``"numpy"``.
+
+    >>> import nbcoll
+    >>> nbcoll.get_backend()                 # the examples run on the NumPy references
+    'numpy'
+    """
     if _startup_error is not None:
         raise _startup_error
     return _current
@@ -165,7 +180,13 @@ def device_backend() -> str:
 
 
 def set_backend(name: str) -> None:
-    """Switch the backend of this process between ``numpy`` and its device backend."""
+    """Switch the backend of this process between ``numpy`` and its device backend.
+
+    >>> import nbcoll
+    >>> nbcoll.set_backend("numpy")          # from here on, every kernel runs its NumPy reference
+    >>> nbcoll.get_backend()
+    'numpy'
+    """
     global _current
     _check_name(name, "set_backend(name)")
     if name != "numpy" and name != _device_backend:
@@ -178,7 +199,13 @@ def set_backend(name: str) -> None:
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[str]:
-    """Run a block on another backend, then switch back."""
+    """Run a block on another backend, then switch back.
+
+    >>> import nbcoll
+    >>> with nbcoll.use_backend("numpy"):
+    ...     print(nbcoll.get_backend())
+    numpy
+    """
     previous = _current
     set_backend(name)
     try:

@@ -377,26 +377,30 @@ class IpcBuffer:
 # The unlink-after-attach protocol over a communicator, and cleanup after crashes.
 
 
-def share(comm: Any, shape: Any, dtype: Any, *, root: int = 0, tag: str = "", host: bool = False) -> IpcBuffer:
+def share(
+    comm: Any, shape: Any, dtype: Any, *, root: int = 0, tag: str = "", host: bool = False, kind: Any = None
+) -> IpcBuffer:
     """Every rank of ``comm`` gets the same buffer: ``root`` creates it, the others open it, then it is unlinked.
 
     ``comm`` is an mpi4py communicator (anything with ``rank``, ``bcast``, ``allgather`` and ``barrier``) whose
     ranks share a node. After this returns, no name is left in ``/dev/shm``: a crash of any rank cannot leak
-    the memory. This is the unlink-after-attach protocol of the module docstring.
+    the memory. This is the unlink-after-attach protocol of the module docstring. ``kind`` is the buffer class
+    (``IpcBuffer`` by default; anything with its ``create``, ``open``, ``handle``, ``unlink`` and ``close``).
     """
+    kind = IpcBuffer if kind is None else kind
     buffer: IpcBuffer | None = None
     problem = ""
     message: Any = None
     if comm.rank == root:
         try:
-            buffer = IpcBuffer.create(shape, dtype, tag=tag, host=host)
+            buffer = kind.create(shape, dtype, tag=tag, host=host)
             message = pickle.loads(pickle.dumps(buffer.handle))  # what bcast sends: fail here, not inside bcast
         except Exception as exc:
             problem = f"rank {root} could not create the buffer: {exc!r}"
     handle = comm.bcast(message if message is not None else problem, root=root)
-    if comm.rank != root and isinstance(handle, IpcHandleInfo):
+    if comm.rank != root and not isinstance(handle, str):  # a string says what went wrong on the root
         try:
-            buffer = IpcBuffer.open(handle)
+            buffer = kind.open(handle)
         except Exception as exc:
             problem = f"rank {comm.rank} could not open {handle.name!r}: {exc!r}"
     problems = [p for p in comm.allgather(problem) if p]  # also the barrier: every rank has attached now

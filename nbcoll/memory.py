@@ -203,7 +203,13 @@ def reset_peak_stats() -> None:
 
 
 def to_device(array: Any, dtype: Any = None) -> Any:
-    """Copy host data to a new device array; device arrays of the current backend are returned as they are."""
+    """Copy host data to a new device array; device arrays of the current backend are returned as they are.
+
+    >>> import numpy as np, nbcoll
+    >>> x = nbcoll.to_device(np.arange(3), dtype=np.float32)      # a numpy.ndarray on the numpy backend
+    >>> x.dtype, nbcoll.to_host(x)
+    (dtype('float32'), array([0., 1., 2.], dtype=float32))
+    """
     current = backend.get_backend()
     if array_backend(array) == current and current != "numpy" and dtype is None:
         return as_device_array(array)
@@ -215,7 +221,12 @@ def to_device(array: Any, dtype: Any = None) -> Any:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """Copy a device array (or anything array-like) into a new ``numpy.ndarray``."""
+    """Copy a device array (or anything array-like) into a new ``numpy.ndarray``.
+
+    >>> import numpy as np, nbcoll
+    >>> nbcoll.to_host(nbcoll.to_device(np.array([1, 2])))
+    array([1, 2])
+    """
     if isinstance(array, np.ndarray):
         return array.copy()
     found = array_backend(array)
@@ -227,7 +238,13 @@ def to_host(array: Any) -> np.ndarray:
 
 
 def empty(shape: Any, dtype: Any = np.float32) -> Any:
-    """A new uninitialised device array."""
+    """A new uninitialised device array.
+
+    >>> import numpy as np, nbcoll
+    >>> x = nbcoll.empty((2, 3), np.int32)          # values not set: write before reading
+    >>> x.shape, x.dtype
+    ((2, 3), dtype('int32'))
+    """
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
         return track(np.empty(shape, dt))
@@ -235,7 +252,12 @@ def empty(shape: Any, dtype: Any = np.float32) -> Any:
 
 
 def zeros(shape: Any, dtype: Any = np.float32) -> Any:
-    """A new device array of zeros."""
+    """A new device array of zeros.
+
+    >>> import nbcoll
+    >>> nbcoll.to_host(nbcoll.zeros(3))
+    array([0., 0., 0.], dtype=float32)
+    """
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
         return track(np.zeros(shape, dt))
@@ -247,6 +269,10 @@ def synchronize() -> None:
 
     Kernels run asynchronously on a GPU. Call this before telling another process (a barrier, a flag) that
     memory it shares with this one holds what a kernel wrote.
+
+    >>> import numpy as np, nbcoll
+    >>> x = nbcoll.to_device(np.ones(4, np.float32))
+    >>> nbcoll.synchronize()                       # every launch and copy before this line has finished
     """
     if backend.get_backend() == "cuda":
         backend.cuda().synchronize()

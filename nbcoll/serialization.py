@@ -154,7 +154,11 @@ def save(obj: Any, path: PathLike) -> None:
 
     Example::
 
-        nbcoll.save({"weights": [w1, w2], "step": 100}, "run/ckpt.npz")
+        >>> import os, tempfile, numpy as np, nbcoll
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.npz")
+        >>> nbcoll.save({"weights": [np.ones(2), nbcoll.tensor([3.0])], "step": 100}, path)
+        >>> nbcoll.load(path)["step"]
+        100
 
     The file is replaced atomically; ``path`` is used as given (no ``.npz`` is appended).
     """
@@ -198,8 +202,12 @@ def load(path: PathLike) -> Any:
 
     Example::
 
-        state = nbcoll.load("run/ckpt.npz")
-        state["step"]                   # 100
+        >>> import os, tempfile, numpy as np, nbcoll
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.npz")
+        >>> nbcoll.save({"weights": [np.ones(2), nbcoll.tensor([3.0])], "step": 100}, path)
+        >>> state = nbcoll.load(path)
+        >>> state["step"], state["weights"][0], type(state["weights"][1]).__name__
+        (100, array([1., 1.]), 'Tensor')
 
     Raises :class:`CheckpointError`, naming the file, for anything that is not a complete checkpoint of a
     known version; no byte of the file is ever unpickled.

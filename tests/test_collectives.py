@@ -1,11 +1,16 @@
-"""Every collective and algorithm under mpiexec, against NumPy references built from all ranks' inputs.
+"""Every collective and algorithm against NumPy references built from all ranks' inputs, and their features.
+
+Most cases run in a loopback world (:mod:`nbcoll.comm.loopback`: the ranks are threads of this process, every
+algorithm, primitive and FIFO is the real one), so they cost no process launch. A few run under mpiexec, for the
+transports themselves: ipc FIFOs and windows in ``/dev/shm``, the MPI transport, fake nodes, the simulator.
 
 The heavy lifting is in ``mpi_scripts/coll_check.py`` (results, traffic) and ``mpi_scripts/coll_features.py``
-(async, groups, the mismatch check, bad arguments, traces, timeouts). A small FIFO (``NBCOLL_BUFFSIZE=256``:
-8 slots of 32 bytes) makes the larger counts span many chunks and rounds.
+(async, groups, the mismatch check, bad arguments, traces, timeouts), which run either way. A small FIFO
+(``NBCOLL_BUFFSIZE=256``: 8 slots of 32 bytes) makes the larger counts span many chunks and rounds.
 """
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -13,16 +18,32 @@ from pathlib import Path
 
 import pytest
 
+import nbcoll
 from nbcoll import testing
+from nbcoll.backend import device_backend
+from nbcoll.comm import loopback
 from nbcoll.comm.algorithms import ALGORITHMS, parse_algo_setting
+from nbcoll.comm.config import CommConfig
 from nbcoll.comm.tuner import LinkModel, choose, cost_terms, fit
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 SMALL_FIFO = {"NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "60"}
+SMALL_FIFO_CONFIG = {"buffsize": 256, "steps": 8, "timeout": 60.0}
 
-pytestmark = pytest.mark.mpi
+needs_sim = pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
 
 _launched_pids: list[int] = []
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"mpi_scripts_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+coll_check = _script("coll_check")
+coll_features = _script("coll_features")
 
 
 def run_ranks(*args, **kwargs):
@@ -40,60 +61,63 @@ def leaked_segments(pids) -> list[str]:
 @pytest.fixture(autouse=True)
 def no_shared_memory_leak():
     _launched_pids.clear()
+    before = set(leaked_segments([os.getpid()]))
     yield
     assert not leaked_segments(_launched_pids), "a /dev/shm segment of nbcoll was left behind"
+    assert set(leaked_segments([os.getpid()])) <= before, "a loopback world made a /dev/shm segment"
 
 
-def _check(nprocs: int, backend: str, preset: str, big: int, collectives: str | None = None, **env: str) -> str:
-    options = ["--collectives", collectives] if collectives else []
-    result = run_ranks(
-        nprocs,
-        SCRIPTS / "coll_check.py",
-        "--preset",
-        preset,
-        "--big",
-        str(big),
-        *options,
-        env={"NBCOLL_BACKEND": backend, **SMALL_FIFO, **env},
-        timeout=400,
+def _loopback(nranks: int, backend: str, fn, *args, **config) -> list:
+    """``fn(comm, *args)`` on every rank of a loopback world of ``nranks``, with the small FIFO."""
+    with nbcoll.use_backend(backend):
+        return loopback.run(nranks, fn, *args, config=CommConfig(**{**SMALL_FIFO_CONFIG, **config}))
+
+
+def _check(nranks: int, backend: str, preset: str, big: int, collectives: str | None = None, **config) -> str:
+    outputs = _loopback(
+        nranks, backend, coll_check.check_all, preset, collectives or coll_check.ALL_COLLECTIVES, big, **config
     )
-    for rank in range(nprocs):
-        assert "collective cases ok" in result.outputs[rank], result.report()
-    return result.outputs[0]
+    for rank in range(nranks):
+        assert "collective cases ok" in outputs[rank], outputs
+    return outputs[0]
 
 
-@pytest.mark.parametrize("nprocs", [1, 2])
-def test_every_collective_numpy_ipc(nprocs):
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_every_collective_numpy_ipc(nranks):
     """Every dtype and op, in and out of place, counts 0, 1, < ranks, not divisible by them, and over the FIFO."""
-    _check(nprocs, "numpy", "full", big=300)
+    _check(nranks, "numpy", "full", big=300)
 
 
-@pytest.mark.parametrize("nprocs", [3, 4, 5])
-def test_every_collective_numpy_ipc_more_ranks(nprocs):
+@pytest.mark.parametrize("nranks", [3, 4, 5])
+def test_every_collective_numpy_ipc_more_ranks(nranks):
     """Odd, power-of-two and other rank counts, for the rings, trees and halving-doubling; fewer dtypes and ops."""
-    _check(nprocs, "numpy", "small", big=300)
+    _check(nranks, "numpy", "small", big=300)
 
 
-@pytest.mark.parametrize("nprocs", [2, 3])
-def test_every_collective_numpy_mpi_transport(nprocs):
-    _check(nprocs, "numpy", "small", big=300, NBCOLL_TRANSPORT="mpi")
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_every_collective_numpy_mpi_transport(nranks):
+    """Every chunk through the MPI transport's staged synchronous sends (between threads here)."""
+    _check(nranks, "numpy", "small", big=300, transport="mpi")
 
 
-@pytest.mark.parametrize("nprocs", [3, 4])
-def test_every_collective_numpy_mixed_fake_nodes(nprocs):
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_every_collective_numpy_mixed_fake_nodes(nranks):
     """Two ranks per fake node: ipc inside a node, mpi between nodes, in the same collective."""
-    _check(nprocs, "numpy", "small", big=300, NBCOLL_RANKS_PER_NODE="2")
+    _check(nranks, "numpy", "small", big=300, ranks_per_node=2)
 
 
-@pytest.mark.parametrize("nprocs", [1, 2, 3])
-def test_every_collective_on_the_simulator(nprocs):
-    _check(nprocs, "sim", "tiny", big=40)
+@needs_sim
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_every_collective_on_the_simulator(nranks):
+    _check(nranks, "sim", "tiny", big=40)
 
 
+@needs_sim
 def test_collectives_on_the_simulator_four_ranks_across_fake_nodes():
-    _check(4, "sim", "tiny", big=24, NBCOLL_RANKS_PER_NODE="2")
+    _check(4, "sim", "tiny", big=24, ranks_per_node=2)
 
 
+@needs_sim
 def test_collectives_on_the_simulator_five_ranks():
     """Five ranks: not a power of two (halving-doubling folds one rank in), blocks of unequal size."""
     _check(5, "sim", "tiny", big=24)
@@ -106,24 +130,28 @@ def test_ring_traffic_is_the_lower_bound():
 
 @pytest.mark.parametrize("section", ["async", "group", "badargs", "estimate"])
 def test_collective_features(section):
-    run_ranks(3, SCRIPTS / "coll_features.py", section, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"})
+    _loopback(3, "numpy", getattr(coll_features, f"section_{section}"))
 
 
-def test_collective_features_on_the_simulator():
-    for section in ("async", "group"):
-        run_ranks(2, SCRIPTS / "coll_features.py", section, env={"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "60"})
+@needs_sim
+@pytest.mark.parametrize("section", ["async", "group"])
+def test_collective_features_on_the_simulator(section):
+    _loopback(2, "sim", getattr(coll_features, f"section_{section}"))
 
 
-def test_mismatch_is_reported_on_every_rank():
-    result = run_ranks(3, SCRIPTS / "coll_features.py", "check", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_CHECK": "1"})
+def test_mismatch_is_reported_on_every_rank(monkeypatch, capsys):
+    monkeypatch.setenv("NBCOLL_CHECK", "1")
+    _loopback(3, "numpy", coll_features.section_check, check=True)
+    out = capsys.readouterr().out
     for rank in range(3):
-        assert "rank 0 called all_reduce(count=4" in result.outputs[rank]
-        assert "rank 2 called all_reduce(count=5" in result.outputs[rank]
+        assert f"rank {rank}: mismatch detected" in out
+    assert out.count("rank 0 called all_reduce(count=4") == 3 and out.count("rank 2 called all_reduce(count=5") == 3
 
 
-def test_trace_records_every_step_and_draws(tmp_path):
+def test_trace_records_every_step_and_draws(tmp_path, monkeypatch):
     traces = tmp_path / "trace"
-    run_ranks(3, SCRIPTS / "coll_features.py", "trace", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TRACE": str(traces)})
+    monkeypatch.setenv("NBCOLL_TRACE", str(traces))
+    _loopback(3, "numpy", coll_features.section_trace, trace=str(traces))
     assert sorted(os.listdir(traces)) == ["rank0.jsonl", "rank1.jsonl", "rank2.jsonl"]
     from nbcoll.__main__ import main
 
@@ -137,13 +165,52 @@ def test_trace_records_every_step_and_draws(tmp_path):
     assert len(arrows(records)) == 3 * 2 * (3 - 1)  # every rank sends 2(n-1) chunks
 
 
-def test_a_rank_that_never_joins_makes_the_others_time_out():
-    result = run_ranks(
-        3, SCRIPTS / "coll_features.py", "timeout", env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "2"}
-    )
+def test_a_rank_that_never_joins_makes_the_others_time_out(monkeypatch, capsys):
+    monkeypatch.setenv("NBCOLL_TIMEOUT", "2")  # the section reads it to know how long to stay away
+    _loopback(3, "numpy", coll_features.section_timeout, timeout=2.0)
+    out = capsys.readouterr().out
     for rank in range(2):
-        assert "timed out as expected" in result.outputs[rank]
-        assert "NBCOLL_TIMEOUT" in result.outputs[rank]
+        assert f"rank {rank}: timed out as expected" in out
+    assert "NBCOLL_TIMEOUT" in out
+
+
+# -- over processes: the transports themselves (ipc in /dev/shm, MPI, fake nodes) and the simulator -----------
+
+
+def _check_processes(nprocs: int, backend: str, preset: str, big: int, **env: str) -> str:
+    result = run_ranks(
+        nprocs,
+        SCRIPTS / "coll_check.py",
+        "--preset",
+        preset,
+        "--big",
+        str(big),
+        env={"NBCOLL_BACKEND": backend, **SMALL_FIFO, **env},
+        timeout=400,
+    )
+    for rank in range(nprocs):
+        assert "collective cases ok" in result.outputs[rank], result.report()
+    return result.outputs[0]
+
+
+@pytest.mark.mpi
+def test_every_collective_over_processes_ipc():
+    _check_processes(3, "numpy", "small", big=300)
+
+
+@pytest.mark.mpi
+def test_every_collective_over_processes_mpi_transport():
+    _check_processes(2, "numpy", "small", big=300, NBCOLL_TRANSPORT="mpi")
+
+
+@pytest.mark.mpi
+def test_every_collective_over_processes_mixed_fake_nodes():
+    _check_processes(4, "numpy", "tiny", big=300, NBCOLL_RANKS_PER_NODE="2")
+
+
+@pytest.mark.mpi
+def test_every_collective_over_processes_on_the_simulator():
+    _check_processes(2, "sim", "tiny", big=40)
 
 
 # -- single-process pieces: the NBCOLL_ALGO syntax and the cost model ------------------------------------------
@@ -198,6 +265,7 @@ def test_fit_recovers_latency_and_bandwidth():
     assert model.alpha == pytest.approx(20e-6, rel=1e-6) and model.beta == pytest.approx(2e9, rel=1e-6)
 
 
+@pytest.mark.mpi
 def test_calibrate_stores_a_model_per_transport_that_the_tuner_loads(tmp_path):
     store = tmp_path / "tuner.json"
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_TUNER_FILE": str(store)}

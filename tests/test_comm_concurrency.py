@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from nbcoll.comm.errors import CommAbortedError
-from nbcoll.comm.work import Progress, Work
+from nbcoll.comm.progress import Progress
+from nbcoll.comm.work import Work
 from nbcoll.testing import run_ranks
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
@@ -44,7 +45,7 @@ class _LingeringThread(threading.Thread):
 def test_the_queue_never_loses_work_submitted_while_its_thread_exits(monkeypatch):
     monkeypatch.setattr(threading, "Thread", _LingeringThread)
     ran = []
-    progress = Progress(lambda ops: ran.extend(ops), "test-progress")
+    progress = Progress(lambda ops: ran.extend(ops), lambda: None, "test-progress")
     for i in range(5):
         work = Work(f"op {i}", i)
         progress.submit([_Op()], [work], wait=False)
@@ -60,7 +61,7 @@ def test_a_failed_batch_fails_every_handle_and_cancel_fails_the_queued_ones():
         release.wait(10)
         raise CommAbortedError("aborted")
 
-    progress = Progress(drive, "test-progress")
+    progress = Progress(drive, lambda: None, "test-progress")
     first, second = Work("first", None), Work("second", None)
     progress.submit([_Op()], [first], wait=False)
     assert started.wait(10)

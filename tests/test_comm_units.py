@@ -2,6 +2,11 @@
 of both transports (a connection from this process to itself)."""
 
 import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +19,13 @@ from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.errors import CommMismatchError, CommTimeoutError
 from nbcoll.comm.p2p import RecvOp, SendOp
-from nbcoll.comm.progress import Watchdog, process_alive
+from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Prims, Step, name_of
 from nbcoll.comm.topology import Topology
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
 from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
+from nbcoll.comm.watchdog import Watchdog, process_alive
 from nbcoll.ipc_memory import IpcBuffer
+from nbcoll.kernels import combine
 
 STEPS, CHUNK = 4, 64
 
@@ -207,3 +214,67 @@ def test_a_wait_that_cannot_progress_times_out_with_the_operation_and_step(pair)
     text = str(info.value)
     for words in ("rank 7", "recv from peer 0", "step 0", "waiting for", "flight recorder", "timed out"):
         assert words in text
+
+
+def test_the_comm_package_imports_without_mpi4py():
+    """Only communicators over MPI need mpi4py: the package, its algorithms and its engine import without it."""
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import nbcoll.comm, nbcoll.comm.algorithms.ring, nbcoll.comm.engine, nbcoll.comm.watchdog\n"
+        "print('imported')"
+    )
+    env = {**os.environ, "NBCOLL_BACKEND": "numpy"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr
+
+
+def test_every_setting_is_read_once_into_the_config():
+    """No module of the comm package reads the environment itself: ``CommConfig.from_env`` is the one place."""
+    package = Path(nbcoll.__file__).parent / "comm"
+    readers = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "config.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ("os.environ" in line or "getenv" in line) and "NBCOLL_" in line
+    ]
+    assert not readers, f"settings read outside nbcoll/comm/config.py: {readers}"
+
+
+def _wait_ready(step: Step) -> None:
+    deadline = time.monotonic() + 30
+    while not step.ready():
+        assert time.monotonic() < deadline, step.waiting_for()
+
+
+def test_prims_are_bound_once_and_each_call_is_one_step_with_its_flags(pair):
+    """Prims over a connection to this process: ``send(2, 6)``, then ``recv_reduce_copy(2, 6)`` folds it in."""
+    send, recv = pair
+    local = nbcoll.to_device(np.arange(8, dtype=np.float32))
+    out = nbcoll.zeros(8, np.float32)
+    halve = lambda value: combine.divide(value, 2)  # noqa: E731 - avg's last step, on two ranks
+    to_self = Prims(local, out, send=[send])
+    from_self = Prims(local, out, recv=[recv], op="avg", post=halve)
+    first = to_self.send(2, 6)
+    assert (first.flags, first.name, first.span, first.nbytes) == (SEND, "send", (2, 6), 16)
+    _wait_ready(first)
+    first.run()
+    fold = from_self.recv_reduce_copy(2, 6)
+    assert fold.flags == RECV | REDUCE | COPY | POST and fold.name == "recv_reduce_copy"
+    _wait_ready(fold)
+    fold.run()
+    assert np.array_equal(nbcoll.to_host(out), [0, 0, 2, 3, 4, 5, 0, 0])  # (x + x) / 2, only in [2, 6)
+    resend = to_self.send(0, 3)
+    _wait_ready(resend)
+    resend.run()
+    wrong = from_self.recv(0, 4)  # the peer sent 3 elements: the ranks disagree about the call
+    _wait_ready(wrong)
+    with pytest.raises(CommMismatchError, match="expected a chunk of 16 bytes"):
+        wrong.run()
+
+
+def test_a_primitive_name_is_its_flags():
+    assert name_of(RECV | REDUCE | COPY | SEND) == "recv_reduce_copy_send"
+    assert name_of(COPY | SEND) == "copy_send" and name_of(RECV | COPY) == "recv"
+    assert name_of(DIRECT | RECV | REDUCE | COPY | POST) == "direct_recv_reduce_copy"
+    assert name_of(DIRECT | SEND) == "direct_send"

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nbcoll.datasets import load_digits, load_text
+from nbcoll.datasets import load_digits, load_karate_club, load_text
 from nbcoll.plotting import plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,16 +28,33 @@ def test_text_is_small_and_plain():
     assert text.isascii()
 
 
+def test_karate_club_is_the_classic_graph():
+    edges, factions = load_karate_club()
+    assert edges.shape == (78, 2) and edges.dtype == np.int64
+    assert factions.shape == (34,) and factions.dtype == np.int64
+    assert np.all(edges[:, 0] < edges[:, 1]) and len({tuple(e) for e in edges.tolist()}) == 78  # each pair once
+    degree = np.bincount(edges.ravel(), minlength=34)
+    assert degree.sum() == 156 and degree[0] == 16 and degree[33] == 17 and degree.min() == 1
+    assert factions[0] == 0 and factions[33] == 1 and np.bincount(factions).tolist() == [17, 17]
+
+
 def test_data_files_ship_in_the_package():
     pyproject = (ROOT / "pyproject.toml").read_text()  # tomllib is Python 3.11+; nbcoll supports 3.10
     line = next(line for line in pyproject.splitlines() if line.startswith('"nbcoll.datasets" = '))
     patterns = [p.strip(' "') for p in line.split("=", 1)[1].strip(" []").split(",")]
     folder = ROOT / "nbcoll" / "datasets"
-    for name in ("digits.csv.gz", "alice_chapter1.txt", "README.md"):
+    for name in (
+        "digits.csv.gz",
+        "alice_chapter1.txt",
+        "karate_club_edges.csv",
+        "karate_club_factions.csv",
+        "README.md",
+    ):
         assert any(Path(name).match(p) for p in patterns), name
         assert (folder / name).exists()
     licence = (folder / "README.md").read_text()
     assert "CC BY 4.0" in licence and "public domain" in licence
+    assert "Zachary" in licence and "1977" in licence
 
 
 def test_plot_curves_writes_a_png(tmp_path):

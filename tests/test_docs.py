@@ -6,12 +6,14 @@ the others' code with a note: the full build, which runs them all, is ``sphinx-b
 
 import html as html_module
 import os
+import posixpath
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -123,6 +125,53 @@ def test_tutorial_runs_are_selected_and_their_output_cleaned(monkeypatch):
     figures = Path("/somewhere/figures")
     raw = "a\x1b[1mb\x1b[0m\nloss:  40%|####  | 2/5\rloss: 100%|#####| 5/5\n\n\n" + f"saved {figures}/x.png\n"
     assert tutorial_pages.clean_output(raw, figures) == "ab\n\nsaved $NBCOLL_FIGURES_DIR/x.png"
+
+
+HREF = re.compile(r' href="([^"]*)"')
+ID = re.compile(r' id="([^"]*)"')
+
+
+def broken_internal_links(html_root: Path) -> list[str]:
+    """Every ``href`` of the built site that points inside it, checked: the file exists and, when the link
+    names an anchor (``page.html#name``), the page has an element with that id. Links with a scheme
+    (``https:``, ``mailto:``) leave the site and are not checked. Returns ``"page: href (why)"`` per broken link.
+    """
+    files = {path.relative_to(html_root).as_posix() for path in html_root.rglob("*") if path.is_file()}
+    texts = {name: (html_root / name).read_text(encoding="utf-8") for name in files if name.endswith(".html")}
+    ids: dict[str, set[str]] = {}
+    broken = []
+    for page in sorted(texts):
+        folder = posixpath.dirname(page)
+        for match in HREF.finditer(texts[page]):
+            href = html_module.unescape(match.group(1)).strip()
+            if not href or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", href):
+                continue
+            path, _, fragment = href.partition("#")
+            target = posixpath.normpath(posixpath.join(folder, unquote(path.split("?", 1)[0]))) if path else page
+            if target not in files and posixpath.join(target, "index.html") in files:
+                target = posixpath.join(target, "index.html")
+            if target not in files:
+                broken.append(f"{page}: {href} (no such file)")
+            elif fragment and target in texts:
+                if target not in ids:
+                    ids[target] = {html_module.unescape(m.group(1)) for m in ID.finditer(texts[target])}
+                if unquote(fragment) not in ids[target]:
+                    broken.append(f"{page}: {href} (no id {fragment!r} in {target})")
+    return broken
+
+
+def test_internal_links_resolve(html):
+    broken = broken_internal_links(html)
+    assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(broken[:40])
+
+
+def test_the_link_check_finds_a_missing_page_and_a_missing_anchor(tmp_path):
+    (tmp_path / "a.html").write_text('<p id="here"></p><a href="#here">ok</a><a href="b.html#gone">x</a>')
+    (tmp_path / "b.html").write_text('<a href="a.html#here">ok</a><a href="c.html">y</a><a href="https://x.org/">z</a>')
+    assert broken_internal_links(tmp_path) == [
+        "a.html: b.html#gone (no id 'gone' in b.html)",
+        "b.html: c.html (no such file)",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,15 +1,12 @@
-"""The algorithm exercises: the reference, the starter and the mistakes of each run in ONE launch of 4 ranks
-(sub-communicators of 2, 3 and 4), and each report names the first step that differs from the reference."""
+"""The algorithm exercises: the reference, the starter and the mistakes of each run on 2, 3 and 4 ranks that are
+threads of this process (loopback worlds), and each report names the first step that differs from the reference."""
 
 from pathlib import Path
-
-import pytest
 
 from nbcoll import exercises
 from nbcoll.exercises.algorithm_checks import check_files
 from nbcoll.exercises.report import Report
 
-pytestmark = pytest.mark.mpi
 MISTAKES = Path(__file__).resolve().parent / "exercise_mistakes"
 
 

@@ -1,33 +1,47 @@
-"""Differentiable collectives under mpiexec: forward results and gradcheck across 2, 3 and 4 ranks.
+"""Differentiable collectives: forward results and gradcheck across 2, 3 and 4 ranks.
 
-One launch per rank count runs every case (``mpi_scripts/parallel_functional.py``); the simulator runs a toy
-size of the all-gather, whose backward is the reduce-scatter.
+Every case (``mpi_scripts/parallel_functional.py``) runs on each rank of a loopback world (ranks as threads of
+this process, :mod:`nbcoll.comm.loopback`); one launch under mpiexec shows the script runs across processes. The
+simulator runs a toy size of the all-gather, whose backward is the reduce-scatter.
 """
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
+import nbcoll
+from nbcoll.backend import device_backend
+from nbcoll.comm import CommConfig, loopback
 from nbcoll.parallel import functional as F
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "parallel_functional.py"
+_spec = importlib.util.spec_from_file_location("mpi_scripts_parallel_functional", SCRIPT)
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
 
-pytestmark = pytest.mark.mpi
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_every_collective_passes_gradcheck_numpy(nranks):
+    with nbcoll.use_backend("numpy"):
+        outputs = loopback.run(nranks, script.check_all, config=CommConfig(timeout=60))
+    for rank in range(nranks):
+        assert f"rank {rank}: differentiable collectives ok: 11 cases" == outputs[rank]
 
 
-@pytest.mark.parametrize("nprocs", [2, 3, 4])
-def test_every_collective_passes_gradcheck_numpy(nprocs):
-    result = run_ranks(nprocs, SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
-    for rank in range(nprocs):
+@pytest.mark.mpi
+def test_every_collective_passes_gradcheck_over_processes():
+    result = run_ranks(3, SCRIPT, env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "60"}, timeout=300)
+    for rank in range(3):
         assert "differentiable collectives ok: 11 cases" in result.outputs[rank], result.report()
 
 
+@pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
 def test_gradcheck_on_the_simulator_at_toy_size():
-    env = {"NBCOLL_BACKEND": "sim", "NBCOLL_TIMEOUT": "120"}
-    result = run_ranks(2, SCRIPT, "--cols", "1", "--only", "all_gather", env=env, timeout=300)
-    for rank in range(2):  # all-gather's backward is a reduce-scatter: both run
-        assert "differentiable collectives ok: 1 cases" in result.outputs[rank], result.report()
+    with nbcoll.use_backend("sim"):  # all-gather's backward is a reduce-scatter: both run
+        outputs = loopback.run(2, script.check_all, 1, 1, "all_gather", config=CommConfig(timeout=120))
+    assert outputs == [f"rank {rank}: differentiable collectives ok: 1 cases" for rank in range(2)]
 
 
 def test_every_collective_has_a_dual_that_is_itself_differentiable():

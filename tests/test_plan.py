@@ -1,12 +1,25 @@
 """The planner: which layouts it lists, the parts of its prediction, its ranking and explanation, its command."""
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
 from nbcoll.comm.tuner import LinkModel
-from nbcoll.parallel.plan import Layout, ModelSpec, Rates, explain, format_plan, layouts, plan, predict
+from nbcoll.parallel.plan import (
+    Layout,
+    ModelSpec,
+    Rates,
+    explain,
+    format_plan,
+    layouts,
+    measure_rates,
+    plan,
+    predict,
+    stage_seconds,
+    token_range,
+)
 
 SPEC = ModelSpec(layers=4, hidden=64, seq_len=32, batch=16, heads=4, vocab=64)
 RATES = Rates(flops_per_second=1e9, block_overhead=1e-3, link=LinkModel(alpha=50e-6, beta=1e9))
@@ -26,8 +39,10 @@ def test_prediction_parts_follow_the_model():
     assert one.parts["bubble"] == one.parts["tp comm"] == one.parts["pp comm"] == one.parts["dp comm"] == 0
     assert one.step_seconds == pytest.approx(one.parts["compute"])
     piped = predict(SPEC, Layout(1, 1, 4, 4), RATES)
-    stage = (piped.parts["compute"] + piped.parts["pp comm"]) / 4  # one micro-batch on one stage
-    assert piped.parts["bubble"] == pytest.approx(3 * stage)  # (p - 1) slots of the (m + p - 1)
+    stages = [sum(stage_seconds(SPEC, Layout(1, 1, 4, 4), s, RATES)) for s in range(4)]
+    assert stages[3] > stages[0] == stages[1] == stages[2]  # the last stage also runs the head
+    assert piped.parts["compute"] + piped.parts["pp comm"] == pytest.approx(4 * stages[3])  # it paces the 4
+    assert piped.parts["bubble"] == pytest.approx(sum(stages[:3]))  # the others' turns while filling and draining
     assert piped.memory_bytes < one.memory_bytes  # a quarter of the layers per rank
     split = predict(SPEC, Layout(1, 4, 1, 1), RATES)
     assert split.parts["tp comm"] > 0 and split.memory_bytes < one.memory_bytes
@@ -39,7 +54,29 @@ def test_ranks_sharing_cores_pay_for_all_the_work_and_fill_the_bubble():
     alone, crowded = predict(SPEC, Layout(4, 1, 1, 1), RATES), predict(SPEC, Layout(4, 1, 1, 1), shared)
     assert crowded.parts["sharing"] == pytest.approx(3 * alone.parts["compute"]) and alone.parts["sharing"] == 0
     piped = predict(SPEC, Layout(1, 1, 4, 1), shared)  # one micro-batch: the bubble is exactly the others' turns
-    assert piped.parts["sharing"] == 0 and piped.parts["bubble"] >= 3 * piped.parts["compute"]
+    work = sum(stage_seconds(SPEC, Layout(1, 1, 4, 1), s, shared)[0] for s in range(4))
+    assert piped.parts["sharing"] == 0 and piped.parts["compute"] + piped.parts["bubble"] >= work
+
+
+def test_fixed_costs_land_on_their_stage_and_the_update_once_per_step():
+    layout = Layout(1, 1, 2, 4)
+    costs = dataclasses.replace(RATES, embed_overhead=1e-3, head_overhead=2e-3, update_overhead=5e-4)
+    before = [stage_seconds(SPEC, layout, s, RATES)[0] for s in range(2)]
+    after = [stage_seconds(SPEC, layout, s, costs)[0] for s in range(2)]
+    assert after[0] - before[0] == pytest.approx(1e-3) and after[1] - before[1] == pytest.approx(2e-3)
+    gap = predict(SPEC, layout, costs).parts["compute"] - predict(SPEC, layout, RATES).parts["compute"]
+    assert gap == pytest.approx(4 * 2e-3 + 2 * 5e-4)  # the head per micro-batch, the update per block, once
+    tp_calls = (
+        stage_seconds(SPEC, Layout(1, 2, 1, 1), 0, RATES)[1] / stage_seconds(SPEC, Layout(1, 2, 4, 1), 1, RATES)[1]
+    )
+    assert tp_calls == pytest.approx((4 * 4 + 1 + 4) / 4)  # blocks, embedding and head + loss against one block
+
+
+def test_rates_are_timed_at_the_sizes_the_layouts_use():
+    tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)
+    assert token_range(tiny, 2) == (4, 16)  # pp=2 with 4 micro-batches: one sequence; tp=2: the whole batch
+    rates = measure_rates(tiny, repeats=1, tokens=token_range(tiny, 2))
+    assert rates.flops_per_second > 0 and rates.block_overhead >= 0 and rates.update_overhead > 0
 
 
 def test_plan_ranks_fastest_first_and_explains_the_winner():

@@ -34,8 +34,13 @@ def _on_device(function, *arrays, axis):
     return nbcoll.to_host(function(*[nbcoll.to_device(a) for a in arrays], axis=axis))
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("shape, axis", [((3, 5), -1), ((2, 7, 3), 1), ((4, 1), 0), ((2, 1), -1), ((1, 300), -1)])
+# Every row layout on float32; float16 and float64 change only the arithmetic, not the indexing, so two layouts
+# each suffice for them (the simulator runs every thread in Python: each case costs seconds there).
+LAYOUTS = [((3, 5), -1), ((4, 1), 0), ((2, 7, 3), 1), ((2, 1), -1), ((1, 300), -1)]
+CASES = [(dtype, *layout) for dtype in FLOAT_DTYPES for layout in (LAYOUTS if dtype == np.float32 else LAYOUTS[:2])]
+
+
+@pytest.mark.parametrize("dtype, shape, axis", CASES, ids=str)
 def test_forward_and_backward(backend, dtype, shape, axis, rng):
     x = (rng.standard_normal(shape) * 4).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)

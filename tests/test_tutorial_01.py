@@ -28,6 +28,9 @@ def test_tutorial_01_prints_each_thread_coordinates(sim_output):
     rows = [line.split() for line in sim_output.splitlines() if line.startswith("   ") and "x[" in line]
     assert [row[:4] for row in rows] == [[str(i // 4), str(i % 4), "4", str(i)] for i in range(10)]
     assert sim_output.count("none: past the end") == 2
+    # The same records drawn: one cell per thread, coloured by block, idle threads greyed.
+    picture = Path(sim_output.split("the same as a picture: ", 1)[1].splitlines()[0])
+    assert picture.name == "thread_map.png" and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_tutorial_01_saxpy_matches_numpy(sim_output):

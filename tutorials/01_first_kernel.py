@@ -3,7 +3,8 @@
 What you learn here:
 
 - how a kernel launch ``kernel[blocks, threads_per_block](...)`` starts many threads running one function, and how
-  each thread finds its element from ``threadIdx``, ``blockIdx`` and ``blockDim``, or simply ``cuda.grid(1)``;
+  each thread finds its element from ``threadIdx``, ``blockIdx`` and ``blockDim``, or simply ``cuda.grid(1)``
+  (printed, and drawn as ``thread_map.png``);
 - why the grid is rounded up to whole blocks, so that every kernel needs a bounds check, and what goes wrong
   without one;
 - how to check a kernel against NumPy, and how nbcoll's own kernels (``nbcoll.kernels.elementwise``) follow the
@@ -12,6 +13,9 @@ What you learn here:
 Run it with ``python tutorials/01_first_kernel.py``. It uses the GPU where there is one and Numba's CUDA
 simulator everywhere else (``NBCOLL_BACKEND=cuda|sim`` chooses); on the simulator it takes a few seconds.
 """
+
+import os
+import tempfile
 
 import numpy as np
 
@@ -85,6 +89,45 @@ for b, t, size, g in zip(block_index, thread_index, block_size, global_index, st
     element = f"x[{g}]" if g < n_small else "none: past the end"
     print(f"   {b:10d}  {t:11d}  {size:10d}  {g:12d}  {element}")
 assert np.array_equal(global_index, np.arange(blocks * threads)), "cuda.grid(1) is blockIdx * blockDim + threadIdx"
+
+
+def draw_thread_map(block_index, thread_index, global_index, n_elements, path):
+    """One cell per thread, as the kernel recorded it: coloured by its block, labelled with its threadIdx.x, and
+    with the element it computes beneath; threads past the end are greyed out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = plt.get_cmap("tab10").colors
+    figure, axes = plt.subplots(figsize=(0.75 * len(global_index) + 0.5, 2.3))
+    for b, t, g in zip(block_index, thread_index, global_index, strict=True):
+        idle = bool(g >= n_elements)
+        fill = "lightgray" if idle else colours[b % 10]
+        axes.add_patch(plt.Rectangle((g, 0), 0.92, 1, facecolor=fill, edgecolor="gray", hatch="//" if idle else None))
+        axes.text(g + 0.46, 0.5, f"t{t}", ha="center", va="center", fontsize=10, color="black" if idle else "white")
+        axes.text(g + 0.46, -0.3, "idle" if idle else f"x[{g}]", ha="center", va="center", fontsize=9)
+    for b in sorted(set(block_index.tolist())):
+        first, last = global_index[block_index == b].min(), global_index[block_index == b].max()
+        axes.plot([first, last + 0.92], [1.12, 1.12], color=colours[b % 10], linewidth=3)
+        axes.text((first + last + 0.92) / 2, 1.35, f"block {b}", ha="center", va="center", fontsize=10)
+    axes.set_xlim(-0.2, len(global_index) + 0.1)
+    axes.set_ylim(-0.6, 1.6)
+    axes.axis("off")
+    axes.set_title(
+        f"kernel[{len(set(block_index.tolist()))}, {int(block_size[0])}]: which thread computes which element"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), receives the picture; otherwise a new temporary folder.
+figures = os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-tutorial-01-")
+os.makedirs(figures, exist_ok=True)
+picture = draw_thread_map(block_index, thread_index, global_index, n_small, os.path.join(figures, "thread_map.png"))
+print(f"   the same as a picture: {picture}")
 print()
 
 # ---------------------------------------------------------------------------------------------------------------

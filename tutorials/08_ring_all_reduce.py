@@ -23,6 +23,7 @@ import nbcoll.launch
 nbcoll.launch.relaunch(4)
 
 # Everything below runs on each of the 4 ranks.
+import dataclasses  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -153,12 +154,14 @@ say()
 # ---------------------------------------------------------------------------------------------------------------
 # 4. The same collective through comm.all_reduce, traced.
 #
-# NBCOLL_TRACE=DIR makes each rank write one JSON line per primitive to DIR/rank<r>.jsonl. It is read at the
-# communicator's first collective, so set it before. Every rank must use the same directory: rank 0 makes it.
+# NBCOLL_TRACE=DIR makes each rank write one JSON line per primitive to DIR/rank<r>.jsonl. Like every setting, it
+# is read once, when a communicator is created: so the traced call runs on a new communicator, whose config says
+# trace=DIR (what the variable would have said). Every rank must use the same directory: rank 0 makes it.
 trace_dir = world.bcast(tempfile.mkdtemp(prefix="nbcoll-ring-trace-") if rank == 0 else None, root=0)
-os.environ["NBCOLL_TRACE"] = trace_dir
+traced = init(config=dataclasses.replace(comm.config, trace=trace_dir))
 x = nbcoll.to_device(np.full(COUNT, 10**rank, dtype=DTYPE))
-comm.all_reduce(x, algo="ring")
+traced.all_reduce(x, algo="ring")
+traced.destroy()  # closes the trace files
 assert np.array_equal(nbcoll.to_host(x), result)
 print(f"rank {rank}: comm.all_reduce(algo='ring') gives the same result: ok")
 world.barrier()  # every rank's trace file is complete

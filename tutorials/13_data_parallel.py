@@ -16,6 +16,7 @@ Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches
 """
 
 import argparse
+import os
 from pathlib import Path
 
 import nbcoll.launch
@@ -31,7 +32,10 @@ from nbcoll.parallel import DistributedDataParallel  # noqa: E402
 from nbcoll.parallel import functional as F  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--out", default=".", help="where to write bucket_timeline.png")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder: the picture then shows on the site.
+parser.add_argument(
+    "--out", default=os.environ.get("NBCOLL_FIGURES_DIR", "."), help="where to write bucket_timeline.png"
+)
 args = parser.parse_args()
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size

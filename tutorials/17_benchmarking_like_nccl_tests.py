@@ -24,6 +24,7 @@ nbcoll.launch.relaunch(4, env={"NBCOLL_BACKEND": os.environ.get("NBCOLL_BACKEND"
 
 # Everything below runs on each of the 4 ranks.
 import statistics  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -32,6 +33,7 @@ from mpi4py import MPI  # noqa: E402
 import nbcoll  # noqa: E402
 from nbcoll.comm import init  # noqa: E402
 from nbcoll.perf import Options, bandwidth, bus_factor, exact, run, table  # noqa: E402
+from nbcoll.perf.plot import draw as draw_busbw  # noqa: E402
 
 world = MPI.COMM_WORLD
 comm = init()
@@ -101,6 +103,13 @@ say("4. python -m nbcoll.perf all_reduce, as a library call:")
 say(table.header())
 rows = run(comm, world, options, on_row=lambda row, algo: say(table.row(row)))
 say(table.footer(rows))
+if lead:
+    # The busbw column as a picture (--plot does the same from a shell). NBCOLL_FIGURES_DIR, when set (the docs
+    # build sets it), receives it; otherwise a new temporary folder.
+    figures = os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-tutorial-17-")
+    os.makedirs(figures, exist_ok=True)
+    title = f"all_reduce on {n} ranks, {nbcoll.get_backend()} backend: busbw against size"
+    say(f"   busbw against size: {draw_busbw(rows, os.path.join(figures, 'busbw_all_reduce.png'), title)}")
 
 # ---------------------------------------------------------------------------------------------------------------
 # 5. One size, every algorithm, and what the tuner predicted.

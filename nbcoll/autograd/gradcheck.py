@@ -56,6 +56,12 @@ def gradcheck(
 
     Inputs that are not Tensors, or are integer Tensors (indices), are passed to ``fn`` unchanged. An entry
     passes when ``|analytical - numerical| <= atol + rtol * |numerical|``; the error names the worst one.
+
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.autograd import gradcheck
+    >>> x = nbcoll.tensor([0.5, -1.0, 2.0], dtype=np.float64, requires_grad=True)
+    >>> gradcheck(lambda x: (x * x.tanh()).sum(), [x])
+    True
     """
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     leaves, chosen = _float64_leaves(inputs)

@@ -6,6 +6,8 @@ Example::
     comm = nbcoll.init()                 # over MPI.COMM_WORLD
     comm.send(x, peer=1)                 # ipc inside a node, mpi across nodes
 
+    outs = nbcoll.comm.loopback.run(4, lambda comm: comm.all_reduce(x))   # 4 ranks as threads, no mpiexec
+
 See :mod:`nbcoll.comm.communicator` for the API and :mod:`nbcoll.comm.connection` for the FIFO protocol.
 """
 
@@ -19,6 +21,7 @@ from nbcoll.comm.errors import (
     CommPeerLostError,
     CommTimeoutError,
 )
+from nbcoll.comm.loopback import Loopback, loopback  # the function: nbcoll.comm.loopback(4), .run(4, fn)
 
 __all__ = [
     "NOCOLOR",
@@ -30,7 +33,9 @@ __all__ = [
     "CommTimeoutError",
     "Communicator",
     "Counters",
+    "Loopback",
     "PeerCounters",
     "SingleRankWarning",
     "init",
+    "loopback",
 ]

@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll import backend, device
 from nbcoll.comm import tuner
@@ -46,8 +50,8 @@ from nbcoll.comm.control import ControlPage
 from nbcoll.comm.debug import Logger
 from nbcoll.comm.errors import CommTimeoutError
 from nbcoll.comm.topology import Topology
-from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection, create_fifo, open_fifo
-from nbcoll.ipc_memory import share
+from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection
+from nbcoll.ipc_memory import IpcBuffer, share
 
 
 @dataclass
@@ -126,9 +130,15 @@ def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
         raise ValueError(f"{what}: every rank must use the same settings, got {described}")
 
 
+def shared_memory_of(comm: MPI.Comm) -> type:
+    """What the ranks of ``comm`` share memory through: :class:`~nbcoll.ipc_memory.IpcBuffer` between processes,
+    or plain arrays when the ranks are threads of one process (:mod:`nbcoll.comm.loopback`)."""
+    return getattr(comm, "buffer_kind", IpcBuffer)
+
+
 def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
     words = ControlPage.words_needed(machine.Get_size(), config.steps)
-    page = share(machine, words, np.int64, tag="ctl", host=True)
+    page = share(machine, words, np.int64, tag="ctl", host=True, kind=shared_memory_of(machine))
     page.array[:] = 0
     machine.Barrier()  # zeroed before anyone reads a counter
     return ControlPage(page, machine.Get_size(), config.steps)
@@ -160,7 +170,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
         (config.buffsize, config.steps, config.transport, backend.get_backend()),
     )
-    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models()})
+    mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)
 
     machine = data.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
@@ -190,9 +200,10 @@ def _connect_ipc(wiring: Wiring, machine: MPI.Comm, config: CommConfig, log: Log
     ipc_peers = [p for p in topology.machine_ranks if p != rank and topology.transport_to(p) == "ipc"]
     fifo_bytes = config.steps * config.chunk_bytes
     # Each rank owns the FIFOs it receives into, one per ipc peer.
-    incoming = {p: create_fifo(fifo_bytes, tag=f"f{p}to{rank}") for p in ipc_peers}
+    memory = shared_memory_of(machine)
+    incoming = {p: memory.create((fifo_bytes,), np.uint8, tag=f"f{p}to{rank}") for p in ipc_peers}
     handles = machine.allgather({p: fifo.handle for p, fifo in incoming.items()})
-    outgoing = {p: open_fifo(handles[wiring.machine_index[p]][rank]) for p in ipc_peers}
+    outgoing = {p: memory.open(handles[wiring.machine_index[p]][rank]) for p in ipc_peers}
     machine.Barrier()  # every FIFO is mapped by its sender: the names can go
     for fifo in incoming.values():
         fifo.unlink()

@@ -25,7 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll.comm.errors import CollectiveMismatchError, CommTimeoutError
 from nbcoll.memory import DTYPES

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.debug import OperationRecord
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 from nbcoll.comm.trace import Tracer
 
 
@@ -33,13 +33,13 @@ class CollectiveOp:
     kind = "collective"
 
     def __init__(
-        self, name: str, algo: str, steps: Iterator[Primitive], record: OperationRecord, tracer: Tracer, seq: int
+        self, name: str, algo: str, steps: Iterator[Step], record: OperationRecord, tracer: Tracer, seq: int
     ) -> None:
         self.parts = [(name, algo, seq, record)]
         self.steps = _labelled(steps, 0)
         self.tracer = tracer
-        self.current: tuple[int, Primitive] | None = None
-        self.last: Primitive | None = None
+        self.current: tuple[int, Step] | None = None
+        self.last: Step | None = None
         self.step = 0  # steps run so far, for the watchdog's messages
         self.done = False
 
@@ -119,7 +119,7 @@ class CollectiveOp:
         return self.current[1].waiting_for() if self.current else "its next step"
 
 
-def _labelled(steps: Iterator[Any], part: int, relabel: bool = False) -> Iterator[tuple[int, Primitive]]:
+def _labelled(steps: Iterator[Any], part: int, relabel: bool = False) -> Iterator[tuple[int, Step]]:
     for item in steps:
         if relabel:
             index, primitive = item

@@ -24,7 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll import memory
 from nbcoll.comm.bootstrap import Wiring, bootstrap, release, rendezvous
@@ -33,13 +37,11 @@ from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
 from nbcoll.comm.counters import Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
-from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.engine import Engine
+from nbcoll.comm.errors import CommAbortedError
 from nbcoll.comm.group import Group
 from nbcoll.comm.p2p import RecvOp, SendOp, describe_array
-from nbcoll.comm.progress import TAG_ABORT, Watchdog, abort_message_source
-from nbcoll.comm.refusal import Refusals
-from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
-from nbcoll.comm.work import Progress, Work, records_of
+from nbcoll.comm.watchdog import TAG_ABORT, Watchdog, abort_message_source
 
 NOCOLOR = -1
 """``split(color=NOCOLOR)`` leaves this rank out of every new communicator (NCCL_SPLIT_NOCOLOR)."""
@@ -50,17 +52,25 @@ class Communicator(Collectives):
 
     Example::
 
-        comm = nbcoll.init()
-        with comm.group():                          # a ring: cannot deadlock
-            comm.send(x, (comm.rank + 1) % comm.size)
-            comm.recv(y, (comm.rank - 1) % comm.size)
-        comm.counters.bytes_sent
-        comm.destroy()
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()                   # every rank calls it: one here, four under mpiexec -n 4
+        >>> x = nbcoll.to_device(np.full(4, comm.rank + 1.0, np.float32))
+        >>> _ = comm.all_reduce(x)                 # in place: the sum over the ranks
+        >>> nbcoll.to_host(x)
+        array([1., 1., 1., 1.], dtype=float32)
+        >>> if comm.size > 1:                      # a ring of sends and receives needs two ranks or more
+        ...     y = nbcoll.zeros(4)
+        ...     with comm.group():                 # queued, then run together: a ring cannot deadlock
+        ...         comm.send(x, (comm.rank + 1) % comm.size)
+        ...         comm.recv(y, (comm.rank - 1) % comm.size)
+        >>> comm.counters.bytes_sent               # nothing moved on one rank
+        0
+        >>> comm.destroy()
 
     Creating one is collective over ``mpi_comm``: every rank of it must call. Use :func:`init`.
     """
 
-    def __init__(self, mpi_comm: MPI.Comm, config: CommConfig | None = None, *, _node_key: Any = None) -> None:
+    def __init__(self, mpi_comm: Any, config: CommConfig | None = None, *, _node_key: Any = None) -> None:
         self.config = config or CommConfig.from_env()
         rank = mpi_comm.Get_rank()
         self.log = Logger(rank, self.config.debug, self.config.debug_subsys)
@@ -69,49 +79,116 @@ class Communicator(Collectives):
         self.recorder = FlightRecorder(self.config.flight_recorder)
         self._counters: dict[int, PeerCounters] = {}
         self._aborted_by: int | None = None
-        self._abort_requests: list[MPI.Request] = []
+        self._abort_requests: list[Any] = []  # MPI requests of abort messages
         self._destroyed = False
         machine_pids = {p: self._wiring.pids[p] for p in self.topology.machine_ranks if p != rank}
-        self._refusals = Refusals(self._wiring.ctrl, self.config.timeout)
         self._connecting = threading.Lock()
         self.watchdog = Watchdog(rank, self.config.timeout, self.aborted_by, machine_pids, self.recorder, self.log)
-        # Every operation, of every kind, runs through this one queue in issue order (see :mod:`.work`).
-        self._progress = Progress(self._drive_now, f"nbcoll-progress-rank{rank}")
-        self._group = Group(self._run_batch, self._cancel_batch)
+        # Call numbers, algorithm choice, tracer, windows, and the one queue every operation runs through.
+        self.engine = Engine(self)
+        self._group = Group(self.engine.run_batch, self.engine.cancel_batch)
 
     # -- who is who ---------------------------------------------------------------------------------------------
 
     @property
     def rank(self) -> int:
+        """This process's rank in the communicator, from 0 to ``size - 1``.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.rank                              # under mpiexec -n 4: 0, 1, 2 or 3
+        0
+        >>> comm.destroy()
+        """
         return self.topology.rank
 
     @property
     def size(self) -> int:
+        """The number of ranks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.size                              # under mpiexec -n 4: 4
+        1
+        >>> comm.destroy()
+        """
         return self.topology.size
 
     @property
     def node(self) -> int:
-        """This rank's node, numbered from 0 in order of the nodes' first ranks."""
+        """This rank's node, numbered from 0 in order of the nodes' first ranks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.node, comm.nnodes                 # NBCOLL_RANKS_PER_NODE=2 makes 4 ranks two nodes
+        (0, 1)
+        >>> comm.destroy()
+        """
         return self.topology.node
 
     @property
     def nnodes(self) -> int:
+        """The number of nodes (machines, or groups of ``NBCOLL_RANKS_PER_NODE`` ranks) the ranks run on.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.nnodes
+        1
+        >>> comm.destroy()
+        """
         return self.topology.nnodes
 
     @property
     def local_rank(self) -> int:
+        """This rank's index among the ranks of its node (the GPU it uses when a node has several).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.local_rank
+        0
+        >>> comm.destroy()
+        """
         return self.topology.local_rank
 
     @property
     def local_size(self) -> int:
+        """The number of ranks on this rank's node.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.local_size
+        1
+        >>> comm.destroy()
+        """
         return self.topology.local_size
 
     def transport_to(self, peer: int) -> str:
-        """``"ipc"`` or ``"mpi"``: how bytes travel to ``peer``."""
+        """``"ipc"`` or ``"mpi"``: how bytes travel to ``peer``.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> [comm.transport_to(peer) for peer in range(comm.size) if peer != comm.rank]   # under mpiexec: ['ipc', ...]
+        []
+        >>> comm.transport_to(comm.rank)
+        Traceback (most recent call last):
+            ...
+        ValueError: peer: rank 0 is this rank; a rank cannot send to or receive from itself
+        >>> comm.destroy()
+        """
         return self.topology.transport_to(self._check_peer(peer))
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`destroy` has run: every operation then fails.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.closed
+        False
+        >>> comm.destroy()
+        >>> comm.closed
+        True
+        """
         return self._destroyed
 
     def __repr__(self) -> str:
@@ -125,6 +202,15 @@ class Communicator(Collectives):
 
         Polls the control page, abort messages, and the peers' refusals: a refusal of a call this rank has run
         aborts the communicator here (see :mod:`.refusal`).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> print(comm.aborted_by())
+        None
+        >>> comm.abort()
+        >>> comm.aborted_by()
+        0
+        >>> comm.destroy()
         """
         if self._aborted_by is None and not self._destroyed:
             by = self._wiring.control.aborted_by
@@ -133,8 +219,8 @@ class Communicator(Collectives):
             if by is not None:
                 self._aborted_by = by
                 self.log.warn("INIT", f"communicator aborted by rank {by}")
-            elif self._refusals.poll() is not None:
-                self.log.warn("INIT", self._refusals.conflict)
+            elif self.engine.refusals.poll() is not None:
+                self.log.warn("INIT", self.engine.refusals.conflict)
                 self.abort()
         return self._aborted_by
 
@@ -144,25 +230,10 @@ class Communicator(Collectives):
         try:
             self.watchdog.check_aborted()
         except CommAbortedError as exc:
-            if self._refusals.conflict is None:
+            conflict = self.engine.refusals.conflict
+            if conflict is None:
                 raise
-            raise CommAbortedError(f"rank {self.rank}: {self._refusals.conflict}") from exc
-
-    def _settle_refusals(self) -> None:
-        """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
-        try:
-            self._refusals.settle(self.watchdog.check_aborted)
-        except CommAbortedError:
-            self.abort()
-            raise
-
-    def _mark_run(self, seq: int) -> None:
-        """Collective call ``seq`` runs here: abort at once if a peer has refused it."""
-        try:
-            self._refusals.ran(seq)
-        except CommAbortedError:
-            self.abort()
-            raise
+            raise CommAbortedError(f"rank {self.rank}: {conflict}") from exc
 
     def _check_peer(self, peer: Any, arg: str = "peer") -> int:
         if not isinstance(peer, numbers.Integral) or isinstance(peer, bool):
@@ -183,10 +254,19 @@ class Communicator(Collectives):
     # -- connections (the interface collective primitives build on) ---------------------------------------------
 
     def send_connection(self, peer: int) -> SendConnection:
-        """The connection this rank sends to ``peer`` through; mpi ones are made at first use."""
+        """The connection this rank sends to ``peer`` through; mpi ones are made at first use.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> if comm.size > 1:                      # under mpiexec: the FIFO towards the next rank
+        ...     connection = comm.send_connection((comm.rank + 1) % comm.size)
+        >>> comm.destroy()
+        """
         peer = self._check_peer(peer)
         with self._connecting:  # the caller's thread and the progress thread may both ask for it first
             if peer not in self._wiring.send:
+                from nbcoll.comm.transport.mpi import MpiSendConnection  # only for a peer on another node
+
                 self._wiring.send[peer] = MpiSendConnection(
                     peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
                 )
@@ -194,10 +274,19 @@ class Communicator(Collectives):
         return self._wiring.send[peer]
 
     def recv_connection(self, peer: int) -> RecvConnection:
-        """The connection this rank receives from ``peer`` through; mpi ones are made at first use."""
+        """The connection this rank receives from ``peer`` through; mpi ones are made at first use.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> if comm.size > 1:                      # under mpiexec: the FIFO from the previous rank
+        ...     connection = comm.recv_connection((comm.rank - 1) % comm.size)
+        >>> comm.destroy()
+        """
         peer = self._check_peer(peer)
         with self._connecting:
             if peer not in self._wiring.recv:
+                from nbcoll.comm.transport.mpi import MpiRecvConnection  # only for a peer on another node
+
                 self._wiring.recv[peer] = MpiRecvConnection(
                     peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
                 )
@@ -205,7 +294,14 @@ class Communicator(Collectives):
         return self._wiring.recv[peer]
 
     def peer_counters(self, peer: int) -> PeerCounters:
-        """The live counters of ``peer``, for operations built outside this class."""
+        """The live counters of ``peer``, for operations built outside this class.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.peer_counters(0).bytes_sent
+        0
+        >>> comm.destroy()
+        """
         return self._counters.setdefault(peer, PeerCounters())
 
     # -- point-to-point -----------------------------------------------------------------------------------------
@@ -215,9 +311,16 @@ class Communicator(Collectives):
 
         ``for k in chunks: wait for a free slot at peer; copy buf's chunk k into it; publish``. Returns when
         every chunk is in the peer's FIFO (or on the wire); inside :meth:`group`, when the group ends.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x = nbcoll.to_device(np.arange(4, dtype=np.float32))
+        >>> if comm.size > 1 and comm.rank == 0:   # under mpiexec -n 2: rank 0 sends, rank 1 receives
+        ...     comm.send(x, peer=1)
+        >>> comm.destroy()
         """
         self._check_usable()
-        self._settle_refusals()
+        self.engine.settle()
         data = self._flat_buffer(buf, "buf")
         peer = self._check_peer(peer)
         record = self.recorder.record("send", peer, data.size * data.dtype.itemsize, describe_array(data))
@@ -225,9 +328,17 @@ class Communicator(Collectives):
         self._group.submit(SendOp(self.send_connection(peer), data, self.peer_counters(peer), record))
 
     def recv(self, buf: Any, peer: int) -> None:
-        """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly."""
+        """Receive a message from ``peer`` into the contiguous device array ``buf``, which it must fill exactly.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> y = nbcoll.zeros(4)
+        >>> if comm.size > 1 and comm.rank == 1:   # under mpiexec -n 2: what rank 0 sent
+        ...     comm.recv(y, peer=0)
+        >>> comm.destroy()
+        """
         self._check_usable()
-        self._settle_refusals()
+        self.engine.settle()
         data = self._flat_buffer(buf, "buf")
         memory.require_writable(data, "buf")
         peer = self._check_peer(peer)
@@ -236,65 +347,65 @@ class Communicator(Collectives):
         self._group.submit(RecvOp(self.recv_connection(peer), data, self.peer_counters(peer), record))
 
     def group(self) -> Group:
-        """``with comm.group(): ...`` queues the sends and receives inside and runs them together at the end."""
+        """``with comm.group(): ...`` queues the sends and receives inside and runs them together at the end.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x, y = nbcoll.to_device(np.ones(4, np.float32)), nbcoll.zeros(4)
+        >>> with comm.group():                     # on one rank: an empty group
+        ...     for peer in range(comm.size):
+        ...         if peer != comm.rank:          # an exchange with every other rank, in any order
+        ...             comm.send(x, peer)
+        ...             comm.recv(y, peer)
+        >>> comm.destroy()
+        """
         self._check_usable()
         return self._group
 
     def drive(self, ops: list[Any]) -> None:
-        """Progress operations built on this communicator's connections until done (see :mod:`.progress`).
+        """Progress operations built on this communicator's connections until done (see :mod:`.watchdog`).
 
         They run in issue order with this communicator's other operations, after any still in flight.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.drive([])                         # ops from nbcoll.comm.p2p, as a collective algorithm builds them
+        >>> comm.destroy()
         """
         self._check_usable()
-        self._run_batch(list(ops), [])
-
-    def _drive_now(self, ops: list[Any]) -> None:
-        """Progress ``ops`` on this thread; only the queue (:class:`~nbcoll.comm.work.Progress`) calls this."""
-        self._check_usable()
-        self.watchdog.drive(ops)
-
-    def _run_batch(self, ops: list[Any], works: list[Work]) -> None:
-        """Run ``ops`` after everything issued before and wait for them; finish ``works`` with the outcome."""
-        if not ops and not works:
-            return
-        try:
-            for op in ops:
-                for seq in getattr(op, "seqs", ()):
-                    self._mark_run(seq)
-        except CommAbortedError as exc:
-            self._cancel_batch(ops, works, exc)
-            raise
-        self._progress.submit(ops, works, wait=True)
-
-    def _cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
-        """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""
-        for op in ops:
-            for record in records_of(op):
-                record.finish("cancelled")
-            for name, _, seq, _ in getattr(op, "parts", ()):  # a collective: tell the peers it will not run
-                if self._refusals.is_open(seq):
-                    self._refusals.refuse(seq, f"{name} in a comm.group()")
-        for work in works:
-            error = CommError(
-                f"rank {self.rank}: {work.description} cancelled: its group did not run "
-                f"({type(cause).__name__}: {cause})"
-            )
-            work._finish(error)
+        self.engine.run_batch(list(ops), [])
 
     # -- counters -----------------------------------------------------------------------------------------------
 
     @property
     def counters(self) -> Counters:
-        """Cumulative bytes and chunks sent and received, per peer (``counters[peer]``) and in total."""
+        """Cumulative bytes and chunks sent and received, per peer (``counters[peer]``) and in total.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> _ = comm.all_reduce(np.ones(4, np.float32))
+        >>> comm.counters                          # on one rank, all_reduce moves nothing
+        Counters(bytes_sent=0, bytes_received=0, chunks_sent=0, chunks_received=0, peers=[])
+        >>> comm.destroy()
+        """
         return Counters(self._counters)
 
     def reset_counters(self) -> None:
+        """Start the counters again from zero (on this rank only).
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.reset_counters()
+        >>> comm.counters.bytes_sent
+        0
+        >>> comm.destroy()
+        """
         for pc in self._counters.values():
             pc.bytes_sent = pc.bytes_received = pc.chunks_sent = pc.chunks_received = 0
 
     # -- new communicators --------------------------------------------------------------------------------------
 
-    def _derive(self, mpi_comm: MPI.Comm) -> Communicator:
+    def _derive(self, mpi_comm: Any) -> Communicator:
         try:
             return Communicator(mpi_comm, self.config, _node_key=self._wiring.node_key)
         finally:
@@ -304,6 +415,13 @@ class Communicator(Collectives):
         """Collective: ranks with the same ``color`` form a new communicator, ordered by ``key`` then rank.
 
         Returns ``None`` on ranks that pass :data:`NOCOLOR`.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> halves = comm.split(color=comm.rank % 2, key=comm.rank)   # even and odd ranks apart
+        >>> halves.size, halves.rank
+        (1, 0)
+        >>> halves.destroy(); comm.destroy()
         """
         self._check_usable()
         if not isinstance(color, numbers.Integral) or (color < 0 and color != NOCOLOR):
@@ -318,7 +436,15 @@ class Communicator(Collectives):
         return self._derive(child)
 
     def dup(self) -> Communicator:
-        """Collective: a new communicator of the same ranks, with its own connections and counters."""
+        """Collective: a new communicator of the same ranks, with its own connections and counters.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> other = comm.dup()                     # a library can talk on its own copy without mixing messages
+        >>> other.size == comm.size, other is comm
+        (True, False)
+        >>> other.destroy(); comm.destroy()
+        """
         self._check_usable()
         self._rendezvous("dup")
         return self._derive(self._wiring.ctrl.Dup())
@@ -341,6 +467,13 @@ class Communicator(Collectives):
 
         Collective over the surviving ranks only: the excluded ones may be dead or stuck. It works on an
         aborted communicator, which is the usual way to continue after a failure.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> survivors = comm.shrink(exclude_ranks=[])      # after a failure: comm.shrink([dead_rank])
+        >>> survivors.size
+        1
+        >>> survivors.destroy(); comm.destroy()
         """
         if self._destroyed:
             raise ValueError(f"rank {self.rank}: the communicator is destroyed; shrink it before destroying it")
@@ -368,6 +501,16 @@ class Communicator(Collectives):
 
         Sets the abort flag that ranks on this machine poll, and sends an abort message to the others.
         Never blocks.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.abort()                           # every rank's pending and next operations fail
+        >>> try:
+        ...     comm.barrier()
+        ... except nbcoll.CommAbortedError:
+        ...     print("aborted")
+        aborted
+        >>> comm.destroy()
         """
         if self._destroyed or self._aborted_by is not None:
             return
@@ -384,16 +527,23 @@ class Communicator(Collectives):
 
         Async operations still in flight complete first, for at most ``NBCOLL_TIMEOUT`` seconds; after that the
         communicator is aborted, and whatever has not run fails.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> comm.destroy()
+        >>> comm.destroy()                         # a second call does nothing
+        >>> comm.closed
+        True
         """
         if self._destroyed:
             return
-        if not self._progress.quiesce(self.config.timeout):
+        progress = self.engine.progress
+        if not progress.quiesce(self.config.timeout):
             self.abort()  # releases the running operation at its next check
-            self._progress.cancel(CommAbortedError(f"rank {self.rank}: the communicator was destroyed before it ran"))
-            self._progress.quiesce(self.config.timeout)
+            progress.cancel(CommAbortedError(f"rank {self.rank}: the communicator was destroyed before it ran"))
+            progress.quiesce(self.config.timeout)
         self._destroyed = True
-        self._refusals.close()
-        self._close_collectives()
+        self.engine.close()
         for conn in [*self._wiring.send.values(), *self._wiring.recv.values()]:
             conn.close()
         self._wiring.control.close()
@@ -410,15 +560,32 @@ class Communicator(Collectives):
 
 
 class SingleRankWarning(UserWarning):
-    """:func:`init` found itself the only rank of a process that no MPI launcher started."""
+    """:func:`init` found itself the only rank of a process that no MPI launcher started.
+
+    >>> import warnings, nbcoll
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     comm = nbcoll.init()               # started as plain python: one rank, and a warning
+    >>> [w.category.__name__ for w in caught]
+    ['SingleRankWarning']
+    >>> comm.destroy()
+    """
 
 
-def init(mpi_comm: MPI.Comm | None = None, config: CommConfig | None = None) -> Communicator:
+def init(mpi_comm: Any = None, config: CommConfig | None = None) -> Communicator:
     """Collective: a communicator of the ranks of ``mpi_comm`` (default ``MPI.COMM_WORLD``).
 
     Settings come from the ``NBCOLL_*`` environment variables unless ``config`` is given
     (see :mod:`nbcoll.comm.config`). A script started as plain ``python script.py`` is a world of one rank:
     that works, but is rarely what was meant, so it is said with a :class:`SingleRankWarning`.
+
+    >>> import nbcoll
+    >>> from mpi4py import MPI
+    >>> from nbcoll.comm import CommConfig
+    >>> comm = nbcoll.init(MPI.COMM_WORLD, CommConfig(timeout=60.0))     # nbcoll.init() reads NBCOLL_* instead
+    >>> comm.size, comm.config.timeout
+    (1, 60.0)
+    >>> comm.destroy()
     """
     comm = Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, config)
     if mpi_comm is None and comm.size == 1 and not _started_by_a_launcher():

@@ -18,7 +18,14 @@ variable                   default   meaning
 ``NBCOLL_DEBUG``           (off)     ``WARN``, ``INFO`` or ``TRACE``
 ``NBCOLL_DEBUG_SUBSYS``    ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
 ``NBCOLL_FLIGHT_RECORDER`` 32        operations each rank remembers for error messages
+``NBCOLL_ALGO``            (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
+``NBCOLL_CHECK``           0         1: compare every collective call's signature across ranks first
+``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
+``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ========================== ========= ===================================================================
+
+A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
+``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.
 """
 
 from __future__ import annotations
@@ -74,7 +81,17 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], upper: 
 
 @dataclass(frozen=True)
 class CommConfig:
-    """The settings one communicator runs with (see the module docstring for each variable)."""
+    """The settings one communicator runs with (see the module docstring for each variable).
+
+    >>> from nbcoll.comm import CommConfig
+    >>> config = CommConfig(buffsize=1 << 20, steps=4)
+    >>> config.chunk_bytes, config.timeout
+    (262144, 300.0)
+    >>> CommConfig(steps=1)
+    Traceback (most recent call last):
+        ...
+    ValueError: NBCOLL_STEPS: must be >= 2 (a ring deadlocks with a single FIFO slot per connection), got 1
+    """
 
     timeout: float = 300.0
     buffsize: int = 4 << 20
@@ -85,6 +102,10 @@ class CommConfig:
     debug: str | None = None
     debug_subsys: frozenset[str] = frozenset({"ALL"})
     flight_recorder: int = 32
+    algo: str | None = None
+    check: bool = False
+    trace: str | None = None
+    tuner_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -97,14 +118,29 @@ class CommConfig:
                 f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
                 f"holds whole elements of any dtype, got {self.buffsize}"
             )
+        from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
+
+        parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
 
     @property
     def chunk_bytes(self) -> int:
-        """Bytes of one FIFO slot: the unit in which every message is pipelined."""
+        """Bytes of one FIFO slot: the unit in which every message is pipelined.
+
+        >>> from nbcoll.comm import CommConfig
+        >>> CommConfig().chunk_bytes                     # 4 MiB over 8 slots
+        524288
+        """
         return self.buffsize // self.steps
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommConfig:
+        """The settings of the ``NBCOLL_*`` variables in ``env`` (default ``os.environ``), each checked.
+
+        >>> from nbcoll.comm import CommConfig
+        >>> config = CommConfig.from_env({"NBCOLL_TIMEOUT": "60", "NBCOLL_DEBUG": "info"})
+        >>> config.timeout, config.debug, config.steps
+        (60.0, 'INFO', 8)
+        """
         env = os.environ if env is None else env
         subsys = env.get("NBCOLL_DEBUG_SUBSYS", "").strip().upper()
         return cls(
@@ -117,4 +153,8 @@ class CommConfig:
             debug=_choice(env, "NBCOLL_DEBUG", DEBUG_LEVELS, upper=True),
             debug_subsys=frozenset(s.strip() for s in subsys.split(",") if s.strip()) or frozenset({"ALL"}),
             flight_recorder=_int(env, "NBCOLL_FLIGHT_RECORDER", 32, 1),
+            algo=env.get("NBCOLL_ALGO", "").strip() or None,
+            check=env.get("NBCOLL_CHECK", "0").strip() == "1",
+            trace=env.get("NBCOLL_TRACE", "").strip() or None,
+            tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
         )

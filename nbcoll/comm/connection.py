@@ -20,7 +20,7 @@ the last of its message, so that a receiver can tell when a sender's message doe
 The classes below are the interface the point-to-point operations and the collective primitives build on;
 :mod:`nbcoll.comm.transport.ipc` and :mod:`nbcoll.comm.transport.mpi` implement them. Nothing here blocks:
 ``ready()`` says whether a step can be taken now, and the caller decides how to wait (see
-:mod:`nbcoll.comm.progress`).
+:mod:`nbcoll.comm.watchdog`).
 
 Example (what a primitive does with a connection)::
 

@@ -18,7 +18,14 @@ FIELDS = ("bytes_sent", "bytes_received", "chunks_sent", "chunks_received")
 
 @dataclass
 class PeerCounters:
-    """What moved between this rank and one peer since the last reset."""
+    """What moved between this rank and one peer since the last reset.
+
+    >>> import nbcoll
+    >>> comm = nbcoll.init()
+    >>> comm.peer_counters(0)                        # this rank's own entry: nothing moves to itself
+    PeerCounters(bytes_sent=0, bytes_received=0, chunks_sent=0, chunks_received=0)
+    >>> comm.destroy()
+    """
 
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -31,8 +38,12 @@ class Counters:
 
     Example::
 
-        c = comm.counters
-        assert c.bytes_sent == sum(c[p].bytes_sent for p in c.peers)
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> c = comm.counters
+        >>> c.bytes_sent == sum(c[p].bytes_sent for p in c.peers)
+        True
+        >>> comm.destroy()
     """
 
     def __init__(self, per_peer: dict[int, PeerCounters]) -> None:
@@ -40,6 +51,12 @@ class Counters:
 
     @property
     def peers(self) -> list[int]:
+        """The ranks that have an entry, in increasing order.
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({3: PeerCounters(), 1: PeerCounters()}).peers
+        [1, 3]
+        """
         return list(self.per_peer)
 
     def __getitem__(self, peer: int) -> PeerCounters:
@@ -50,21 +67,51 @@ class Counters:
 
     @property
     def bytes_sent(self) -> int:
+        """Bytes sent to every peer together.
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({1: PeerCounters(bytes_sent=64), 2: PeerCounters(bytes_sent=32)}).bytes_sent
+        96
+        """
         return self._total("bytes_sent")
 
     @property
     def bytes_received(self) -> int:
+        """Bytes received from every peer together.
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({1: PeerCounters(bytes_received=8)}).bytes_received
+        8
+        """
         return self._total("bytes_received")
 
     @property
     def chunks_sent(self) -> int:
+        """FIFO chunks sent to every peer together: one message of many bytes is several chunks.
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({1: PeerCounters(chunks_sent=2), 2: PeerCounters(chunks_sent=3)}).chunks_sent
+        5
+        """
         return self._total("chunks_sent")
 
     @property
     def chunks_received(self) -> int:
+        """FIFO chunks received from every peer together.
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({1: PeerCounters(chunks_received=4)}).chunks_received
+        4
+        """
         return self._total("chunks_received")
 
     def as_dict(self) -> dict:
+        """The totals and every peer's counters as plain dicts (for JSON or a table).
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({1: PeerCounters(bytes_sent=8, chunks_sent=1)}).as_dict()["total"]
+        {'bytes_sent': 8, 'bytes_received': 0, 'chunks_sent': 1, 'chunks_received': 0}
+        """
         totals = {name: self._total(name) for name in FIELDS}
         return {"total": totals, "per_peer": {p: dataclasses.asdict(pc) for p, pc in self.per_peer.items()}}
 

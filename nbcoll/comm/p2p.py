@@ -1,7 +1,7 @@
 """Point-to-point operations: one message moved through one connection, chunk by chunk.
 
 An operation never blocks. Its :meth:`progress` takes every step that can be taken now (a free slot to fill,
-an arrived chunk to consume) and returns whether it moved; :mod:`nbcoll.comm.progress` calls it in turn with
+an arrived chunk to consume) and returns whether it moved; :mod:`nbcoll.comm.watchdog` calls it in turn with
 the other pending operations until all are done. A message of ``n`` bytes is cut into chunks of
 ``chunk_bytes``::
 

@@ -1,37 +1,44 @@
-"""The primitives every collective algorithm is written in, named after NCCL's (``src/device/prims_*.h``).
+"""The primitives every collective algorithm is written in, shaped like NCCL's (``src/device/prims_*.h``).
 
-A primitive moves one chunk (at most one FIFO slot) between this rank and its neighbours in the algorithm's
-graph, and may fold it into local data on the way. Reading a primitive's name from left to right says what it
-does with the chunk::
+A :class:`Prims` is bound once, when an algorithm starts, to the collective's two buffers (``local``, this rank's
+input, and ``out``, its output), to the peers it receives from ("prev") and sends to ("next"), and to the
+reduction op. Each call then names only an element range, and returns one :class:`Step`: one chunk (at most one
+FIFO slot) through one hop. Reading a primitive's name from left to right says what the step does::
 
-    send                   slot(next)   = local
-    recv                   dst          = slot(prev)
-    recv_reduce_send       slot(next)   = op(local, slot(prev))
-    recv_copy_send         dst          = slot(prev);            slot(next) = dst
-    recv_reduce_copy       dst          = op(local, slot(prev))
-    recv_reduce_copy_send  dst          = op(local, slot(prev)); slot(next) = dst
-    copy_send              dst          = local;                 slot(next) = local
+    send(lo, hi)                   slot(next) = local[lo:hi]
+    recv(lo, hi)                   out[lo:hi] = slot(prev)
+    recv_reduce_send(lo, hi)       slot(next) = op(local[lo:hi], slot(prev)...)
+    recv_copy_send(lo, hi)         out[lo:hi] = slot(prev);                        slot(next) = out[lo:hi]
+    recv_reduce_copy(lo, hi)       out[lo:hi] = op(local[lo:hi], slot(prev)...)
+    recv_reduce_copy_send(lo, hi)  out[lo:hi] = op(local[lo:hi], slot(prev)...);   slot(next) = out[lo:hi]
+    copy_send(lo, hi)              out[lo:hi] = local[lo:hi];                      slot(next) = local[lo:hi]
+    copy(lo, hi)                   out[lo:hi] = local[lo:hi]
 
-"prev" and "next" may be several peers: a tree node receives from two children, a direct algorithm sends to
-every peer. The ``direct_*`` names are the variants that read a peer's memory in place instead of through a
-FIFO. In nbcoll every transport exposes its slots as device memory that the receiver maps (ipc) or that a
-staging copy fills (mpi), so each ``direct_*`` primitive here is the same step as its FIFO twin: the names exist
-so that an algorithm reads like NCCL's. The reads of a peer's buffer in place are the window steps of the
-one-shot algorithms, in :mod:`nbcoll.comm.window`.
+``out_at=`` places the output range elsewhere than the input range (a reduce-scatter reads block ``r`` of a large
+input into a small output). "prev" and "next" may be several peers: a tree node receives from two children, a
+direct algorithm sends to every peer.
 
-All the variants are one :class:`Primitive`, as in NCCL, where one ``genericOp`` template serves every name.
-A primitive never blocks: :meth:`Primitive.ready` says whether every slot it reads has arrived and every slot
-it writes is free, and :meth:`Primitive.run` then does the whole step at once.
+Every name is one generic step with explicit :class:`Flag` bits, as every NCCL primitive is one ``genericOp``:
+``recv_reduce_copy_send`` is ``RECV | REDUCE | COPY | SEND``. The ``direct_*`` names build the same steps with
+``DIRECT``: they read the peers' buffers in place through the windows of :mod:`nbcoll.comm.window` instead of
+through FIFO slots.
+
+The buffers, the op and the peers are checked once, when the collective is called; a step only checks what the
+peers sent (a chunk of the wrong size means the ranks disagree about the call). A step never blocks:
+:meth:`Step.ready` says whether every slot it reads has arrived and every slot it writes is free, and
+:meth:`Step.run` then does the whole step at once.
 
 Example (one step of a ring all-reduce on rank ``r``)::
 
-    step = recv_reduce_send(prev_conn, next_conn, local=buf[lo:hi], op="sum")
+    prims = ctx.prims(x, x, recv_from=[r - 1], send_to=[r + 1], op="sum")
+    step = prims.recv_reduce_send(0, 64)
     if step.ready():
         step.run()
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,52 +54,180 @@ PostOp = Callable[[Any], Any]
 """What the rank holding a final value does to it before it leaves (avg's division), or ``None``."""
 
 
-class Primitive:
-    """One chunk through one step of an algorithm: receive from ``recv``, fold, write ``dst``, send to ``send``.
+class Flag(enum.IntFlag):
+    """What one step does; a primitive's name is the list of its flags (NCCL's ``genericOp`` arguments)."""
+
+    RECV = 1  # read one chunk from each peer it receives from
+    REDUCE = 2  # fold the local input with what arrived
+    COPY = 4  # write the step's value into the output
+    SEND = 8  # write the step's value into each peer's slot
+    DIRECT = 16  # read or write the peers' buffers in place (a window), not FIFO slots
+    POST = 32  # the value is final here: apply the op's last step (avg's division)
+
+
+RECV, REDUCE, COPY, SEND, DIRECT, POST = Flag.RECV, Flag.REDUCE, Flag.COPY, Flag.SEND, Flag.DIRECT, Flag.POST
+
+_NAMES = {
+    SEND: "send",
+    RECV | COPY: "recv",
+    RECV | REDUCE | SEND: "recv_reduce_send",
+    RECV | COPY | SEND: "recv_copy_send",
+    RECV | REDUCE | COPY: "recv_reduce_copy",
+    RECV | REDUCE | COPY | SEND: "recv_reduce_copy_send",
+    COPY | SEND: "copy_send",
+    COPY: "copy",
+}
+
+
+def name_of(flags: Flag) -> str:
+    """The primitive's name: ``RECV | REDUCE | COPY`` is ``recv_reduce_copy``; ``DIRECT`` adds ``direct_``."""
+    base = _NAMES.get(flags & ~(DIRECT | POST), "post_op")
+    return "direct_" + base if flags & DIRECT else base
+
+
+class Prims:
+    """NCCL's ``Primitives`` object: one algorithm part's buffers, peers and op, bound once; calls take ranges.
 
     Example::
 
-        step = Primitive("recv_reduce_copy", recv=[conn], local=x[0:64], dst=y[0:64], op="sum")
-        while not step.ready():
-            pass
-        step.run()
+        prims = Prims(local=x, out=y, recv=[conn_from_prev], send=[conn_to_next], op="sum")
+        step = prims.recv_reduce_copy_send(0, 64)        # y[0:64] = x[0:64] + slot(prev); slot(next) = y[0:64]
 
-    ``local`` is this rank's contribution (or, for a pure send, the data to send); ``dst`` the output slice.
-    ``local_position`` places the local contribution among the received ones when the order of the fold
-    matters (direct algorithms fold in rank order so that every rank computes the same floating-point sum);
-    by default it comes first. ``span`` says which elements of the collective's buffer the chunk holds, for
-    traces; ``counters(peer)`` returns the per-peer counters to charge.
+    ``local_position`` places the local input among the received chunks when the order of the fold matters
+    (direct algorithms fold in rank order, so that every rank computes the same floating-point sum); by default
+    it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
+    per-peer counters to charge. ``windows`` are the peers' buffers, for the ``direct_*`` steps.
     """
 
     def __init__(
         self,
-        name: str,
+        local: Any,
+        out: Any,
         *,
         recv: Sequence[RecvConnection] = (),
         send: Sequence[SendConnection] = (),
-        local: Any = None,
-        dst: Any = None,
         op: Any = None,
         post: PostOp | None = None,
         local_position: int = 0,
         counters: Callable[[int], PeerCounters] | None = None,
-        span: tuple[int, int] | None = None,
+        windows: Any = None,
     ) -> None:
-        self.name = name
-        self.recv = list(recv)
-        self.send = list(send)
-        self.local = local
-        self.dst = dst
-        self.op = op
+        self.local, self.out = local, out
+        self.recv_conns, self.send_conns = list(recv), list(send)
+        self.rule = None if op is None else combine_kernels.kernel_op(op)  # parsed here, not once per chunk
         self.post = post
         self.local_position = local_position
         self.counters = counters
-        self.span = span  # which elements of the collective's buffer this chunk is, for traces
-        ref = dst if dst is not None else local
+        self.windows = windows
+        ref = local if local is not None else out
         self.dtype = np.dtype(ref.dtype)
-        self.count = int(ref.size)
-        self.nbytes = self.count * self.dtype.itemsize
-        self._folded_into: SendConnection | None = None
+        self.itemsize = self.dtype.itemsize
+        # Traces place a chunk in the collective's larger buffer (the input of a reduce-scatter, the output of an
+        # all-gather), so that every rank's spans of one collective index the same array.
+        self.spans_in_out = out is not None and (local is None or out.size > local.size)
+
+    # -- the named primitives: each is one Step with its flags ------------------------------------------------
+
+    def send(self, lo: int, hi: int) -> Step:
+        return Step(self, SEND, lo, hi)
+
+    def recv(self, lo: int, hi: int, out_at: int | None = None) -> Step:
+        return Step(self, RECV | COPY, lo, hi, out_at)
+
+    def recv_reduce_send(self, lo: int, hi: int) -> Step:
+        return Step(self, RECV | REDUCE | SEND, lo, hi)
+
+    def recv_copy_send(self, lo: int, hi: int) -> Step:
+        return Step(self, RECV | COPY | SEND, lo, hi)
+
+    def recv_reduce_copy(self, lo: int, hi: int, out_at: int | None = None) -> Step:
+        return Step(self, RECV | REDUCE | COPY | self._post, lo, hi, out_at)
+
+    def recv_reduce_copy_send(self, lo: int, hi: int) -> Step:
+        return Step(self, RECV | REDUCE | COPY | SEND | self._post, lo, hi)
+
+    def copy_send(self, lo: int, hi: int, out_at: int | None = None) -> Step:
+        return Step(self, COPY | SEND, lo, hi, out_at)
+
+    def copy(self, lo: int, hi: int, out_at: int | None = None) -> Step:
+        """A local copy, as a step, so that it runs in order with the others (and shows in traces)."""
+        return Step(self, COPY, lo, hi, out_at)
+
+    def post_op(self, lo: int, hi: int) -> Step:
+        """The op's last step (avg's division) on ``out[lo:hi]``, a value already final on this rank."""
+        return Step(self, COPY | self._post, lo, hi)
+
+    @property
+    def _post(self) -> Flag:
+        return POST if self.post is not None else Flag(0)
+
+    # -- the direct primitives: the peers' windows instead of FIFO slots (nbcoll.comm.window) ------------------
+
+    def direct_send(self, lo: int, hi: int) -> Any:
+        """``window(this rank) = local[lo:hi]``: every peer reads it in place."""
+        return self.windows.step(self, DIRECT | SEND, lo, hi, self.windows.next_round())
+
+    def direct_recv_reduce_copy(self, lo: int, hi: int) -> Any:
+        """``out[lo:hi] = op(window(0), ..., window(n-1))``, read in place, in rank order."""
+        return self.windows.step(self, DIRECT | RECV | REDUCE | COPY | self._post, lo, hi, self.windows.rounds)
+
+    def direct_recv(self, lo: int, hi: int, block: int) -> Any:
+        """``out[p*block + lo : p*block + hi] = window(p)`` for every peer ``p``: an all-gather's chunk."""
+        return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, self.windows.rounds, block)
+
+    # -- what the steps share -----------------------------------------------------------------------------------
+
+    def charge(self, peer: int, nbytes: int, sent: bool) -> None:
+        if self.counters is None:
+            return
+        pc = self.counters(peer)
+        if sent:
+            pc.bytes_sent += nbytes
+            pc.chunks_sent += 1
+        else:
+            pc.bytes_received += nbytes
+            pc.chunks_received += 1
+
+
+class Step:
+    """One chunk through one hop: the generic step every primitive is (NCCL's ``genericOp``).
+
+    Example::
+
+        step = Step(prims, RECV | REDUCE | COPY, 0, 64)     # prims.recv_reduce_copy(0, 64)
+        while not step.ready():
+            pass
+        step.run()
+
+    ``name``, ``recv``, ``send``, ``span`` and ``nbytes`` describe it in traces and error messages.
+    """
+
+    __slots__ = ("prims", "flags", "lo", "hi", "out_at", "recv", "send")
+
+    def __init__(self, prims: Prims, flags: Flag, lo: int, hi: int, out_at: int | None = None) -> None:
+        self.prims, self.flags, self.lo, self.hi = prims, flags, lo, hi
+        self.out_at = lo if out_at is None else out_at
+        self.recv = prims.recv_conns if flags & RECV else ()
+        self.send = prims.send_conns if flags & SEND else ()
+
+    @property
+    def name(self) -> str:
+        return name_of(self.flags)
+
+    @property
+    def count(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def nbytes(self) -> int:
+        return (self.hi - self.lo) * self.prims.itemsize
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """Which elements of the collective's (larger) buffer this chunk is, for traces."""
+        if self.prims.spans_in_out:
+            return self.out_at, self.out_at + self.hi - self.lo
+        return self.lo, self.hi
 
     # -- what it waits for --------------------------------------------------------------------------------------
 
@@ -101,8 +236,7 @@ class Primitive:
         return all(conn.ready() for conn in self.recv) and all(conn.ready() for conn in self.send)
 
     def waiting_for(self) -> str:
-        waits = [conn.waiting_for() for conn in self.recv if not conn.ready()]
-        waits += [conn.waiting_for() for conn in self.send if not conn.ready()]
+        waits = [conn.waiting_for() for conn in [*self.recv, *self.send] if not conn.ready()]
         return "; ".join(waits) or "nothing (ready)"
 
     @property
@@ -116,124 +250,59 @@ class Primitive:
     def describe(self) -> str:
         frm = ",".join(str(c.peer) for c in self.recv) or "-"
         to = ",".join(str(c.peer) for c in self.send) or "-"
-        return f"{self.name} of {self.count} x {self.dtype} (from {frm} to {to})"
+        return f"{self.name} of {self.count} x {self.prims.dtype} (from {frm} to {to})"
 
     # -- the step -----------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Do the step: every connection must be :meth:`ready`."""
-        received = [self._arrived(conn) for conn in self.recv]
-        value = self._fold(received)
-        if self.post is not None:
-            self.post(value)
-        if self.dst is not None and value is not self.dst and not _same_memory(self.dst, value):
-            copy_device(self.dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
+        """Do the step (every connection must be :meth:`ready`): receive, fold, post-op, copy out, send."""
+        p, flags, lo, hi = self.prims, self.flags, self.lo, self.hi
+        nbytes = (hi - lo) * p.itemsize
+        dst = p.out[self.out_at : self.out_at + hi - lo] if flags & COPY else None
+        received = [self._arrived(conn, nbytes) for conn in self.recv]
+        folded_into = None
+        if flags & REDUCE:
+            local = p.local[lo:hi]
+            if p.local_position and dst is not None and memory.overlaps(dst, local):
+                # In place, with the local part not first: keep it before the fold overwrites it.
+                local = memory.empty(local.size, local.dtype)
+                copy_device(local, p.local[lo:hi])
+            received.insert(p.local_position, local)
+            if dst is None:  # recv_reduce_send folds straight into the next peer's slot, saving a copy
+                folded_into = self.send[0]
+                dst = folded_into.slot()[:nbytes].view(p.dtype)
+            # The combine kernel, launched unchecked: the buffers and the op were checked when the call began.
+            combine_kernels.fold_into(p.rule, dst, received[0], received[1])
+            for src in received[2:]:
+                combine_kernels.fold_into(p.rule, dst, dst, src)
+            value = dst
+        elif flags & RECV:
+            value = received[0]
+        else:
+            value = p.local[lo:hi]
+        if flags & POST:
+            p.post(value)
+        if dst is not None and value is not dst and not _same_memory(dst, value):
+            copy_device(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
         for conn in self.send:
-            self._send(conn, value)
+            if conn is not folded_into:
+                copy_device(conn.slot()[:nbytes].view(p.dtype), value)
+            conn.post(nbytes, True)
+            p.charge(conn.peer, nbytes, sent=True)
         for conn in self.recv:
             conn.release()
 
-    def _arrived(self, conn: RecvConnection) -> Any:
+    def _arrived(self, conn: RecvConnection, nbytes: int) -> Any:
         chunk = conn.peek()
-        if chunk.nbytes != self.nbytes:
+        if chunk.nbytes != nbytes:
             raise CommMismatchError(
-                f"{self.name} from peer {conn.peer}: expected a chunk of {self.nbytes} bytes "
-                f"({self.count} x {self.dtype}), got {chunk.nbytes}; the ranks disagree about this collective "
-                "(count, dtype or order of calls)"
+                f"{self.name} from peer {conn.peer}: expected a chunk of {nbytes} bytes "
+                f"({self.count} x {self.prims.dtype}), got {chunk.nbytes}; the ranks disagree about this "
+                "collective (count, dtype or order of calls)"
             )
-        if self.counters is not None:
-            pc = self.counters(conn.peer)
-            pc.bytes_received += self.nbytes
-            pc.chunks_received += 1
-        return chunk.view(self.dtype)
-
-    def _fold(self, received: list[Any]) -> Any:
-        """The value this step produces: the local data folded with what arrived, or what arrived, or local."""
-        if self.op is None:
-            return received[0] if received else self.local
-        local = self.local
-        if self.local_position and self.dst is not None and memory.overlaps(self.dst, local):
-            # In place, with the local part not first: keep it before the fold overwrites it.
-            local = memory.empty(local.size, local.dtype)
-            copy_device(local, self.local)
-        sources = list(received)
-        sources.insert(self.local_position, local)
-        target = self.dst
-        if target is None:  # recv_reduce_send folds straight into the next peer's slot, saving a copy
-            target = self._slot_of(self.send[0])
-            self._folded_into = self.send[0]
-        combine_kernels.combine_into(self.op, target, sources[0], sources[1])
-        for src in sources[2:]:
-            combine_kernels.combine(self.op, target, src)
-        return target
-
-    def _slot_of(self, conn: SendConnection) -> Any:
-        return conn.slot()[: self.nbytes].view(self.dtype)
-
-    def _send(self, conn: SendConnection, value: Any) -> None:
-        if conn is not self._folded_into:
-            copy_device(self._slot_of(conn), value)
-        conn.post(self.nbytes, True)
-        if self.counters is not None:
-            pc = self.counters(conn.peer)
-            pc.bytes_sent += self.nbytes
-            pc.chunks_sent += 1
+        self.prims.charge(conn.peer, nbytes, sent=False)
+        return chunk.view(self.prims.dtype)
 
 
 def _same_memory(a: Any, b: Any) -> bool:
     return a.size == b.size and memory.address_range(a) == memory.address_range(b)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The named primitives. Each is one line: the name says which of recv/fold/dst/send the step does.
-
-
-def send(to: Sequence[SendConnection] | SendConnection, local: Any, **kw: Any) -> Primitive:
-    """``slot(next) = local`` (to every peer in ``to``)."""
-    return Primitive("send", send=_listed(to), local=local, **kw)
-
-
-def recv(frm: RecvConnection, dst: Any, **kw: Any) -> Primitive:
-    """``dst = slot(prev)``."""
-    return Primitive("recv", recv=[frm], dst=dst, **kw)
-
-
-def recv_reduce_send(frm: Any, to: SendConnection, local: Any, op: Any, **kw: Any) -> Primitive:
-    """``slot(next) = op(local, slot(prev)...)``: the middle of a reduction chain."""
-    return Primitive("recv_reduce_send", recv=_listed(frm), send=[to], local=local, op=op, **kw)
-
-
-def recv_copy_send(frm: RecvConnection, to: Any, dst: Any, **kw: Any) -> Primitive:
-    """``dst = slot(prev); slot(next) = dst``: the middle of a broadcast chain."""
-    return Primitive("recv_copy_send", recv=[frm], send=_listed(to), dst=dst, **kw)
-
-
-def recv_reduce_copy(frm: Any, local: Any, dst: Any, op: Any, post: PostOp | None = None, **kw: Any) -> Primitive:
-    """``dst = op(local, slot(prev)...)``: the end of a reduction chain."""
-    return Primitive("recv_reduce_copy", recv=_listed(frm), local=local, dst=dst, op=op, post=post, **kw)
-
-
-def recv_reduce_copy_send(
-    frm: Any, to: Any, local: Any, dst: Any, op: Any, post: PostOp | None = None, **kw: Any
-) -> Primitive:
-    """``dst = op(local, slot(prev)...); slot(next) = dst``: where a reduction's final value is born."""
-    return Primitive(
-        "recv_reduce_copy_send", recv=_listed(frm), send=_listed(to), local=local, dst=dst, op=op, post=post, **kw
-    )
-
-
-def copy_send(local: Any, dst: Any, to: Any, **kw: Any) -> Primitive:
-    """``dst = local; slot(next) = local``: a broadcast root."""
-    return Primitive("copy_send", send=_listed(to), local=local, dst=dst, **kw)
-
-
-# The direct (peer-pointer) variants: the same steps; see the module docstring.
-direct_send = send
-direct_recv = recv
-direct_recv_reduce_copy = recv_reduce_copy
-direct_recv_copy_send = recv_copy_send
-direct_recv_reduce_copy_send = recv_reduce_copy_send
-
-
-def _listed(conns: Any) -> list[Any]:
-    return list(conns) if isinstance(conns, (list, tuple)) else [conns]

@@ -1,227 +1,119 @@
-"""Driving operations to completion without ever hanging silently.
+"""The one queue per communicator that runs every operation, in the order it was issued.
 
-:class:`Watchdog` runs a list of pending operations round robin: each, in turn, takes every step it can take
-now, so that a rank in a ring that must both send and receive never blocks on its send while its receive could
-have freed the peer. When nothing moves it polls, and every poll asks four questions:
-
-1. was the communicator aborted, here or elsewhere (the control page's flag, or an abort message over MPI)?
-2. has a peer on this machine died (its process is gone)?
-3. has nothing moved for ``NBCOLL_TIMEOUT`` seconds?
-4. if none of these, sleep a little (spinning first), and try again.
-
-Each question has its own error: :class:`CommAbortedError`, :class:`CommPeerLostError`,
-:class:`CommTimeoutError`, and every message names the operation, the rank, the peer, the step reached and what
-the rank waited for, followed by the rank's flight recorder.
+Every operation of a communicator (collectives, groups, sends and receives, synchronous or not) goes through its
+:class:`Progress`, strictly in issue order, because every rank must use its connections in the same order and two
+operations must never share a connection at once. A synchronous call with nothing in flight runs on the caller's
+thread, with no hand-over; anything else waits its turn on a background thread, which is what lets
+``comm.all_reduce(x, async_op=True)`` return at once (:mod:`nbcoll.comm.work`).
 
 Example::
 
-    watchdog.drive([SendOp(...), RecvOp(...)])      # returns when both are done, or raises
+    progress = Progress(drive=watchdog.drive, check=comm_is_usable, name="nbcoll-progress-rank0")
+    progress.submit([op], [work], wait=False)       # returns at once; work finishes when op is done
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import time
-from collections.abc import Callable, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from mpi4py import MPI
-
-from nbcoll.comm.debug import FlightRecorder, Logger
-from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
-from nbcoll.ipc_memory import unlink_names_of
-
-TAG_ABORT = 77
-"""Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
-
-HEALTH_CHECK_INTERVAL = 0.01
-"""Seconds between two checks of abort messages and peer processes while waiting."""
-
-SPIN_SECONDS = 0.002
-"""How long a waiting rank only yields the core (``sched_yield``) before it starts to sleep."""
-
-MAX_SLEEP_SECONDS = 0.001
+from nbcoll.comm.work import Work, records_of
 
 
-def process_alive(pid: int) -> bool:
-    """True unless process ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+class Progress:
+    """Runs a communicator's operations one batch at a time, in issue order, on the caller's thread or a background one.
 
+    A batch that waits behind another runs on the background thread; a synchronous batch with nothing queued or
+    running runs at once on the caller's thread. Either way no two batches ever share the connections.
+    ``check()`` runs before each batch (it raises when the communicator can no longer be used) and
+    ``drive(ops)`` runs the batch to its end (the watchdog's loop).
 
-class Watchdog:
-    """Progresses operations, bounded by a timeout, released by an abort, failed by a dead peer.
+    Example::
 
-    ``aborted_by()`` returns the rank that aborted the communicator, or ``None``; ``peer_pids`` maps the
-    peers whose process this rank can see (those on its machine) to their pid.
+        progress = Progress(drive=watchdog.drive, check=lambda: None, name="nbcoll-progress-rank0")
+        progress.submit([op], [], wait=True)
     """
 
-    def __init__(
-        self,
-        rank: int,
-        timeout: float,
-        aborted_by: Callable[[], int | None],
-        peer_pids: dict[int, int],
-        recorder: FlightRecorder,
-        log: Logger,
-    ) -> None:
-        self.rank = rank
-        self.timeout = timeout
-        self.aborted_by = aborted_by
-        self.peer_pids = peer_pids
-        self.recorder = recorder
-        self.log = log
-        self.failed = False  # an operation ended in an error: messages may still be on their way
+    def __init__(self, drive: Callable[[list[Any]], None], check: Callable[[], None], name: str) -> None:
+        self._drive = drive
+        self._check = check
+        self._name = name
+        self._queue: deque[tuple[list[Any], list[Work]]] = deque()
+        self._lock = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
 
-    def _report(self, error: Exception) -> Exception:
-        self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
-        return error
+    def submit(self, ops: list[Any], works: list[Work], wait: bool) -> None:
+        """Run ``ops`` after everything submitted before, then finish each of ``works`` with the outcome.
 
-    def _context(self, ops: Sequence[Any]) -> str:
-        lines = [f"  pending: {op.describe()}; waiting for {op.waiting_for()}" for op in ops]
-        return "\n".join(lines) + "\n" + self.recorder.format(self.rank)
-
-    def check_aborted(self, ops: Sequence[Any] = ()) -> None:
-        by = self.aborted_by()
-        if by is None:
-            return
-        for op in ops:
-            op.record.finish("aborted")
-        who = "this rank" if by == self.rank else f"rank {by}"
-        what = f"{ops[0].headline()} stopped" if ops else "operation refused"
-        raise self._report(
-            CommAbortedError(
-                f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
-                + (":\n" + self._context(ops) if ops else "")
-            )
-        )
-
-    def check_peers(self, ops: Sequence[Any], still_moving: Callable[[], bool] = lambda: False) -> None:
-        """Raise if a peer an operation waits for has exited (every peer of its step, not only the first) and
-        nothing can move any more.
-
-        A peer that wrote its last chunk and then left is not lost: what it wrote is still there to read, so
-        ``still_moving()`` (one more progress pass) is asked before the error is raised.
+        ``wait=True`` returns when the batch is done and re-raises its error.
         """
-        for op in ops:
-            waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
-            for peer in waiting:
-                pid = self.peer_pids.get(peer)
-                if pid is not None and not process_alive(pid):
-                    unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
-                    if still_moving():
-                        return
-                    op.record.finish("failed")
-                    raise self._report(
-                        CommPeerLostError(
-                            f"rank {self.rank}: {op.headline()} failed: peer rank {peer} (pid {pid}) has exited "
-                            f"during {op.describe()}:\n" + self._context(ops)
-                        )
-                    )
-
-    def check_peer_processes(self, what: str) -> None:
-        """Raise if any peer on this machine has exited (for waits that are not operations: split, dup)."""
-        for peer, pid in sorted(self.peer_pids.items()):
-            if not process_alive(pid):
-                unlink_names_of(pid)
-                raise self._report(
-                    CommPeerLostError(f"rank {self.rank}: {what} failed: peer rank {peer} (pid {pid}) has exited")
-                )
-
-    def _progress(self, op: Any, pending: Sequence[Any]) -> bool:
-        try:
-            return op.progress()
-        except MPI.Exception as exc:  # MPI's own report of a broken connection, usually a dead peer
-            op.record.finish("failed")
-            reason = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
-            raise self._report(
-                CommPeerLostError(
-                    f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
-                    f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
-                    + self._context(pending)
-                )
-            ) from exc
-
-    def drive(self, ops: Sequence[Any]) -> None:
-        """Progress ``ops`` round robin until all are done; raise as soon as one can never finish.
-
-        Operations on the same connection run in the order given, one after the other. An operation is any object
-        with ``conn``, ``peer``, ``kind``, ``record`` (an :class:`~nbcoll.comm.debug.OperationRecord`), ``done``,
-        ``progress() -> bool`` (took a step), ``headline()``, ``describe()`` and ``waiting_for()``: the
-        collective primitives drive their own operations through this same loop.
-        """
-        try:
-            self._drive(ops)
-        except BaseException:
-            self.failed = True
-            raise
-
-    def _progress_pass(self, pending: Sequence[Any], tracing: bool) -> bool:
-        """Give every pending operation its turn once; return whether any took a step."""
-        moved = False
-        busy: set[int] = set()
-        for op in pending:
-            if id(op.conn) in busy or op.done:
-                continue  # an earlier message on this connection goes first
-            busy.add(id(op.conn))
-            if self._progress(op, pending):
-                moved = True
-                if tracing:
-                    self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
-        return moved
-
-    def _drive(self, ops: Sequence[Any]) -> None:
-        pending = [op for op in ops if not op.done]
-        last_move = time.monotonic()
-        next_health_check = last_move
-        tracing = self.log.enabled("TRACE", "P2P")
-        while pending:
-            moved = self._progress_pass(pending, tracing)
-            pending = [op for op in pending if not op.done]
-            now = time.monotonic()
-            if moved:
-                last_move = now
-                continue
-            if now >= next_health_check:  # an abort or a dead peer is noticed within HEALTH_CHECK_INTERVAL
-                self.check_aborted(pending)
-                self.check_peers(pending, functools.partial(self._progress_pass, pending, tracing))
-                next_health_check = now + HEALTH_CHECK_INTERVAL
-            if now - last_move > self.timeout:
-                for op in pending:
-                    op.record.finish("timed out")
-                first = pending[0]
-                raise self._report(
-                    CommTimeoutError(
-                        f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
-                        f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
-                        + self._context(pending)
-                    )
-                )
-            # Yield the core but stay hot while the peer is likely a step away; back off only after a while, so a
-            # rank that waits long costs little CPU, and one that waits briefly wakes within microseconds.
-            # (sched_yield, not sleep(0): a zero sleep still pays the kernel's timer slack, tens of microseconds.)
-            waited = now - last_move
-            if waited < SPIN_SECONDS:
-                os.sched_yield()
+        with self._lock:
+            inline = wait and not self._busy and not self._queue
+            if inline:
+                self._busy = True
             else:
-                time.sleep(min(MAX_SLEEP_SECONDS, waited / 20))
+                if wait:
+                    works = [*works, Work(f"{len(ops)} operation(s) on {self._name}", None)]  # to wait on
+                self._queue.append((ops, works))
+                if self._thread is None:  # cleared under this lock by a thread that has left its loop
+                    self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                    self._thread.start()
+                self._lock.notify_all()
+        if not inline:
+            if wait:
+                works[-1].wait()
+            return
+        error = None
+        try:  # on this thread: the caller's buffers go straight to the watchdog's loop
+            self._check()
+            self._drive(ops)
+        except BaseException as exc:
+            error = exc
+        self._finish(works, error)
+        if error is not None:
+            raise error
 
+    def _finish(self, works: list[Work], error: BaseException | None) -> None:
+        with self._lock:
+            self._busy = False
+            self._lock.notify_all()
+        for work in works:
+            work._finish(error)
 
-def abort_message_source(ctrl_comm: MPI.Comm) -> int | None:
-    """The rank whose abort message has arrived on ``ctrl_comm``, or ``None``; the message is consumed."""
-    status = MPI.Status()
-    if not ctrl_comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT, status=status):
-        return None
-    ctrl_comm.Recv([bytearray(0), MPI.BYTE], source=status.Get_source(), tag=TAG_ABORT)
-    return status.Get_source()
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while self._queue and self._busy:  # a synchronous batch is running inline: wait for it
+                    self._lock.wait()
+                if not self._queue:
+                    # Decided under the lock, so a batch submitted from now on sees no thread and starts one.
+                    self._thread = None
+                    return
+                ops, works = self._queue.popleft()
+                self._busy = True
+            error = None
+            try:
+                self._check()
+                self._drive(ops)
+            except BaseException as exc:  # handed to every waiting caller
+                error = exc
+            self._finish(works, error)
+
+    def quiesce(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is queued or running; return whether that happened within ``timeout``."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._busy and not self._queue, timeout)
+
+    def cancel(self, error: BaseException) -> None:
+        """Fail every batch still queued (not the one running) with ``error``."""
+        with self._lock:
+            batches, self._queue = list(self._queue), deque()
+        for ops, works in batches:
+            for op in ops:
+                for record in records_of(op):
+                    record.finish("cancelled")
+            for work in works:
+                work._finish(error)

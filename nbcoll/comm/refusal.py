@@ -18,7 +18,8 @@ start of each operation and while it waits for a peer.
 With ``NBCOLL_CHECK=1`` a refusal travels in the signature exchange instead, and every rank raises together
 (:mod:`nbcoll.comm.check`); :meth:`Refusals.skipped` records such a call, which no rank runs.
 
-Example::
+The communicator's engine numbers every call and refuses those whose checks fail
+(:meth:`nbcoll.comm.engine.Engine.call`). Example::
 
     seq = refusals.number()           # every collective call, on every rank
     try:
@@ -31,46 +32,23 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
-from mpi4py import MPI
+
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
 
 from nbcoll.comm.errors import CommAbortedError
-from nbcoll.comm.progress import TAG_ABORT
+from nbcoll.comm.watchdog import TAG_ABORT
 
 TAG_REFUSED = TAG_ABORT + 2
 """Tag of a refusal note on the control communicator (``TAG_ABORT + 1`` is shrink's)."""
-
-
-def numbered(method: Callable) -> Callable:
-    """Decorate a collective of the communicator: number each call, and announce it when this rank refuses it.
-
-    A call whose arguments fail the checks raises before anything moves, but its peers may still run it: the
-    refusal is told to them (``comm._refuse``). An error raised before the call is run or queued in a group is
-    such a refusal; one raised later (a timeout, a mismatch found by ``NBCOLL_CHECK``) is not.
-    """
-    name = method.__name__
-
-    @functools.wraps(method)
-    def call(comm: Any, *args: Any, **kwargs: Any) -> Any:
-        comm._check_usable()
-        comm._settle_refusals()
-        seq = comm._refusals.number()
-        comm._call_seq = seq
-        try:
-            return method(comm, *args, **kwargs)
-        except Exception:
-            if comm._refusals.is_open(seq):  # it failed before it was run or queued: a refusal
-                comm._refuse(seq, name)
-            raise
-
-    return call
 
 
 class Refusals:

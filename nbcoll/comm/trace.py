@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ class Tracer:
 
     Example::
 
-        tracer = Tracer.from_env(rank=0)
+        tracer = Tracer(Path("traces/rank0.jsonl"), rank=0)     # the communicator's engine makes one
         tracer.step(seq=1, collective="all_reduce", algo="ring", step=0, primitive=prim, t0=0.0, t1=0.1)
     """
 
@@ -36,11 +35,6 @@ class Tracer:
         self.path = path
         self.rank = rank
         self._file = None
-
-    @classmethod
-    def from_env(cls, rank: int) -> Tracer:
-        directory = os.environ.get("NBCOLL_TRACE", "").strip()
-        return cls(Path(directory) / f"rank{rank}.jsonl" if directory else None, rank)
 
     @property
     def enabled(self) -> bool:

@@ -26,7 +26,7 @@ COLOURS = {
     "recv_reduce_copy": "#ccb974",
     "recv_reduce_copy_send": "#dd8452",
     "copy_send": "#64b5cd",
-    "direct_post": "#4c72b0",
+    "direct_send": "#4c72b0",
     "direct_recv": "#55a868",
     "direct_recv_reduce_copy": "#ccb974",
     "copy": "#999999",

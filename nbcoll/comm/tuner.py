@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nbcoll import backend
+from nbcoll.comm.config import CommConfig
 
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second), measured on a 2-core CPU machine.
@@ -51,9 +51,9 @@ class LinkModel:
     beta: float
 
 
-def calibration_file() -> Path:
+def calibration_file(config: CommConfig | None = None) -> Path:
     """Where calibrations are stored: ``NBCOLL_TUNER_FILE``, or a file per user under ``~/.cache/nbcoll``."""
-    override = os.environ.get("NBCOLL_TUNER_FILE", "").strip()
+    override = (config or CommConfig.from_env()).tuner_file
     return Path(override) if override else Path.home() / ".cache" / "nbcoll" / "tuner.json"
 
 
@@ -66,10 +66,10 @@ def default_models(backend_name: str) -> dict[str, LinkModel]:
     return {t: LinkModel(*p) for t, p in DEFAULTS[backend_name].items()}
 
 
-def load_models() -> dict[str, LinkModel]:
+def load_models(config: CommConfig | None = None) -> dict[str, LinkModel]:
     """The calibrated models of this machine and backend, or the defaults."""
     models = default_models(backend.get_backend())
-    path = calibration_file()
+    path = calibration_file(config)
     if path.exists():
         try:
             stored = json.loads(path.read_text()).get(_key(), {})

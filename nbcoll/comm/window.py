@@ -28,7 +28,8 @@ timeout nor a ``SIGTERM`` handler could run.
 Example::
 
     windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
-    steps = [windows.post(round_, x[0:64], (0, 64)), windows.fold(round_, op, out[0:64], (0, 64))]
+    prims = Prims(x, out, op="sum", windows=windows)
+    steps = [prims.direct_send(0, 64), prims.direct_recv_reduce_copy(0, 64)]
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
+try:
+    from mpi4py import MPI
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI = None
+
+from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
+from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.ipc_memory import IpcBuffer
 from nbcoll.kernels import combine as combine_kernels
 
@@ -70,14 +77,15 @@ class DirectWindows:
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
+        memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
         own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
         mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
         try:
             problem = ""
             try:
-                own.append(IpcBuffer.create(nbytes, np.uint8, tag=f"win{self.rank}"))
+                own.append(memory.create(nbytes, np.uint8, tag=f"win{self.rank}"))
                 if self.rank == 0:
-                    own.append(IpcBuffer.create((2, self.nranks), np.int64, tag="winflags", host=True))
+                    own.append(memory.create((2, self.nranks), np.int64, tag="winflags", host=True))
                     own[1].array[:] = 0  # zeroed before its handle leaves this rank
             except Exception as exc:
                 problem = f"rank {self.rank} could not create its window: {exc!r}"
@@ -88,8 +96,8 @@ class DirectWindows:
                     mapped[self.rank] = own[0]
                     for p in range(self.nranks):
                         if p != self.rank:
-                            mapped[p] = IpcBuffer.open(handles[p][0])
-                    mapped[-1] = own[1] if self.rank == 0 else IpcBuffer.open(handles[0][1])
+                            mapped[p] = memory.open(handles[p][0])
+                    mapped[-1] = own[1] if self.rank == 0 else memory.open(handles[0][1])
                 except Exception as exc:
                     problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
             # Every rank has mapped every window: the names can go.
@@ -114,16 +122,9 @@ class DirectWindows:
     def view(self, rank: int, nbytes: int, dtype: Any) -> Any:
         return self.windows[rank].array[:nbytes].view(np.dtype(dtype))
 
-    def post(self, round_: int, local: Any, span: tuple[int, int], counters: Callable | None = None) -> WindowStep:
-        return WindowStep("direct_post", self, round_, local=local, span=span, counters=counters)
-
-    def fold(self, round_: int, op: Any, post: Any, dst: Any, span: tuple[int, int], counters: Callable | None = None):
-        return WindowStep(
-            "direct_recv_reduce_copy", self, round_, op=op, post=post, dst=dst, span=span, counters=counters
-        )
-
-    def gather(self, round_: int, out: Any, count: int, lo: int, hi: int, counters: Callable | None = None):
-        return WindowStep("direct_recv", self, round_, dst=out, span=(lo, hi), block=(count, lo, hi), counters=counters)
+    def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, block: int | None = None) -> WindowStep:
+        """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
+        return WindowStep(self, prims, flags, lo, hi, round_, block)
 
     def close(self) -> None:
         self.posted = self.done = None
@@ -196,32 +197,45 @@ class _Exchange:
 
 
 class WindowStep:
-    """One step of a one-shot round: post our chunk, or read every peer's window (see the module docstring).
+    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits:
 
-    It has the interface of a :class:`~nbcoll.comm.primitives.Primitive` (``ready``, ``run``, ``describe``,
-    ``waiting_for``, ``peers``, ``span``, ``nbytes``), so the same operation runs it, traces it and times it out.
+    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's window and announce it (``posted``);
+    * ``DIRECT | RECV | REDUCE | COPY``: ``out[lo:hi] = op(window(0), ..., window(n-1))``, in rank order;
+    * ``DIRECT | RECV | COPY``: copy each peer ``p``'s window into ``out[p*block + lo : p*block + hi]``.
+
+    A receiving step then says this rank has read every window (``done``). It has the interface of a
+    :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
+    ``nbytes``), so the same operation runs it, traces it and times it out.
     """
 
-    def __init__(self, name: str, windows: DirectWindows, round_: int, *, local: Any = None, dst: Any = None,
-                 op: Any = None, post: Any = None, span: tuple[int, int] = (0, 0), block: tuple | None = None,
-                 counters: Callable | None = None) -> None:  # fmt: skip
-        self.name, self.w, self.round = name, windows, round_
-        self.local, self.dst, self.op, self.post, self.span, self.block = local, dst, op, post, span, block
-        self.counters = counters
+    def __init__(self, windows: DirectWindows, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
+                 block: int | None) -> None:  # fmt: skip
+        self.w, self.prims, self.flags, self.lo, self.hi, self.round, self.block = (
+            windows,
+            prims,
+            flags,
+            lo,
+            hi,
+            round_,
+            block,
+        )
         self.others = [p for p in range(windows.nranks) if p != windows.rank]
-        ref = local if local is not None else dst
-        self.dtype = np.dtype(ref.dtype)
-        self.nbytes = (span[1] - span[0]) * self.dtype.itemsize
-        posting = name == "direct_post"
-        self.send = [_Peer(p) for p in self.others] if posting else []
-        self.recv = [] if posting else [_Peer(p) for p in self.others]
+        self.nbytes = (hi - lo) * prims.itemsize
+        self.span = (lo, hi)
+        sending = bool(flags & Flag.SEND)
+        self.send = [_Peer(p) for p in self.others] if sending else []
+        self.recv = [] if sending else [_Peer(p) for p in self.others]
+
+    @property
+    def name(self) -> str:
+        return name_of(self.flags)
 
     @property
     def peers(self) -> list[int]:
         return self.others
 
     def _late(self) -> list[int]:
-        if self.name == "direct_post":
+        if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
             return [p for p in self.others if self.w.done[p] < self.round - 1]
         return [p for p in self.others if self.w.posted[p] < self.round]
 
@@ -235,41 +249,38 @@ class WindowStep:
         late = self._late()
         if not late:
             return "nothing (ready)"
-        what = "finish reading this rank's window" if self.name == "direct_post" else "post their data"
+        what = "finish reading this rank's window" if self.flags & Flag.SEND else "post their data"
         return f"ranks {late} to {what} for round {self.round}"
 
     def describe(self) -> str:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
     def run(self) -> None:
-        me = self.w.rank
-        if self.name == "direct_post":
+        me, p, lo, hi = self.w.rank, self.prims, self.lo, self.hi
+        if self.flags & Flag.SEND:
             if self.nbytes:
-                copy_device(self.w.view(me, self.nbytes, self.dtype), self.local)
+                copy_device(self.w.view(me, self.nbytes, p.dtype), p.local[lo:hi])
             synchronize()  # the window's bytes land before the flag that announces them
             self.w.posted[me] = self.round
-            self._charge("bytes_sent", "chunks_sent")
+            self._charge(sent=True)
             return
         if self.nbytes:
-            if self.block is None:  # fold every window, in rank order, into dst
-                sources = [self.w.view(p, self.nbytes, self.dtype) for p in range(self.w.nranks)]
-                combine_kernels.combine_into(self.op, self.dst, sources[0], sources[1])
-                for src in sources[2:]:
-                    combine_kernels.combine(self.op, self.dst, src)
-                if self.post is not None:
-                    self.post(self.dst)
-            else:  # copy each peer's window into that peer's block of dst
-                count, lo, hi = self.block
-                for p in self.others:
-                    copy_device(self.dst[p * count + lo : p * count + hi], self.w.view(p, self.nbytes, self.dtype))
+            if self.flags & Flag.REDUCE:  # fold every window, in rank order, into out
+                dst = p.out[lo:hi]
+                windows = [self.w.view(rank, self.nbytes, p.dtype) for rank in range(self.w.nranks)]
+                combine_kernels.fold_into(p.rule, dst, windows[0], windows[1])  # unchecked: checked at the call
+                for window in windows[2:]:
+                    combine_kernels.fold_into(p.rule, dst, dst, window)
+                if self.flags & Flag.POST:
+                    p.post(dst)
+            else:  # copy each peer's window into that peer's block of out
+                for peer in self.others:
+                    start = peer * self.block + lo
+                    copy_device(p.out[start : start + hi - lo], self.w.view(peer, self.nbytes, p.dtype))
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         self.w.done[me] = self.round
-        self._charge("bytes_received", "chunks_received")
+        self._charge(sent=False)
 
-    def _charge(self, bytes_field: str, chunks_field: str) -> None:
-        if self.counters is None:
-            return
-        for p in self.others:
-            pc = self.counters(p)
-            setattr(pc, bytes_field, getattr(pc, bytes_field) + self.nbytes)
-            setattr(pc, chunks_field, getattr(pc, chunks_field) + 1)
+    def _charge(self, sent: bool) -> None:
+        for peer in self.others:
+            self.prims.charge(peer, self.nbytes, sent)

@@ -22,6 +22,12 @@ def collate(items: Sequence[Any]) -> Any:
     """Stack a list of examples into a batch: tuples column by column, arrays and numbers with ``np.stack``.
 
     ``collate([(x0, y0), (x1, y1)]) == (np.stack([x0, x1]), np.stack([y0, y1]))``
+
+    >>> import numpy as np
+    >>> from nbcoll.data import collate
+    >>> x, y = collate([(np.zeros(3), 0), (np.ones(3), 1)])
+    >>> x.shape, y
+    ((2, 3), array([0, 1]))
     """
     first = items[0]
     if isinstance(first, tuple | list):
@@ -36,12 +42,18 @@ class Dataset:
 
     Example::
 
-        class Squares(Dataset):
-            def __len__(self):
-                return 100
-
-            def __getitem__(self, i):
-                return np.float32(i), np.float32(i * i)
+        >>> import numpy as np
+        >>> from nbcoll.data import Dataset
+        >>> class Squares(Dataset):
+        ...     def __len__(self):
+        ...         return 100
+        ...
+        ...     def __getitem__(self, i):
+        ...         return np.float32(i), np.float32(i * i)
+        >>> Squares()[3]
+        (np.float32(3.0), np.float32(9.0))
+        >>> Squares().get_batch(np.array([2, 3]))
+        (array([2., 3.], dtype=float32), array([4., 9.], dtype=float32))
     """
 
     def __len__(self) -> int:
@@ -51,7 +63,15 @@ class Dataset:
         raise NotImplementedError
 
     def get_batch(self, indices: np.ndarray) -> Any:
-        """The examples at ``indices``, collated into one batch (host NumPy arrays)."""
+        """The examples at ``indices``, collated into one batch (host NumPy arrays).
+
+        >>> import numpy as np
+        >>> from nbcoll.data import TensorDataset
+        >>> dataset = TensorDataset(np.arange(10.0).reshape(5, 2), np.arange(5))
+        >>> dataset.get_batch(np.array([4, 0]))
+        (array([[8., 9.],
+               [0., 1.]]), array([4, 0]))
+        """
         return collate([self[int(i)] for i in indices])
 
 
@@ -60,8 +80,12 @@ class TensorDataset(Dataset):
 
     Example::
 
-        dataset = TensorDataset(np.random.rand(100, 8), np.arange(100))
-        x, y = dataset[3]           # (8,) row and a label
+        >>> import numpy as np
+        >>> from nbcoll.data import TensorDataset
+        >>> dataset = TensorDataset(np.random.default_rng(0).random((100, 8)), np.arange(100))
+        >>> x, y = dataset[3]
+        >>> len(dataset), x.shape, y
+        (100, (8,), np.int64(3))
 
     Arrays stay on the host (Tensors are copied there once); the loader moves each batch to the device.
     """

@@ -43,7 +43,14 @@ _JOIN_SECONDS = 30.0
 
 
 def to_tensors(batch: Any) -> Any:
-    """Host arrays of a batch (in tuples, lists, dicts) as Tensors on the current backend."""
+    """Host arrays of a batch (in tuples, lists, dicts) as Tensors on the current backend.
+
+    >>> import numpy as np
+    >>> from nbcoll.data import to_tensors
+    >>> batch = to_tensors({"x": np.zeros((2, 3), np.float32), "y": [np.arange(2)]})
+    >>> type(batch["x"]).__name__, batch["y"][0].tolist()
+    ('Tensor', [0, 1])
+    """
     if isinstance(batch, np.ndarray):
         return Tensor(batch)
     if isinstance(batch, tuple | list):
@@ -58,10 +65,16 @@ class DataLoader:
 
     Example::
 
-        loader = DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True, seed=1, prefetch=2)
-        len(loader)                 # batches per epoch
-        for xb, yb in loader:
-            ...
+        >>> import numpy as np
+        >>> from nbcoll.data import DataLoader, TensorDataset
+        >>> dataset = TensorDataset(np.arange(20.0).reshape(10, 2), np.arange(10))
+        >>> loader = DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True, seed=1, prefetch=2)
+        >>> len(loader)                               # batches per epoch
+        2
+        >>> for xb, yb in loader:
+        ...     print(xb.shape, yb.shape)
+        (4, 2) (4,)
+        (4, 2) (4,)
 
     ``shuffle`` draws a new order every epoch from ``(seed, epoch)``, so two loaders with one seed agree; with
     ``seed=None`` the seed is drawn once from nbcoll's generator, which ``nbcoll.manual_seed`` restarts.
@@ -95,7 +108,17 @@ class DataLoader:
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the shuffled order of the next epoch (each ``for`` also advances it by one)."""
+        """Choose the shuffled order of the next epoch (each ``for`` also advances it by one).
+
+        >>> import numpy as np
+        >>> from nbcoll.data import DataLoader, TensorDataset
+        >>> loader = DataLoader(TensorDataset(np.arange(6)), batch_size=6, shuffle=True, seed=0, device=False)
+        >>> loader.set_epoch(3)
+        >>> first = next(iter(loader))[0]
+        >>> loader.set_epoch(3)
+        >>> bool((next(iter(loader))[0] == first).all())          # the same epoch, the same order
+        True
+        """
         self.epoch = int(epoch)
 
     def _order(self) -> np.ndarray:
@@ -179,10 +202,11 @@ class PrefetchIterator:
 
     Example::
 
-        batches = PrefetchIterator(load_batch, list_of_indices, depth=2)
-        for batch in batches:
-            ...
-        batches.close()             # optional: it also closes itself at the end, on error and when collected
+        >>> from nbcoll.data import PrefetchIterator
+        >>> batches = PrefetchIterator(lambda i: i * i, range(5), depth=2)      # i * i computed ahead in a thread
+        >>> list(batches)
+        [0, 1, 4, 9, 16]
+        >>> batches.close()             # optional: it also closes itself at the end, on error and when collected
     """
 
     def __init__(self, make: Callable[[Any], Any], work: Iterable[Any], depth: int) -> None:
@@ -219,7 +243,16 @@ class PrefetchIterator:
         return item
 
     def close(self) -> None:
-        """Stop the background thread now; further ``next`` calls end the iteration."""
+        """Stop the background thread now; further ``next`` calls end the iteration.
+
+        >>> from nbcoll.data import PrefetchIterator
+        >>> batches = PrefetchIterator(lambda i: i, range(100), depth=2)
+        >>> next(batches)
+        0
+        >>> batches.close()
+        >>> list(batches)
+        []
+        """
         self._finalizer()
 
     def __enter__(self) -> PrefetchIterator:

@@ -27,12 +27,12 @@ class DistributedSampler:
 
     Example::
 
-        sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, seed=0)
-        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
-        for epoch in range(epochs):
-            sampler.set_epoch(epoch)            # a new order each epoch, the same on every replica
-            for x, y in loader:
-                ...
+        >>> from nbcoll.data import DistributedSampler
+        >>> shards = [DistributedSampler(10, num_replicas=3, rank=r, seed=0) for r in range(3)]
+        >>> for sampler in shards:
+        ...     sampler.set_epoch(0)            # a new order each epoch, the same on every replica
+        >>> [list(sampler) for sampler in shards]       # 10 indices padded to 12: 4 each
+        [[4, 7, 9, 1], [6, 3, 0, 4], [2, 5, 8, 6]]
 
     ``dataset`` may be a dataset or its length.
     """
@@ -64,11 +64,23 @@ class DistributedSampler:
         self.total_size = self.num_samples * self.num_replicas if (drop_last or pad) else self.dataset_size
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch's order: every replica must set the same epoch to get disjoint shards."""
+        """Choose the epoch's order: every replica must set the same epoch to get disjoint shards.
+
+        >>> from nbcoll.data import DistributedSampler
+        >>> sampler = DistributedSampler(6, num_replicas=2, rank=0, seed=0)
+        >>> sampler.set_epoch(1)
+        >>> list(sampler)
+        [1, 3, 2]
+        """
         self.epoch = int(epoch)
 
     def order(self) -> np.ndarray:
-        """The epoch's order of all indices, padded or cut as described in the module docstring."""
+        """The epoch's order of all indices, padded or cut as described in the module docstring.
+
+        >>> from nbcoll.data import DistributedSampler
+        >>> DistributedSampler(5, num_replicas=2, rank=0, shuffle=False).order()     # padded by repeating index 0
+        array([0, 1, 2, 3, 4, 0])
+        """
         if self.shuffle:
             indices = np.random.default_rng([self.seed, self.epoch]).permutation(self.dataset_size)
         else:

@@ -17,7 +17,7 @@ Each exercise is a starter file (docstring, signature, a plan in comments, no bo
 both kept as files under ``starters/`` and ``solutions/`` (not modules of the package, so their kernels are not
 part of nbcoll's kernel registry), and a check in one of the checker modules: kernels run on the simulator
 (``kernel_checks``, ``block_checks``), NumPy functions in-process (``function_checks``), algorithms on 2, 3
-and 4 ranks through :mod:`nbcoll.launch` (``algorithm_checks``).
+and 4 ranks that are threads of one process (:mod:`nbcoll.comm.loopback`, ``algorithm_checks``).
 """
 
 from __future__ import annotations

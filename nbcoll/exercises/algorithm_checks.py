@@ -1,13 +1,15 @@
 """Checks of the algorithm exercises: the learner's generator of primitives runs as nbcoll's own algorithm on 2,
-3 and 4 ranks (one ``nbcoll.launch`` job), beside the reference solution, both traced.
+3 and 4 ranks, beside the reference solution, both traced.
 
 What the learner sees: which cases pass; for the first wrong one, the first step (rank, step number) whose
 primitive, peers or chunk differ from the reference's, and the first wrong element with what it holds; and the
 trace diagrams of both runs, drawn by :mod:`nbcoll.comm.trace_view`.
 
-The ranks run on the ``numpy`` backend (the algorithm, not a kernel, is what is graded), with a small FIFO so
-that a buffer of a few dozen elements takes several rounds, and a short timeout so that a chunk sent to the
-wrong neighbour ends in a clear error, not a hang.
+The ranks are threads of the checking process (a loopback world, :mod:`nbcoll.comm.loopback`: the same
+communicators, primitives and FIFOs as under ``mpiexec``, with no job to launch). They run on the ``numpy``
+backend (the algorithm, not a kernel, is what is graded), with a small FIFO so that a buffer of a few dozen
+elements takes several rounds, and a short timeout so that a chunk sent to the wrong neighbour ends in a clear
+error, not a hang.
 """
 
 from __future__ import annotations
@@ -23,11 +25,8 @@ import numpy as np
 from nbcoll.exercises.report import Report
 
 RANK_COUNTS = (2, 3, 4)
-SETTINGS = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "4"}
-"""The ranks' environment: 32-byte chunks (4 x int64), and 4 s before a wait that makes no progress fails."""
-
-LAUNCH_TIMEOUT_SECONDS = 120.0
-"""A learner's generator that loops forever is stopped here; the report then shows every rank's output."""
+SETTINGS = {"buffsize": 256, "steps": 8, "timeout": 4.0}
+"""The ranks' communicator settings: 32-byte chunks (4 x int64), and 4 s before a wait that makes no progress fails."""
 
 COLLECTIVES = {"ring_all_reduce": ("all_reduce", "ring"), "tree_broadcast": ("broadcast", "tree")}
 COUNTS = (10, 21, 1)
@@ -47,75 +46,75 @@ def _cases(exercise: str, nranks: int) -> list[tuple[str, dict]]:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# The ranks' side: run the reference, then the learner's algorithm, on sub-communicators of 2, 3 and 4 ranks.
+# The ranks' side: the reference, then each learner's file, on 2, 3 and 4 ranks that are threads of this process.
 
 
-def run_rank(exercise: str, paths: list[str], trace_root: str) -> list[dict]:
-    """One rank's part of the check (started by :func:`nbcoll.launch.launch`): the reference, then each learner's
-    file, on 2, 3 and 4 ranks; returns, per file, what this rank saw, as literals."""
-    from mpi4py import MPI
+def run_ranks(exercise: str, paths: list[str], trace_root: str) -> list[list[dict]]:
+    """Run the reference, then each learner's file, on 2, 3 and 4 ranks; ``[rank][file]``: what each rank saw.
 
-    from nbcoll import exercises
+    A file stops at the first rank count it fails on.
+    """
+    from nbcoll import exercises, use_backend
 
-    world = MPI.COMM_WORLD
     entry = exercises.get(exercise).entry
     reference = getattr(exercises.load_learner(exercises.get(exercise).solution), entry)
     learners = [getattr(exercises.load_learner(path), entry) for path in paths]
-    results: list[dict[str, Any]] = [{"cases": [], "wrong": None, "error": None} for _ in paths]
-    active = np.ones(len(paths), np.int32)
-    for nranks in RANK_COUNTS:
-        if nranks > world.size or not active.any():
-            break
-        sub = world.Split(0 if world.rank < nranks else MPI.UNDEFINED, world.rank)
-        failed = np.zeros(len(paths), np.int32)
-        if sub != MPI.COMM_NULL:
-            _run_cases(sub, exercise, nranks, reference, os.path.join(trace_root, "reference"), None)
+    results = [[{"cases": [], "wrong": None, "error": None} for _ in paths] for _ in range(max(RANK_COUNTS))]
+    active = [True] * len(paths)
+    with use_backend("numpy"):
+        for nranks in RANK_COUNTS:
+            _run_cases(exercise, nranks, reference, os.path.join(trace_root, "reference"), None)
             for k, function in enumerate(learners):
                 if active[k]:
                     trace = os.path.join(trace_root, str(k))
-                    failed[k] = _run_cases(sub, exercise, nranks, function, trace, results[k])
-            sub.Free()
-        world.Allreduce(MPI.IN_PLACE, failed, op=MPI.MAX)  # a file stops at the first rank count it fails on
-        active &= 1 - failed
+                    mine = [results[rank][k] for rank in range(nranks)]
+                    active[k] = not any(_run_cases(exercise, nranks, function, trace, mine))
     return results
 
 
-def _run_cases(sub: Any, exercise: str, nranks: int, function: Any, trace: str, results: dict | None) -> int:
-    """Run every case of ``nranks`` with ``function`` as the algorithm; ``results`` is ``None`` for the reference."""
-    from nbcoll.comm import algorithms, init
+def _run_cases(exercise: str, nranks: int, function: Any, trace: str, results: list[dict] | None) -> list[int]:
+    """Every case of ``nranks`` with ``function`` as the algorithm, on each rank of a loopback world; per rank,
+    1 if it failed. ``results`` (one per rank) is ``None`` for the reference."""
+    from nbcoll.comm import CommConfig, algorithms, loopback
 
     collective, algo = COLLECTIVES[exercise]
     original = algorithms.ALGORITHMS[collective][algo]
-    algorithms.ALGORITHMS[collective][algo] = function
+    previous_trace = os.environ.get("NBCOLL_TRACE")
+    algorithms.ALGORITHMS[collective][algo] = function  # for every rank: they are threads of this process
     os.environ["NBCOLL_TRACE"] = os.path.join(trace, f"{nranks}ranks")
-    comm = None
+    try:
+        with loopback(nranks, CommConfig(**SETTINGS)) as world:
+            return world.run(lambda comm: _run_rank_cases(comm, exercise, nranks, results))
+    finally:
+        algorithms.ALGORITHMS[collective][algo] = original
+        if previous_trace is None:
+            os.environ.pop("NBCOLL_TRACE", None)
+        else:
+            os.environ["NBCOLL_TRACE"] = previous_trace
+
+
+def _run_rank_cases(comm: Any, exercise: str, nranks: int, results: list[dict] | None) -> int:
+    """One rank's part of :func:`_run_cases`: 1 if a case failed here (a learner's error is recorded, not raised)."""
+    mine = None if results is None else results[comm.rank]
     seq, name = 0, "start"
     try:
-        comm = init(sub)
         for name, case in _cases(exercise, nranks):
             seq += 1
             wrong = _run_case(comm, exercise, case)
-            if results is None:
+            if mine is None:
                 if wrong is not None:
                     raise AssertionError(f"the reference solution fails {name}: {wrong}")
                 continue
-            results["cases"].append([name, wrong is None, nranks, seq])
+            mine["cases"].append([name, wrong is None, nranks, seq])
             if wrong is not None:
-                results["wrong"] = {"case": name, "seq": seq, "nranks": nranks, **wrong}
+                mine["wrong"] = {"case": name, "seq": seq, "nranks": nranks, **wrong}
                 return 1
     except Exception as exc:  # the learner's algorithm failed on this rank: report it, let the others go on
-        if results is None:
+        if mine is None:
             raise
-        results["error"] = {"case": name, "seq": seq, "nranks": nranks, "text": f"{type(exc).__name__}: {exc}"}
-        results["cases"].append([name, False, nranks, seq])
+        mine["error"] = {"case": name, "seq": seq, "nranks": nranks, "text": f"{type(exc).__name__}: {exc}"}
+        mine["cases"].append([name, False, nranks, seq])
         return 1
-    finally:
-        algorithms.ALGORITHMS[collective][algo] = original
-        if comm is not None:
-            try:
-                comm.destroy()
-            except Exception:  # after a timeout the communicator may be half torn down; the job ends soon
-                pass
     return 0
 
 
@@ -154,23 +153,17 @@ def check_tree_broadcast(report: Report, path: str | Path, trace_dir: str | Path
 
 
 def check_files(exercise: str, files: list[tuple[Report, str | Path]], trace_dir: str | Path | None) -> None:
-    """Check several learners' files in one launch (a launch costs seconds), filling each one's report."""
-    from nbcoll.launch import launch
+    """Check several learners' files, filling each one's report."""
+    from nbcoll.comm import CommError
 
     with tempfile.TemporaryDirectory(prefix="nbcoll_exercise_") as trace_root:
-        env = {**SETTINGS, "NBCOLL_TRACE": None, "NBCOLL_ALGO": None}
-        result = launch(
-            max(RANK_COUNTS),
-            function="nbcoll.exercises.algorithm_checks:run_rank",
-            args=(exercise, [str(Path(path).resolve()) for _, path in files], trace_root),
-            env=env,
-            timeout=LAUNCH_TIMEOUT_SECONDS,
-        )
-        returns = [r for r in result.returns if isinstance(r, list)]
+        try:
+            returns = run_ranks(exercise, [str(Path(path).resolve()) for _, path in files], trace_root)
+        except CommError as exc:  # a learner's generator that never returns: its rank's thread is left behind
+            for report, _ in files:
+                report.fail("run", f"a rank did not finish: {exc}")
+            return
         for k, (report, _) in enumerate(files):
-            if len(returns) != max(RANK_COUNTS):
-                report.fail("launch", "a rank did not finish:\n" + result.report()[-3000:])
-                continue
             mine = [ret[k] for ret in returns]
             _record_cases(report, mine)
             failure = report.first_failure

@@ -45,8 +45,9 @@ import numpy as np
 from numba import cuda
 from numba.types import float16, float32
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import launch_1d
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -88,7 +89,15 @@ ReduceOp = str | PremulSum
 
 
 def premul_sum(scalar: float) -> PremulSum:
-    """The pre-multiplied sum op with ``scalar`` (NCCL's ``ncclRedOpCreatePreMulSum``)."""
+    """The pre-multiplied sum op with ``scalar`` (NCCL's ``ncclRedOpCreatePreMulSum``).
+
+    >>> import numpy as np, nbcoll
+    >>> comm = nbcoll.init()
+    >>> x = nbcoll.to_device(np.array([1.0, 2.0], np.float32))
+    >>> nbcoll.to_host(comm.all_reduce(x, op=nbcoll.premul_sum(0.5)))   # sum over ranks of 0.5 * x
+    array([0.5, 1. ], dtype=float32)
+    >>> comm.destroy()
+    """
     return PremulSum(scalar)
 
 
@@ -293,10 +302,6 @@ def _same_layout(first: Any, first_arg: str, other: Any, other_arg: str) -> None
         )
 
 
-def _flat(x: Any) -> Any:
-    return x if x.ndim == 1 else x.reshape(x.size)
-
-
 def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
     """``for i: out[i] = op(a[i], b[i])``; ``out`` may be ``a`` or ``b`` itself. Returns ``out``.
 
@@ -307,12 +312,28 @@ def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
     out, a, b = _operand(out, "out"), _operand(a, "a"), _operand(b, "b")
     _same_layout(out, "out", a, "a")
     _same_layout(out, "out", b, "b")
-    if backend.get_backend() == "numpy":
-        combine_reference(name, a, b, out=out)
-        return out
+    return _combine_into(name, out, a, b)
+
+
+def _combine_into_reference(op: str, out: Any, a: Any, b: Any) -> Any:
+    return combine_reference(op, a, b, out=out)
+
+
+@dispatch(reference=_combine_into_reference)
+def _combine_into(op: str, out: Any, a: Any, b: Any) -> Any:
+    """:func:`combine_into` without its checks: ``op`` is a kernel op, the arrays are checked already."""
     kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
-    launch_1d(kernels[name], out.size, _flat(out), _flat(a), _flat(b))
+    launch_1d(kernels[op], out.size, flat_view(out), flat_view(a), flat_view(b))
     return out
+
+
+def fold_into(rule: str, out: Any, a: Any, b: Any) -> None:
+    """``for i: out[i] = rule(a[i], b[i])`` on 1-D contiguous arrays of one dtype and size, without checks.
+
+    The launch the collectives call once per chunk: they check their buffers and parse their op
+    (:func:`kernel_op` gives ``rule``) once, when the collective is called, not again for every chunk.
+    """
+    _combine_into(rule, out, a, b)
 
 
 def combine(op: Any, dst: Any, src: Any) -> Any:
@@ -323,7 +344,7 @@ def combine(op: Any, dst: Any, src: Any) -> Any:
     name = kernel_op(op)
     dst, src = _operand(dst, "dst"), _operand(src, "src")
     _same_layout(dst, "dst", src, "src")
-    return combine_into(name, dst, dst, src)
+    return _combine_into(name, dst, dst, src)
 
 
 def _scalar_in_dtype(value: Any, dtype: np.dtype, arg: str) -> Any:
@@ -354,14 +375,20 @@ def premul(dst: Any, scalar: float) -> Any:
 
 def _scale(dst: Any, factor: float, arg: str) -> Any:
     dst = _operand(dst, "dst")
-    factor = _scalar_in_dtype(factor, dst.dtype, arg)
-    if backend.get_backend() == "numpy":
-        dst[...] = scale_reference(dst, factor)
-        return dst
+    return _scale_in_place(dst, _scalar_in_dtype(factor, dst.dtype, arg))
+
+
+def _scale_in_place_reference(dst: Any, factor: Any) -> Any:
+    dst[...] = scale_reference(dst, factor)
+    return dst
+
+
+@dispatch(reference=_scale_in_place_reference)
+def _scale_in_place(dst: Any, factor: Any) -> Any:
     if dst.dtype == np.float16:
-        launch_1d(scale_float16_kernel, dst.size, _flat(dst), np.float32(factor))
+        launch_1d(scale_float16_kernel, dst.size, flat_view(dst), np.float32(factor))
     else:
-        launch_1d(scale_kernel, dst.size, _flat(dst), factor)
+        launch_1d(scale_kernel, dst.size, flat_view(dst), factor)
     return dst
 
 
@@ -376,18 +403,33 @@ def divide(dst: Any, n: int) -> Any:
         raise TypeError(f"n: expected a positive integer (a number of ranks), got {type(n).__name__}")
     if n < 1:
         raise ValueError(f"n: expected a positive integer (a number of ranks), got {n}")
-    if backend.get_backend() == "numpy":
-        dst[...] = divide_reference(dst, int(n))
-        return dst
+    return _divide_in_place(dst, int(n))
+
+
+def _divide_in_place_reference(dst: Any, n: int) -> Any:
+    dst[...] = divide_reference(dst, n)
+    return dst
+
+
+@dispatch(reference=_divide_in_place_reference)
+def _divide_in_place(dst: Any, n: int) -> Any:
     if dst.dtype == np.float16:
-        launch_1d(true_divide_float16_kernel, dst.size, _flat(dst), np.float32(n))
+        launch_1d(true_divide_float16_kernel, dst.size, flat_view(dst), np.float32(n))
     elif dst.dtype.kind == "f":
-        launch_1d(true_divide_kernel, dst.size, _flat(dst), dst.dtype.type(n))
+        launch_1d(true_divide_kernel, dst.size, flat_view(dst), dst.dtype.type(n))
     else:
         # uint64 // int64 would be computed in float64 by Numba's type rules; keep uint64 in uint64.
         divisor = np.uint64(n) if dst.dtype == np.uint64 else np.int64(n)
-        launch_1d(floor_divide_kernel, dst.size, _flat(dst), divisor)
+        launch_1d(floor_divide_kernel, dst.size, flat_view(dst), divisor)
     return dst
+
+
+def divide_in_place(dst: Any, n: int) -> None:
+    """:func:`divide` on a 1-D contiguous array and a positive ``int``, without checks.
+
+    avg's last step in the collectives, once per final chunk: they check their buffers once, when they are called.
+    """
+    _divide_in_place(dst, n)
 
 
 def pre_op(op: Any, x: Any) -> Any:

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import contiguous_strides, launch_1d, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
@@ -129,8 +130,12 @@ def concat(arrays: Sequence[Any], axis: int = 0) -> Any:
                 f"arrays[{k}]: shape {tuple(a.shape)} must equal arrays[0].shape={tuple(first.shape)} "
                 f"on every axis except {axis}"
             )
-    if backend.get_backend() == "numpy":
-        return concat_reference(arrays, axis)
+    return _concat(arrays, axis)
+
+
+@dispatch(reference=concat_reference)
+def _concat(arrays: Sequence[Any], axis: int) -> Any:
+    first = arrays[0]
     shape = list(first.shape)
     shape[axis] = sum(a.shape[axis] for a in arrays)
     out = memory.empty(tuple(shape), first.dtype)
@@ -159,8 +164,11 @@ def split(x: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
         raise ValueError(
             f"sizes: expected non-negative lengths adding up to x.shape[{axis}]={x.shape[axis]}, got {sizes}"
         )
-    if backend.get_backend() == "numpy":
-        return split_reference(x, sizes, axis)
+    return _split(x, sizes, axis)
+
+
+@dispatch(reference=split_reference)
+def _split(x: Any, sizes: Sequence[int], axis: int) -> list[Any]:
     x_strides = contiguous_strides(x.shape)
     pieces, start = [], 0
     for size in sizes:
@@ -186,8 +194,11 @@ def narrow(x: Any, axis: int, start: int, length: int) -> Any:
             f"start, length: expected 0 <= start and start + length <= x.shape[{axis}]={x.shape[axis]}, "
             f"got start={start} and length={length}"
         )
-    if backend.get_backend() == "numpy":
-        return narrow_reference(x, axis, start, length)
+    return _narrow(x, axis, start, length)
+
+
+@dispatch(reference=narrow_reference)
+def _narrow(x: Any, axis: int, start: int, length: int) -> Any:
     x_strides = contiguous_strides(x.shape)
     piece_shape = tuple(length if d == axis else n for d, n in enumerate(x.shape))
     piece = memory.empty(piece_shape, x.dtype)
@@ -212,8 +223,11 @@ def pad(piece: Any, shape: Sequence[int], axis: int = 0, start: int = 0) -> Any:
         raise ValueError(
             f"piece: shape {tuple(piece.shape)} placed at {start} along axis {axis} does not fit in shape {shape}"
         )
-    if backend.get_backend() == "numpy":
-        return pad_reference(piece, shape, axis, start)
+    return _pad(piece, shape, axis, start)
+
+
+@dispatch(reference=pad_reference)
+def _pad(piece: Any, shape: Sequence[int], axis: int, start: int) -> Any:
     out = memory.zeros(shape, piece.dtype)
     out_strides = contiguous_strides(shape)
     piece_shape = tuple(piece.shape)

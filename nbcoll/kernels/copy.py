@@ -41,7 +41,8 @@ import numpy as np
 from numba import cuda
 
 from nbcoll import backend, memory
-from nbcoll.kernels.indexing import launch_1d, offset_of_device, size_of
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import flat_view, launch_1d, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -245,10 +246,6 @@ def _check_same_shape(dst: Any, src: Any) -> None:
         )
 
 
-def _flat(x: Any) -> Any:
-    return x if x.ndim == 1 else x.reshape(x.size)
-
-
 def copy(dst: Any, src: Any) -> Any:
     """``for i: dst[i] = src[i]`` for C-contiguous device arrays of one dtype and shape. Returns ``dst``.
 
@@ -258,9 +255,12 @@ def copy(dst: Any, src: Any) -> Any:
     dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
     _check_same_dtype(dst, src)
     _check_same_shape(dst, src)
-    if backend.get_backend() == "numpy":
-        return copy_reference(dst, src)
-    launch_1d(copy_kernel, dst.size, _flat(dst), _flat(src))
+    return _copy(dst, src)
+
+
+@dispatch(reference=copy_reference)
+def _copy(dst: Any, src: Any) -> Any:
+    launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
     return dst
 
 
@@ -310,14 +310,17 @@ def strided_copy_into(dst: Any, src: Any) -> Any:
     dst, src = _contiguous(dst, "dst"), _device(src, "src")
     _check_same_dtype(dst, src)
     _check_same_shape(dst, src)
-    if backend.get_backend() == "numpy":
-        return copy_reference(dst, src)
+    return _strided_copy_into(dst, src)
+
+
+@dispatch(reference=copy_reference)
+def _strided_copy_into(dst: Any, src: Any) -> Any:
     n = size_of(src.shape)
     if n == 0:
         return dst
     storage, base, strides = storage_view(src)
     shape = tuple(int(d) for d in src.shape) or (1,)
-    launch_1d(strided_copy_kernel, n, _flat(dst), storage, base, shape, strides or (0,))
+    launch_1d(strided_copy_kernel, n, flat_view(dst), storage, base, shape, strides or (0,))
     return dst
 
 
@@ -338,9 +341,16 @@ def cast_into(dst: Any, src: Any) -> Any:
     """
     dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
     _check_same_shape(dst, src)
-    if backend.get_backend() == "numpy":
-        dst[...] = cast_reference(src, dst.dtype)
-        return dst
+    return _cast_into(dst, src)
+
+
+def _cast_into_reference(dst: Any, src: Any) -> Any:
+    dst[...] = cast_reference(src, dst.dtype)
+    return dst
+
+
+@dispatch(reference=_cast_into_reference)
+def _cast_into(dst: Any, src: Any) -> Any:
     if dst.size == 0:
         return dst
     if _keeps_low_bytes(src.dtype, dst.dtype):
@@ -348,9 +358,9 @@ def cast_into(dst: Any, src: Any) -> Any:
         # Reading those bytes as the target type gives that result on every backend, where an assignment in the
         # simulator would refuse the out-of-range value. GPUs are little-endian: the low bytes come first.
         ratio = src.dtype.itemsize // dst.dtype.itemsize
-        strided_copy_into(_flat(dst), _flat(src).view(dst.dtype)[::ratio])
+        strided_copy_into(flat_view(dst), flat_view(src).view(dst.dtype)[::ratio])
         return dst
-    launch_1d(copy_kernel, dst.size, _flat(dst), _flat(src))
+    launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
     return dst
 
 
@@ -380,8 +390,11 @@ def batched_copy(dst: Any, src: Any, src_offsets: Any, dst_offsets: Any, lengths
             raise ValueError(f"{arg}: expected a 1-D array, got shape {tuple(x.shape)}; pass a flat view")
     table = CopyDescriptors.build(src_offsets, dst_offsets, lengths)
     _check_bounds(table, src.size, dst.size)
-    if backend.get_backend() == "numpy":
-        return batched_copy_reference(dst, src, table)
+    return _batched_copy(dst, src, table)
+
+
+@dispatch(reference=batched_copy_reference)
+def _batched_copy(dst: Any, src: Any, table: CopyDescriptors) -> Any:
     if table.total == 0:
         return dst
     to_device = backend.cuda().to_device
@@ -436,7 +449,7 @@ def flatten(arrays: Sequence[Any], out: Any = None) -> Any:
     offset = 0
     for x in pieces:
         if x.size:
-            copy(out[offset : offset + x.size], _flat(x))
+            copy(out[offset : offset + x.size], flat_view(x))
         offset += x.size
     return out
 
@@ -448,6 +461,6 @@ def unflatten(flat: Any, arrays: Sequence[Any]) -> list[Any]:
     offset = 0
     for x in pieces:
         if x.size:
-            copy(_flat(x), flat[offset : offset + x.size])
+            copy(flat_view(x), flat[offset : offset + x.size])
         offset += x.size
     return pieces

@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch, fill_out
 from nbcoll.kernels.indexing import (
     broadcast_shapes,
     broadcast_strides,
+    flat_view,
     launch_1d,
     offset_of_device,
     size_of,
@@ -306,22 +308,18 @@ def _output(out: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return out
 
 
-def _flat(x: Any) -> Any:
-    """A 1-D view of a contiguous array with at least one element (a 0-d array becomes shape ``(1,)``)."""
-    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
-
-
 def unary(op: str, x: Any, out: Any = None) -> Any:
     """``for i: out[i] = op(x[i])``. ``op`` is one of :data:`UNARY_OPS`; returns ``out``."""
     _check_op(op, UNARY_OPS)
     x = _input(x, "x")
     _needs_float(op, x.dtype, UNARY_OPS[op][2], "x")
-    out = _output(out, tuple(x.shape), x.dtype)
-    if backend.get_backend() == "numpy":
-        out[...] = unary_reference(op, x)
-        return out
+    return _unary(op, x, _output(out, tuple(x.shape), x.dtype))
+
+
+@dispatch(reference=fill_out(unary_reference))
+def _unary(op: str, x: Any, out: Any) -> Any:
     if x.size:
-        launch_1d(UNARY_KERNELS[op], x.size, _flat(x), _flat(out))
+        launch_1d(UNARY_KERNELS[op], x.size, flat_view(x), flat_view(out))
     return out
 
 
@@ -334,21 +332,23 @@ def binary(op: str, a: Any, b: Any, out: Any = None) -> Any:
     if op in BINARY_OPS:
         _needs_float(op, a.dtype, BINARY_OPS[op][2], "a")
     shape = broadcast_shapes([a.shape, b.shape], ["a", "b"])
-    out = _output(out, shape, np.dtype(np.bool_) if op in COMPARISON_OPS else a.dtype)
-    if backend.get_backend() == "numpy":
-        out[...] = binary_reference(op, a, b)
-        return out
+    return _binary(op, a, b, _output(out, shape, np.dtype(np.bool_) if op in COMPARISON_OPS else a.dtype))
+
+
+@dispatch(reference=fill_out(binary_reference))
+def _binary(op: str, a: Any, b: Any, out: Any) -> Any:
+    shape = tuple(int(s) for s in out.shape)
     n = size_of(shape)
     if n:
         grid_shape = shape or (1,)
         launch_1d(
             BINARY_KERNELS[op],
             n,
-            _flat(a),
+            flat_view(a),
             broadcast_strides(a.shape, grid_shape),
-            _flat(b),
+            flat_view(b),
             broadcast_strides(b.shape, grid_shape),
-            _flat(out),
+            flat_view(out),
             grid_shape,
         )
     return out
@@ -362,23 +362,25 @@ def where(cond: Any, a: Any, b: Any, out: Any = None) -> Any:
     if a.dtype != b.dtype:
         raise TypeError(f"a, b: dtypes must match, got a.dtype={a.dtype} and b.dtype={b.dtype}")
     shape = broadcast_shapes([cond.shape, a.shape, b.shape], ["cond", "a", "b"])
-    out = _output(out, shape, a.dtype)
-    if backend.get_backend() == "numpy":
-        out[...] = where_reference(cond, a, b)
-        return out
+    return _where(cond, a, b, _output(out, shape, a.dtype))
+
+
+@dispatch(reference=fill_out(where_reference))
+def _where(cond: Any, a: Any, b: Any, out: Any) -> Any:
+    shape = tuple(int(s) for s in out.shape)
     n = size_of(shape)
     if n:
         grid_shape = shape or (1,)
         launch_1d(
             where_kernel,
             n,
-            _flat(cond),
+            flat_view(cond),
             broadcast_strides(cond.shape, grid_shape),
-            _flat(a),
+            flat_view(a),
             broadcast_strides(a.shape, grid_shape),
-            _flat(b),
+            flat_view(b),
             broadcast_strides(b.shape, grid_shape),
-            _flat(out),
+            flat_view(out),
             grid_shape,
         )
     return out

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.index import accumulate_dtype
-from nbcoll.kernels.indexing import launch_1d, size_of
+from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
 
 Pair = tuple[int, int]
@@ -223,10 +224,6 @@ def _input(x: Any, arg: str) -> Any:
     return x
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
-
-
 def im2col(x: Any, geometry: ConvGeometry) -> Any:
     """``cols[n, (c, ky, kx), (oy, ox)] = x[n, c, oy * sy - py + ky * dy, ox * sx - px + kx * dx]`` (0 outside).
 
@@ -235,10 +232,13 @@ def im2col(x: Any, geometry: ConvGeometry) -> Any:
     x = _input(x, "x")
     if tuple(x.shape) != geometry.shape:
         raise ValueError(f"x: expected shape {geometry.shape} (the geometry's), got {tuple(x.shape)}")
-    if backend.get_backend() == "numpy":
-        return im2col_reference(x, geometry)
+    return _im2col(x, geometry)
+
+
+@dispatch(reference=im2col_reference)
+def _im2col(x: Any, geometry: ConvGeometry) -> Any:
     cols = memory.empty(geometry.cols_shape, x.dtype)
-    launch_1d(im2col_kernel, cols.size, _flat(x), *geometry.launch_args(), _flat(cols))
+    launch_1d(im2col_kernel, cols.size, flat_view(x), *geometry.launch_args(), flat_view(cols))
     return cols
 
 
@@ -252,13 +252,16 @@ def col2im(cols: Any, geometry: ConvGeometry) -> Any:
         raise TypeError(f"cols.dtype: col2im adds gradients and takes floating dtypes only, got {cols.dtype}")
     if tuple(cols.shape) != geometry.cols_shape:
         raise ValueError(f"cols: expected shape {geometry.cols_shape} (the geometry's), got {tuple(cols.shape)}")
-    if backend.get_backend() == "numpy":
-        return col2im_reference(cols, geometry)
+    return _col2im(cols, geometry)
+
+
+@dispatch(reference=col2im_reference)
+def _col2im(cols: Any, geometry: ConvGeometry) -> Any:
     wide = accumulate_dtype(cols.dtype)
     acc = memory.zeros(geometry.shape, wide)
-    launch_1d(col2im_kernel, cols.size, _flat(acc), *geometry.launch_args(), _flat(cols))
+    launch_1d(col2im_kernel, cols.size, flat_view(acc), *geometry.launch_args(), flat_view(cols))
     if wide == cols.dtype:
         return acc
     out = memory.empty(geometry.shape, cols.dtype)
-    launch_1d(narrow_kernel, out.size, _flat(acc), _flat(out))
+    launch_1d(narrow_kernel, out.size, flat_view(acc), flat_view(out))
     return out

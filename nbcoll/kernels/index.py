@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 from numba import cuda, int64
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import contiguous_strides, launch_1d, offset_of_device, size_of
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import contiguous_strides, flat_view, launch_1d, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
 ACCUMULATE_DTYPE = {
@@ -123,7 +124,7 @@ def embedding_reference(weight: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def embedding_backward_reference(grad_out: np.ndarray, ids: np.ndarray, num_embeddings: int) -> np.ndarray:
     """``dweight = zeros; dweight[ids[r]] += grad_out[r]``, duplicate ids summed."""
-    dim = grad_out.shape[-1]
+    dim = tuple(grad_out.shape)[-1]
     dweight = np.zeros((num_embeddings, dim), accumulate_dtype(grad_out.dtype))
     np.add.at(dweight, ids.reshape(-1).astype(np.int64), grad_out.reshape(-1, dim))
     return dweight.astype(grad_out.dtype)
@@ -309,10 +310,6 @@ def check_indices(index: Any, size: int, arg: str, allow_negative: bool = False)
         )
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
-
-
 def _copy(x: Any, dtype: np.dtype) -> Any:
     """A new device array with the values of ``x`` in ``dtype``."""
     out = memory.empty(tuple(x.shape), dtype)
@@ -321,9 +318,9 @@ def _copy(x: Any, dtype: np.dtype) -> Any:
     if x.dtype == dtype:
         out.copy_to_device(x)
     elif dtype.kind in "iu" and dtype.itemsize == 1:
-        _launch(wrap_to_8_bits_kernel, x.size, _flat(x), np.int64(np.iinfo(dtype).min), _flat(out))
+        _launch(wrap_to_8_bits_kernel, x.size, flat_view(x), np.int64(np.iinfo(dtype).min), flat_view(out))
     else:
-        _launch(convert_kernel, x.size, _flat(x), _flat(out))
+        _launch(convert_kernel, x.size, flat_view(x), flat_view(out))
     return out
 
 
@@ -372,11 +369,23 @@ def gather(x: Any, index: Any, axis: int = 0) -> Any:
     """
     x, index = _input(x, "x"), _index_input(index, "index")
     axis = _check_index_args(x, index, axis, None)
-    if backend.get_backend() == "numpy":
-        return gather_reference(x, index, axis)
+    return _gather(x, index, axis)
+
+
+@dispatch(reference=gather_reference)
+def _gather(x: Any, index: Any, axis: int) -> Any:
     out = memory.empty(tuple(index.shape), x.dtype)
     strides, axis_stride = _strides_off_axis(x.shape, axis)
-    _launch(gather_kernel, index.size, _flat(x), strides, axis_stride, _flat(index), tuple(index.shape), _flat(out))
+    _launch(
+        gather_kernel,
+        index.size,
+        flat_view(x),
+        strides,
+        axis_stride,
+        flat_view(index),
+        tuple(index.shape),
+        flat_view(out),
+    )
     return out
 
 
@@ -388,19 +397,22 @@ def scatter(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
     """
     x, index, src = _input(x, "x"), _index_input(index, "index"), _input(src, "src")
     axis = _check_index_args(x, index, axis, src)
-    if backend.get_backend() == "numpy":
-        return scatter_reference(x, index, src, axis)
+    return _scatter(x, index, src, axis)
+
+
+@dispatch(reference=scatter_reference)
+def _scatter(x: Any, index: Any, src: Any, axis: int) -> Any:
     out = _copy(x, x.dtype)
     strides, axis_stride = _strides_off_axis(x.shape, axis)
     _launch(
         scatter_kernel,
         index.size,
-        _flat(out),
+        flat_view(out),
         strides,
         axis_stride,
-        _flat(index),
+        flat_view(index),
         tuple(index.shape),
-        _flat(src),
+        flat_view(src),
         contiguous_strides(src.shape),
     )
     return out
@@ -414,19 +426,22 @@ def scatter_add(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
     """
     x, index, src = _input(x, "x"), _index_input(index, "index"), _input(src, "src")
     axis = _check_index_args(x, index, axis, src)
-    if backend.get_backend() == "numpy":
-        return scatter_add_reference(x, index, src, axis)
+    return _scatter_add(x, index, src, axis)
+
+
+@dispatch(reference=scatter_add_reference)
+def _scatter_add(x: Any, index: Any, src: Any, axis: int) -> Any:
     acc = _copy(x, accumulate_dtype(x.dtype))
     strides, axis_stride = _strides_off_axis(x.shape, axis)
     _launch(
         scatter_add_kernel,
         index.size,
-        _flat(acc),
+        flat_view(acc),
         strides,
         axis_stride,
-        _flat(index),
+        flat_view(index),
         tuple(index.shape),
-        _flat(src),
+        flat_view(src),
         contiguous_strides(src.shape),
     )
     return acc if acc.dtype == x.dtype else _copy(acc, x.dtype)
@@ -456,20 +471,24 @@ def scatter_nd(indices: Any, updates: Any, shape: Sequence[int]) -> Any:
     host = memory.to_host(indices)
     for k in range(depth):
         check_indices(host[..., k], shape[k], f"indices[..., {k}]")
-    if backend.get_backend() == "numpy":
-        return scatter_nd_reference(indices, updates, shape)
+    return _scatter_nd(indices, updates, shape)
+
+
+@dispatch(reference=scatter_nd_reference)
+def _scatter_nd(indices: Any, updates: Any, shape: tuple[int, ...]) -> Any:
+    depth = tuple(indices.shape)[-1]
     acc = memory.zeros(shape, accumulate_dtype(updates.dtype))
     # A trailing 1 keeps the strides tuple non-empty for scalar results.
     strides = contiguous_strides(shape) + (1,)
     _launch(
         scatter_nd_kernel,
         updates.size,
-        _flat(indices),
+        flat_view(indices),
         depth,
         strides,
-        _flat(updates),
+        flat_view(updates),
         size_of(shape[depth:]),
-        _flat(acc),
+        flat_view(acc),
     )
     return acc if acc.dtype == updates.dtype else _copy(acc, updates.dtype)
 
@@ -483,12 +502,15 @@ def index_select(x: Any, axis: int, index: Any) -> Any:
     if index.ndim != 1:
         raise ValueError(f"index: must be 1-D, got shape {tuple(index.shape)}")
     check_indices(index, x.shape[axis], "index", allow_negative=True)
-    if backend.get_backend() == "numpy":
-        return index_select_reference(x, axis, index)
+    return _index_select(x, axis, index)
+
+
+@dispatch(reference=index_select_reference)
+def _index_select(x: Any, axis: int, index: Any) -> Any:
     shape = tuple(x.shape[:axis]) + (index.size,) + tuple(x.shape[axis + 1 :])
     out = memory.empty(shape, x.dtype)
     inner = size_of(x.shape[axis + 1 :])
-    _launch(index_select_kernel, out.size, _flat(x), x.shape[axis], _flat(index), inner, _flat(out))
+    _launch(index_select_kernel, out.size, flat_view(x), x.shape[axis], flat_view(index), inner, flat_view(out))
     return out
 
 
@@ -498,11 +520,14 @@ def embedding(weight: Any, ids: Any) -> Any:
     if weight.ndim != 2:
         raise ValueError(f"weight: expected shape (num_embeddings, dim), got {tuple(weight.shape)}")
     check_indices(ids, weight.shape[0], "ids")
-    if backend.get_backend() == "numpy":
-        return embedding_reference(weight, ids)
+    return _embedding(weight, ids)
+
+
+@dispatch(reference=embedding_reference)
+def _embedding(weight: Any, ids: Any) -> Any:
     dim = weight.shape[1]
     out = memory.empty(tuple(ids.shape) + (dim,), weight.dtype)
-    _launch(embedding_kernel, out.size, _flat(weight), _flat(ids), dim, _flat(out))
+    _launch(embedding_kernel, out.size, flat_view(weight), flat_view(ids), dim, flat_view(out))
     return out
 
 
@@ -520,9 +545,12 @@ def embedding_backward(grad_out: Any, ids: Any, num_embeddings: int) -> Any:
     if int(num_embeddings) < 0:
         raise ValueError(f"num_embeddings: must be >= 0, got {num_embeddings}")
     check_indices(ids, int(num_embeddings), "ids")
-    if backend.get_backend() == "numpy":
-        return embedding_backward_reference(grad_out, ids, int(num_embeddings))
-    dim = grad_shape[-1]
-    acc = memory.zeros((int(num_embeddings), dim), accumulate_dtype(grad_out.dtype))
-    _launch(embedding_backward_kernel, grad_out.size, _flat(grad_out), _flat(ids), dim, _flat(acc))
+    return _embedding_backward(grad_out, ids, int(num_embeddings))
+
+
+@dispatch(reference=embedding_backward_reference)
+def _embedding_backward(grad_out: Any, ids: Any, num_embeddings: int) -> Any:
+    dim = tuple(grad_out.shape)[-1]
+    acc = memory.zeros((num_embeddings, dim), accumulate_dtype(grad_out.dtype))
+    _launch(embedding_backward_kernel, grad_out.size, flat_view(grad_out), flat_view(ids), dim, flat_view(acc))
     return acc if acc.dtype == grad_out.dtype else _copy(acc, grad_out.dtype)

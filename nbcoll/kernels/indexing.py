@@ -57,6 +57,14 @@ def offset_of(flat_index, shape, strides):
 offset_of_device = cuda.jit(device=True)(offset_of)
 
 
+def flat_view(x):
+    """A 1-D view of the C-contiguous array ``x``, the shape every 1-D kernel takes: ``flat[i] = x[unravel(i)]``.
+
+    A 0-d array becomes shape ``(1,)``. The same call serves device arrays, simulator arrays and NumPy arrays.
+    """
+    return x if x.ndim == 1 else x.reshape(size_of(x.shape))
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides, in elements, of a contiguous array of ``shape``."""
     strides, step = [], 1

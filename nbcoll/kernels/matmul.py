@@ -25,8 +25,9 @@ import numba
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import broadcast_shapes, broadcast_strides, offset_of_device, size_of
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import broadcast_shapes, broadcast_strides, flat_view, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
 TILE = 16
@@ -195,6 +196,12 @@ def matmul(a: Any, b: Any) -> Any:
     ``M*K*ceil(N/TILE) + K*N*ceil(M/TILE)``. An output thinner than a tile gets smaller tiles (:func:`tile_side`).
     """
     a, b = _check_operands(a, b)
+    _matmul_shapes(a, b)
+    return _matmul(a, b)
+
+
+def _matmul_shapes(a: Any, b: Any) -> tuple:
+    """``(a_matrix, b_matrix, batch_shape, m, k, n, out_shape, final_shape)``; a ``ValueError`` if they do not fit."""
     a_shape, b_shape = tuple(int(s) for s in a.shape), tuple(int(s) for s in b.shape)
     a_matrix = a_shape if len(a_shape) > 1 else (1,) + a_shape
     b_matrix = b_shape if len(b_shape) > 1 else b_shape + (1,)
@@ -208,9 +215,12 @@ def matmul(a: Any, b: Any) -> Any:
         raise _shape_error(a, b, "the batch dimensions do not broadcast") from None
     out_shape = batch_shape + (m, n)
     final_shape = batch_shape + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return a_matrix, b_matrix, batch_shape, m, k, n, out_shape, final_shape
 
-    if backend.get_backend() == "numpy":
-        return matmul_reference(a, b)
+
+@dispatch(reference=matmul_reference)
+def _matmul(a: Any, b: Any) -> Any:
+    a_matrix, b_matrix, batch_shape, m, k, n, out_shape, final_shape = _matmul_shapes(a, b)
     out = memory.empty(out_shape, a.dtype)
     batch_count = size_of(batch_shape)
     if batch_count * m * n > 0:
@@ -220,9 +230,9 @@ def matmul(a: Any, b: Any) -> Any:
         side = tile_side(m, n)
         blocks = ((n + side - 1) // side, (m + side - 1) // side, min(batch_count, MAX_GRID_Z))
         TILED_KERNELS[a.dtype][blocks, (side, side)](
-            a.reshape(size_of(a_shape)),
-            b.reshape(size_of(b_shape)),
-            out.reshape(size_of(out_shape)),
+            flat_view(a),
+            flat_view(b),
+            flat_view(out),
             m,
             k,
             n,
@@ -242,12 +252,15 @@ def matmul_naive(a: Any, b: Any) -> Any:
     a, b = _check_operands(a, b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise _shape_error(a, b, "matmul_naive needs (M, K) and (K, N)")
+    return _matmul_naive(a, b)
+
+
+@dispatch(reference=matmul_reference)
+def _matmul_naive(a: Any, b: Any) -> Any:
     (m, k), n = a.shape, b.shape[1]
-    if backend.get_backend() == "numpy":
-        return matmul_reference(a, b)
     out = memory.empty((m, n), a.dtype)
     if m * n > 0:
         side = tile_side(m, n)
         blocks = ((n + side - 1) // side, (m + side - 1) // side)
-        NAIVE_KERNELS[a.dtype][blocks, (side, side)](a.reshape(m * k), b.reshape(k * n), out.reshape(m * n), m, k, n)
+        NAIVE_KERNELS[a.dtype][blocks, (side, side)](flat_view(a), flat_view(b), flat_view(out), m, k, n)
     return out

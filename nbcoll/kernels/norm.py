@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.block_reduce import fold_sum
+from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import blocks_for, size_of
 from nbcoll.kernels.registry import register
 
@@ -91,23 +93,6 @@ def layer_norm_backward_reference(
 # Kernels.
 
 
-@cuda.jit(device=True)
-def block_sum(partial, t):
-    """Sum the BLOCK values of ``partial`` (shared memory, one per thread); every thread gets the total.
-
-    Each step, the first half of the active threads adds the second half's values: log2(BLOCK) steps, with a
-    barrier before each so that no thread reads a value another thread has not written yet.
-    """
-    step = BLOCK // 2
-    while step > 0:
-        cuda.syncthreads()
-        if t < step:
-            partial[t] += partial[t + step]
-        step //= 2
-    cuda.syncthreads()
-    return partial[0]
-
-
 @register(
     "void(float32[:, ::1], float32[::1], float32[::1], float32, float32, float32[:, ::1], float32[::1], float32[::1])",
     "void(float16[:, ::1], float16[::1], float16[::1], float32, float32, float16[:, ::1], float32[::1], float32[::1])",
@@ -115,8 +100,8 @@ def block_sum(partial, t):
 )
 @cuda.jit
 def layer_norm_kernel(x, weight, bias, eps, n, y, mean, rstd):
-    # One block normalises one row. Each thread sums the columns t, t + BLOCK, ... into shared memory; thread 0
-    # publishes each row statistic through global memory, read back by all after a barrier. n = D as a float.
+    # One block normalises one row. Each thread sums the columns t, t + BLOCK, ... into its slot of shared memory
+    # (kept in the statistics type); fold_sum adds the slots into partial[0]. n = D as a float.
     row = cuda.blockIdx.x
     t = cuda.threadIdx.x
     dim = x.shape[1]
@@ -125,20 +110,19 @@ def layer_norm_kernel(x, weight, bias, eps, n, y, mean, rstd):
     partial[t] = 0
     for c in range(t, dim, BLOCK):
         partial[t] += x[row, c]
-    total = block_sum(partial, t)
-    if t == 0:
-        mean[row] = total / n
-    cuda.syncthreads()
-    m = mean[row]
+    fold_sum(partial, 0, t, BLOCK, BLOCK)
+    m = partial[0] / n
+    cuda.syncthreads()  # every thread has read the sum before the slots are reused
 
     partial[t] = 0
     for c in range(t, dim, BLOCK):
         d = x[row, c] - m
         partial[t] += d * d
-    total = block_sum(partial, t)
+    fold_sum(partial, 0, t, BLOCK, BLOCK)
     if t == 0:
-        rstd[row] = 1 / math.sqrt(total / n + eps)
-    cuda.syncthreads()
+        mean[row] = m
+        rstd[row] = 1 / math.sqrt(partial[0] / n + eps)
+    cuda.syncthreads()  # rstd[row] is rounded to the statistics type, as the reference keeps it, then read by all
     r = rstd[row]
 
     for c in range(t, dim, BLOCK):
@@ -168,8 +152,10 @@ def layer_norm_backward_kernel(dy, x, mean, rstd, weight, n, dx):
         g = dy[row, c] * weight[c]
         partial_g[t] += g
         partial_gx[t] += g * ((x[row, c] - m) * r)
-    mean_g = block_sum(partial_g, t) / n
-    mean_gx = block_sum(partial_gx, t) / n
+    fold_sum(partial_g, 0, t, BLOCK, BLOCK)
+    fold_sum(partial_gx, 0, t, BLOCK, BLOCK)
+    mean_g = partial_g[0] / n
+    mean_gx = partial_gx[0] / n
 
     for c in range(t, dim, BLOCK):
         xhat = (x[row, c] - m) * r
@@ -246,8 +232,12 @@ def layer_norm(x: Any, weight: Any | None, bias: Any | None, eps: float = 1e-5) 
         bias = _like(bias, "bias", (dim,), x.dtype)
     if not eps >= 0:
         raise ValueError(f"eps: must be >= 0, got {eps!r}")
-    if backend.get_backend() == "numpy":
-        return layer_norm_reference(x, weight, bias, eps)
+    return _layer_norm(x, weight, bias, eps)
+
+
+@dispatch(reference=layer_norm_reference)
+def _layer_norm(x: Any, weight: Any | None, bias: Any | None, eps: float) -> tuple[Any, Any, Any]:
+    rows, dim = _rows(x)
     acc = statistics_dtype(x.dtype)
     y = memory.empty(tuple(x.shape), x.dtype)
     mean = memory.empty((rows,), acc)
@@ -283,8 +273,13 @@ def layer_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, weight: Any | Non
     rstd = _like(rstd, "rstd", stats_shape, acc)
     if weight is not None:
         weight = _like(weight, "weight", (dim,), x.dtype)
-    if backend.get_backend() == "numpy":
-        return layer_norm_backward_reference(dy, x, mean, rstd, weight)
+    return _layer_norm_backward(dy, x, mean, rstd, weight)
+
+
+@dispatch(reference=layer_norm_backward_reference)
+def _layer_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, weight: Any | None) -> tuple[Any, Any, Any]:
+    rows, dim = _rows(x)
+    acc = statistics_dtype(x.dtype)
     dx = memory.empty(tuple(x.shape), x.dtype)
     dweight = memory.empty((dim,), x.dtype)
     dbias = memory.empty((dim,), x.dtype)

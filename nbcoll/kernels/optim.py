@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import launch_1d
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
 
 OPTIMIZER_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -186,10 +187,6 @@ def _like_param(x: Any, arg: str, param: Any) -> Any:
     return x
 
 
-def _flat(x: Any) -> Any:
-    return x if x.ndim == 1 else x.reshape(x.size)
-
-
 def sgd_step(
     param: Any,
     grad: Any,
@@ -215,10 +212,12 @@ def sgd_step(
         buf = param  # never read or written: the kernel skips the buffer when momentum == 0
     t = param.dtype.type
     scalars = (t(lr), t(momentum), t(1 - dampening), t(weight_decay), np.int32(bool(nesterov)), np.int32(bool(first)))
-    if backend.get_backend() == "numpy":
-        sgd_reference(param, grad, buf, *scalars)
-        return
-    launch_1d(sgd_kernel, param.size, _flat(param), _flat(grad), _flat(buf), *scalars)
+    _sgd_step(param, grad, buf, *scalars)
+
+
+@dispatch(reference=sgd_reference)
+def _sgd_step(param: Any, grad: Any, buf: Any, *scalars: Any) -> None:
+    launch_1d(sgd_kernel, param.size, flat_view(param), flat_view(grad), flat_view(buf), *scalars)
 
 
 def adam_step(
@@ -256,7 +255,10 @@ def adam_step(
         t(lr / (1 - beta1**step)),
         t(math.sqrt(1 - beta2**step)),
     )
-    if backend.get_backend() == "numpy":
-        adam_reference(param, grad, exp_avg, exp_avg_sq, *scalars)
-        return
-    launch_1d(adam_kernel, param.size, _flat(param), _flat(grad), _flat(exp_avg), _flat(exp_avg_sq), *scalars)
+    _adam_step(param, grad, exp_avg, exp_avg_sq, *scalars)
+
+
+@dispatch(reference=adam_reference)
+def _adam_step(param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any, *scalars: Any) -> None:
+    moments = flat_view(exp_avg), flat_view(exp_avg_sq)
+    launch_1d(adam_kernel, param.size, flat_view(param), flat_view(grad), *moments, *scalars)

@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 from numba import cuda, int64
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.im2col import GEOMETRY_SIGNATURE, ConvGeometry, narrow_kernel
-from nbcoll.kernels.indexing import launch_1d, size_of
+from nbcoll.kernels.indexing import flat_view, launch_1d, size_of
 from nbcoll.kernels.registry import register
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,20 +133,19 @@ def _input(x: Any, arg: str) -> Any:
     return x
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
-
-
 def max_pool2d(x: Any, geometry: ConvGeometry) -> tuple[Any, Any]:
     """The maximum of every window and its position ``iy * W + ix`` in its plane (int64); both (N, C, OH, OW)."""
     x = _input(x, "x")
     if tuple(x.shape) != geometry.shape:
         raise ValueError(f"x: expected shape {geometry.shape} (the geometry's), got {tuple(x.shape)}")
-    if backend.get_backend() == "numpy":
-        return max_pool2d_reference(x, geometry)
+    return _max_pool2d(x, geometry)
+
+
+@dispatch(reference=max_pool2d_reference)
+def _max_pool2d(x: Any, geometry: ConvGeometry) -> tuple[Any, Any]:
     out_shape = geometry.shape[:2] + geometry.out_hw
     out, argmax = memory.zeros(out_shape, x.dtype), memory.empty(out_shape, np.int64)
-    launch_1d(max_pool2d_kernel, out.size, _flat(x), *geometry.launch_args(), _flat(out), _flat(argmax))
+    launch_1d(max_pool2d_kernel, out.size, flat_view(x), *geometry.launch_args(), flat_view(out), flat_view(argmax))
     return out, argmax
 
 
@@ -160,21 +160,24 @@ def max_pool2d_backward(dy: Any, argmax: Any, geometry: ConvGeometry) -> Any:
             f"dy, argmax: expected shape {out_shape} (and int64 argmax), got {tuple(dy.shape)} and "
             f"{tuple(argmax.shape)} {argmax.dtype}"
         )
-    if backend.get_backend() == "numpy":
-        return max_pool2d_backward_reference(dy, argmax, geometry)
+    return _max_pool2d_backward(dy, argmax, geometry)
+
+
+@dispatch(reference=max_pool2d_backward_reference)
+def _max_pool2d_backward(dy: Any, argmax: Any, geometry: ConvGeometry) -> Any:
     wide = np.dtype(np.float32) if dy.dtype == np.float16 else np.dtype(dy.dtype)
     acc = memory.zeros(geometry.shape, wide)
     launch_1d(
         max_pool2d_backward_kernel,
         dy.size,
-        _flat(acc),
-        _flat(argmax),
+        flat_view(acc),
+        flat_view(argmax),
         size_of(geometry.out_hw),
         size_of(geometry.shape[2:]),
-        _flat(dy),
+        flat_view(dy),
     )
     if wide == dy.dtype:
         return acc
     out = memory.empty(geometry.shape, dy.dtype)
-    launch_1d(narrow_kernel, out.size, _flat(acc), _flat(out))
+    launch_1d(narrow_kernel, out.size, flat_view(acc), flat_view(out))
     return out

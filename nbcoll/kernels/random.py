@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 from numba import cuda, uint64
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import launch_1d, size_of
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
 
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
@@ -177,10 +178,6 @@ def _wrapping_arithmetic() -> Iterator[None]:
         yield
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(size_of(x.shape)) if x.ndim != 1 else x
-
-
 def dropout(x: Any, p: float, seed: int) -> tuple[Any, Any]:
     """Zero each element with probability ``p`` and scale the others by ``1 / (1 - p)``; returns ``(y, mask)``.
 
@@ -188,20 +185,23 @@ def dropout(x: Any, p: float, seed: int) -> tuple[Any, Any]:
     backend. Floats only.
     """
     x, p, seed = _float_input(x, "x"), _check_p(p), _check_seed(seed)
-    if backend.get_backend() == "numpy":
-        return dropout_reference(x, p, seed)
+    return _dropout(x, p, seed)
+
+
+@dispatch(reference=dropout_reference)
+def _dropout(x: Any, p: float, seed: int) -> tuple[Any, Any]:
     y = memory.empty(tuple(x.shape), x.dtype)
     mask = memory.empty(tuple(x.shape), np.uint8)
     with _wrapping_arithmetic():
         launch_1d(
             dropout_kernel,
             x.size,
-            _flat(x),
+            flat_view(x),
             stream_key(seed),
             keep_threshold(p),
             scale_for(p, x.dtype),
-            _flat(y),
-            _flat(mask),
+            flat_view(y),
+            flat_view(mask),
         )
     return y, mask
 
@@ -215,8 +215,11 @@ def dropout_backward(dy: Any, mask: Any, p: float) -> Any:
     memory.require_contiguous(mask, "mask")
     if tuple(mask.shape) != tuple(dy.shape):
         raise ValueError(f"mask: expected dy's shape {tuple(dy.shape)}, got {tuple(mask.shape)}")
-    if backend.get_backend() == "numpy":
-        return dropout_backward_reference(dy, mask, p)
+    return _dropout_backward(dy, mask, p)
+
+
+@dispatch(reference=dropout_backward_reference)
+def _dropout_backward(dy: Any, mask: Any, p: float) -> Any:
     dx = memory.empty(tuple(dy.shape), dy.dtype)
-    launch_1d(dropout_backward_kernel, dy.size, _flat(dy), _flat(mask), scale_for(p, dy.dtype), _flat(dx))
+    launch_1d(dropout_backward_kernel, dy.size, flat_view(dy), flat_view(mask), scale_for(p, dy.dtype), flat_view(dx))
     return dx

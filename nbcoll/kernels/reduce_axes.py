@@ -40,8 +40,10 @@ import numba
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import contiguous_strides, offset_of_device, size_of
+from nbcoll import memory
+from nbcoll.kernels.block_reduce import make_block_reduce, merge_values
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import contiguous_strides, flat_view, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
 THREADS = 256
@@ -123,6 +125,18 @@ def _first_is_better(value, index, best_value, best_index):
 
 _first_is_better_device = cuda.jit(device=True)(_first_is_better)
 
+
+def _merge_argmax(scratch, into, other):
+    """Keep in slot ``into`` the better (value, index) pair of slots ``into`` and ``other``; ``scratch`` holds
+    ``(values, indices)``, two shared arrays."""
+    values, indices = scratch
+    if _first_is_better_device(values[other], indices[other], values[into], indices[into]):
+        values[into] = values[other]
+        indices[into] = indices[other]
+
+
+fold_argmax = make_block_reduce(_merge_argmax)
+
 _COMBINE = {"sum": _add, "mean": _add, "max": _max, "min": _min}
 _NUMBA_TYPES = {"float32": numba.float32, "float64": numba.float64, "int64": numba.int64, "uint64": numba.uint64}
 
@@ -161,6 +175,7 @@ def _signatures(op: str, acc_name: str) -> list[str]:
 def _make_fold_kernel(op: str, acc_name: str) -> Any:
     acc_type = _NUMBA_TYPES[acc_name]
     combine = cuda.jit(device=True)(_COMBINE[op])
+    fold = make_block_reduce(merge_values(_COMBINE[op]))
     divide_by_count = op == "mean"
 
     @cuda.jit
@@ -177,21 +192,14 @@ def _make_fold_kernel(op: str, acc_name: str) -> Any:
             for r in range(lane + cuda.blockDim.x, reduced_count, cuda.blockDim.x):
                 acc = combine(acc, acc_type(x[base + offset_of_device(r, reduced_shape, reduced_strides)]))
             partial[slot] = acc
-        cuda.syncthreads()
-        # Tree over the lanes of each row; only lanes below `active` hold values, so no identity is needed.
-        active = min(cuda.blockDim.x, reduced_count)
-        step = cuda.blockDim.x // 2
-        while step > 0:
-            if has_output and lane < step and lane + step < active:
-                partial[slot] = combine(partial[slot], partial[slot + step])
-            cuda.syncthreads()
-            active = min(active, step)
-            step //= 2
+        # Tree over the lanes of each row; only the first reduced_count lanes hold values, so no identity is needed.
+        first = slot - lane
+        fold(partial, first, lane, cuda.blockDim.x, reduced_count if has_output else 0)
         if has_output and lane == 0:
             if divide_by_count:
-                out[out_index] = partial[slot] / reduced_count
+                out[out_index] = partial[first] / reduced_count
             else:
-                out[out_index] = partial[slot]
+                out[out_index] = partial[first]
 
     fold_kernel.py_func.__name__ = fold_kernel.py_func.__qualname__ = f"{op}_{acc_name}_kernel"
     name = f"kernels.reduce_axes.{op}_{acc_name}_kernel"
@@ -220,22 +228,10 @@ def _make_argmax_kernel(acc_name: str) -> Any:
                     best, best_index = value, r
             best_values[slot] = best
             best_indices[slot] = best_index
-        cuda.syncthreads()
-        active = min(cuda.blockDim.x, reduced_count)
-        step = cuda.blockDim.x // 2
-        while step > 0:
-            if has_output and lane < step and lane + step < active:
-                other = slot + step
-                if _first_is_better_device(
-                    best_values[other], best_indices[other], best_values[slot], best_indices[slot]
-                ):
-                    best_values[slot] = best_values[other]
-                    best_indices[slot] = best_indices[other]
-            cuda.syncthreads()
-            active = min(active, step)
-            step //= 2
+        first = slot - lane
+        fold_argmax((best_values, best_indices), first, lane, cuda.blockDim.x, reduced_count if has_output else 0)
         if has_output and lane == 0:
-            out[out_index] = best_indices[slot]
+            out[out_index] = best_indices[first]
 
     argmax_kernel.py_func.__name__ = argmax_kernel.py_func.__qualname__ = f"argmax_{acc_name}_kernel"
     name = f"kernels.reduce_axes.argmax_{acc_name}_kernel"
@@ -290,10 +286,6 @@ def _split_axes(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple, t
     return kept_shape, kept_strides, reduced_shape, reduced_strides
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(max(size_of(x.shape), 1)) if x.ndim != 1 else x
-
-
 def _filled(shape: tuple[int, ...], dtype: np.dtype, value: float) -> Any:
     # The simulator stores a 0-d array as shape (1,): give the result its shape () back.
     return memory.to_device(np.full(shape, value, dtype)).reshape(shape)
@@ -319,14 +311,18 @@ def reduce(op: str, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         raise TypeError(f"axis: argmax takes None or one int, got {axis!r}")
     shape = tuple(int(s) for s in x.shape)
     axes = _axes(axis, len(shape))
+    if size_of([shape[d] for d in axes]) == 0 and op in ("max", "min", "argmax"):
+        raise ValueError(f"x: {op} over an empty axis (x.shape={shape}, axis={axis!r}) has no value")
+    return _reduce(op, x, axis if op == "argmax" else axes, keepdims)
+
+
+@dispatch(reference=reduce_reference)
+def _reduce(op: str, x: Any, axis: Any, keepdims: bool) -> Any:
+    shape = tuple(int(s) for s in x.shape)
+    axes = _axes(axis, len(shape))
     out_shape = _out_shape(shape, axes, keepdims)
     reduced_count = size_of([shape[d] for d in axes])
-    if reduced_count == 0 and op in ("max", "min", "argmax"):
-        raise ValueError(f"x: {op} over an empty axis (x.shape={shape}, axis={axis!r}) has no value")
     out_dtype = result_dtype(op, x.dtype)
-
-    if backend.get_backend() == "numpy":
-        return reduce_reference(op, x, axis=axis if op == "argmax" else axes, keepdims=keepdims)
     if reduced_count == 0:
         return _filled(out_shape, out_dtype, np.nan if op == "mean" else 0)
     out = memory.empty(out_shape, out_dtype)
@@ -338,7 +334,7 @@ def reduce(op: str, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     lanes = min(THREADS, 1 << (reduced_count - 1).bit_length())
     rows = min(THREADS // lanes, out_count)
     kernel[(out_count + rows - 1) // rows, (lanes, rows)](
-        _flat(x), _flat(out), *_split_axes(shape, axes), reduced_count
+        flat_view(x), flat_view(out), *_split_axes(shape, axes), reduced_count
     )
     return out
 

@@ -14,7 +14,8 @@ How a GPU does it. Each block of ``THREADS`` threads works in three stages:
 2. **Tree in shared memory.** With ``step = THREADS / 2, THREADS / 4, ..., 1``: threads ``t < step`` fold
    ``cache[t + step]`` into ``cache[t]``. Half of the remaining values disappear each step, so ``THREADS``
    values become one in ``log2(THREADS)`` steps. ``cuda.syncthreads()`` between steps makes every write of a
-   step visible before the next step reads it::
+   step visible before the next step reads it. The tree is written once, in ``block_reduce.py``, and every
+   kernel that folds a block (softmax, layer norm, axis reductions) calls it::
 
        step 4:  c0+c4  c1+c5  c2+c6  c3+c7
        step 2:  (c0+c4)+(c2+c6)   (c1+c5)+(c3+c7)
@@ -48,8 +49,10 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import blocks_for
+from nbcoll import memory
+from nbcoll.kernels.block_reduce import make_block_reduce, merge_values
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import blocks_for, flat_view
 from nbcoll.kernels.registry import register
 
 THREADS = 128
@@ -118,6 +121,7 @@ _SIGNATURES = (
 
 def _make_reduce_kernel(op: str) -> Any:
     f = cuda.jit(device=True)(RULES[op])
+    fold = make_block_reduce(merge_values(RULES[op]))
 
     @cuda.jit
     def reduce_kernel(x, partials, identity):
@@ -131,14 +135,7 @@ def _make_reduce_kernel(op: str) -> Any:
             acc = f(acc, x[i])
             i += cuda.gridsize(1)
         cache[t] = acc
-        cuda.syncthreads()
-
-        step = THREADS // 2
-        while step > 0:
-            if t < step:
-                cache[t] = f(cache[t], cache[t + step])
-            cuda.syncthreads()
-            step //= 2
+        fold(cache, 0, t, THREADS, THREADS)
 
         if t == 0:
             partials[cuda.blockIdx.x] = cache[0]
@@ -167,11 +164,13 @@ def reduce_all(op: str, x: Any) -> Any:
         if op != "sum":
             raise ValueError(f"x: cannot take {op} of an empty array")
         return x.dtype.type(0)
-    if backend.get_backend() == "numpy":
-        return reduce_reference(op, x)
+    return _reduce_all(op, x)
 
+
+@dispatch(reference=reduce_reference)
+def _reduce_all(op: str, x: Any) -> Any:
     acc = accumulation_dtype(x.dtype)
-    values = x if x.ndim == 1 else x.reshape(x.size)
+    values = flat_view(x)
     start = acc.type(identity(op, acc))
     while True:
         blocks = min(blocks_for(values.size, THREADS), MAX_BLOCKS)

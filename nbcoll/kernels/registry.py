@@ -21,7 +21,13 @@ from typing import Any
 
 @dataclass
 class KernelEntry:
-    """One registered kernel: its name, its Numba dispatcher and the signatures the PTX check compiles."""
+    """One registered kernel: its name, its Numba dispatcher and the signatures the PTX check compiles.
+
+    >>> from nbcoll.kernels import all_kernels
+    >>> entry = next(e for e in all_kernels() if e.name == "kernels.combine.combine_max")
+    >>> entry.name, entry.signatures[0]
+    ('kernels.combine.combine_max', 'void(float32[::1], float32[::1], float32[::1])')
+    """
 
     name: str
     dispatcher: Any
@@ -29,6 +35,12 @@ class KernelEntry:
 
     @property
     def py_func(self) -> Callable:
+        """The kernel's Python function, which ``numba.cuda.compile_ptx`` compiles for a GPU.
+
+        >>> from nbcoll.kernels import all_kernels
+        >>> all_kernels()[0].py_func.__name__
+        'combine_max'
+        """
         return self.dispatcher.py_func
 
 
@@ -36,7 +48,24 @@ _REGISTRY: dict[str, KernelEntry] = {}
 
 
 def register(*signatures: str, name: str | None = None) -> Callable[[Any], Any]:
-    """Decorator for a ``cuda.jit`` kernel: list it, with signatures for the PTX check, and return it unchanged."""
+    """Decorator for a ``cuda.jit`` kernel: list it, with signatures for the PTX check, and return it unchanged.
+
+    Put it above ``@cuda.jit``, as every kernel module of nbcoll does::
+
+        @register("void(float32[::1], float32[::1])")
+        @cuda.jit
+        def double_kernel(x, out):      # one thread: out[i] = 2 * x[i]
+            ...
+
+    >>> from nbcoll.kernels import all_kernels, register
+    >>> [e.name for e in all_kernels() if e.name.startswith("kernels.copy.")][:2]
+    ['kernels.copy.batched_copy_kernel', 'kernels.copy.copy_kernel']
+    >>> register()
+    Traceback (most recent call last):
+        ...
+    ValueError: register(*signatures): give at least one representative signature
+    """
+
     if not signatures:
         raise ValueError("register(*signatures): give at least one representative signature")
 
@@ -62,6 +91,12 @@ def import_all_modules() -> None:
 
 
 def all_kernels() -> list[KernelEntry]:
-    """Every registered kernel of nbcoll, sorted by name."""
+    """Every registered kernel of nbcoll, sorted by name.
+
+    >>> from nbcoll.kernels import all_kernels
+    >>> kernels = all_kernels()                # imports every module of nbcoll first
+    >>> len(kernels) > 50, kernels[0].name
+    (True, 'kernels.combine.combine_max')
+    """
     import_all_modules()
     return [_REGISTRY[key] for key in sorted(_REGISTRY)]

@@ -36,7 +36,10 @@ import numba
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.block_reduce import block_max, block_sum
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import flat_view
 from nbcoll.kernels.registry import register
 
 THREADS = 256
@@ -72,43 +75,6 @@ def softmax_backward_reference(y: np.ndarray, dy: np.ndarray, axis: int = -1, lo
         dx = ys * (dys - (dys * ys).sum(axis=axis, keepdims=True))
     return np.ascontiguousarray(dx.astype(y.dtype))
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Block-wide reductions: every thread of the block calls them with its partial value and gets the total.
-
-
-def _block_sum(scratch, value):
-    tid = cuda.threadIdx.x
-    scratch[tid] = value
-    cuda.syncthreads()
-    step = cuda.blockDim.x // 2
-    while step > 0:
-        if tid < step:
-            scratch[tid] += scratch[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    total = scratch[0]
-    cuda.syncthreads()  # everyone has read the total before the scratch is reused
-    return total
-
-
-def _block_max(scratch, value):
-    tid = cuda.threadIdx.x
-    scratch[tid] = value
-    cuda.syncthreads()
-    step = cuda.blockDim.x // 2
-    while step > 0:
-        if tid < step and scratch[tid + step] > scratch[tid]:
-            scratch[tid] = scratch[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    largest = scratch[0]
-    cuda.syncthreads()
-    return largest
-
-
-block_sum = cuda.jit(device=True)(_block_sum)
-block_max = cuda.jit(device=True)(_block_max)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels, one pair per compute type (float32 serves float16 and float32).
@@ -215,23 +181,21 @@ def _threads(axis_size: int) -> int:
     return min(THREADS, 1 << max(axis_size - 1, 0).bit_length())
 
 
-def _flat(x: Any) -> Any:
-    return x.reshape(x.size) if x.ndim != 1 else x
-
-
 def _forward(x: Any, axis: int, log: bool) -> Any:
     x = _float_input(x, "x")
     if x.ndim == 0:
         raise ValueError("x: softmax needs at least one dimension, got a 0-d array")
+    return _softmax(x, _axis(axis, x.ndim), log)
+
+
+@dispatch(reference=softmax_reference)
+def _softmax(x: Any, axis: int, log: bool) -> Any:
     shape = tuple(int(s) for s in x.shape)
-    axis = _axis(axis, len(shape))
-    if backend.get_backend() == "numpy":
-        return softmax_reference(x, axis, log=log)
     y = memory.empty(shape, x.dtype)
     rows, axis_size, inner = _rows(shape, axis)
     if rows:
         kernel = FORWARD_KERNELS[_compute_dtype(x.dtype).name]
-        kernel[rows, _threads(axis_size)](_flat(x), _flat(y), axis_size, inner, log)
+        kernel[rows, _threads(axis_size)](flat_view(x), flat_view(y), axis_size, inner, log)
     return y
 
 
@@ -243,15 +207,17 @@ def _backward(y: Any, dy: Any, axis: int, log: bool) -> Any:
         raise TypeError(f"y, dy: dtypes must match, got y.dtype={y.dtype} and dy.dtype={dy.dtype}")
     if y.ndim == 0:
         raise ValueError("y: softmax needs at least one dimension, got a 0-d array")
+    return _softmax_backward(y, dy, _axis(axis, y.ndim), log)
+
+
+@dispatch(reference=softmax_backward_reference)
+def _softmax_backward(y: Any, dy: Any, axis: int, log: bool) -> Any:
     shape = tuple(int(s) for s in y.shape)
-    axis = _axis(axis, len(shape))
-    if backend.get_backend() == "numpy":
-        return softmax_backward_reference(y, dy, axis, log=log)
     dx = memory.empty(shape, y.dtype)
     rows, axis_size, inner = _rows(shape, axis)
     if rows:
         kernel = BACKWARD_KERNELS[_compute_dtype(y.dtype).name]
-        kernel[rows, _threads(axis_size)](_flat(y), _flat(dy), _flat(dx), axis_size, inner, log)
+        kernel[rows, _threads(axis_size)](flat_view(y), flat_view(dy), flat_view(dx), axis_size, inner, log)
     return dx
 
 

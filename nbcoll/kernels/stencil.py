@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import blocks_for
 from nbcoll.kernels.registry import register
 
@@ -167,8 +168,11 @@ def conv1d(x: Any, w: Any) -> Any:
     """
     x, w = _inputs(x, w, 1)
     _check_filter(w, MAX_FILTER_1D)
-    if backend.get_backend() == "numpy":
-        return conv1d_reference(x, w)
+    return _conv1d(x, w)
+
+
+@dispatch(reference=conv1d_reference)
+def _conv1d(x: Any, w: Any) -> Any:
     n = max(x.shape[0] - w.shape[0] + 1, 0)
     out = memory.empty((n,), x.dtype)
     if n:
@@ -183,8 +187,11 @@ def conv2d(x: Any, w: Any) -> Any:
     """
     x, w = _inputs(x, w, 2)
     _check_filter(w, MAX_FILTER_2D)
-    if backend.get_backend() == "numpy":
-        return conv2d_reference(x, w)
+    return _conv2d(x, w)
+
+
+@dispatch(reference=conv2d_reference)
+def _conv2d(x: Any, w: Any) -> Any:
     rows, cols = max(x.shape[0] - w.shape[0] + 1, 0), max(x.shape[1] - w.shape[1] + 1, 0)
     out = memory.empty((rows, cols), x.dtype)
     if rows and cols:

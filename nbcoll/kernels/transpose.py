@@ -36,8 +36,9 @@ import numba
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
-from nbcoll.kernels.indexing import contiguous_strides, launch_1d, offset_of_device, size_of
+from nbcoll import memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import contiguous_strides, flat_view, launch_1d, offset_of_device, size_of
 from nbcoll.kernels.registry import register
 
 TILE_DIM = 32
@@ -159,8 +160,7 @@ def swap_block(rows: int, cols: int) -> tuple[int, int]:
 
 def _bits(x: Any) -> Any:
     """``x`` flattened and viewed as unsigned integers of its element width."""
-    flat = x.reshape(max(size_of(x.shape), 1)) if x.ndim != 1 else x
-    return flat.view(_BIT_TYPES[x.dtype.itemsize])
+    return flat_view(x).view(_BIT_TYPES[x.dtype.itemsize])
 
 
 def permute(x: Any, axes: Sequence[int] | None) -> Any:
@@ -173,12 +173,13 @@ def permute(x: Any, axes: Sequence[int] | None) -> Any:
     x = memory.as_device_array(x, "x")
     memory.check_dtype(x.dtype, "x.dtype", allow_bool=True)
     memory.require_contiguous(x, "x")
-    shape = tuple(int(s) for s in x.shape)
-    order = _permutation(axes, len(shape))
-    out_shape = tuple(shape[a] for a in order)
+    return _permute(x, _permutation(axes, x.ndim))
 
-    if backend.get_backend() == "numpy":
-        return permute_reference(x, order)
+
+@dispatch(reference=permute_reference)
+def _permute(x: Any, order: tuple[int, ...]) -> Any:
+    shape = tuple(int(s) for s in x.shape)
+    out_shape = tuple(shape[a] for a in order)
     out = memory.empty(out_shape, x.dtype)
     count = size_of(shape)
     if count == 0:

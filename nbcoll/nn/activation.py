@@ -22,7 +22,10 @@ class ReLU(Module):
 
     Example::
 
-        ReLU()(nbcoll.tensor([-1.0, 2.0]))      # tensor([0., 2.])
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> nn.ReLU()(nbcoll.tensor([-1.0, 2.0])).numpy()
+        array([0., 2.], dtype=float32)
     """
 
     def forward(self, x: Tensor) -> Tensor:
@@ -34,7 +37,10 @@ class Tanh(Module):
 
     Example::
 
-        Tanh()(nbcoll.tensor([0.0]))            # tensor([0.])
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> nn.Tanh()(nbcoll.tensor([0.0])).numpy()
+        array([0.], dtype=float32)
     """
 
     def forward(self, x: Tensor) -> Tensor:
@@ -46,7 +52,10 @@ class Sigmoid(Module):
 
     Example::
 
-        Sigmoid()(nbcoll.tensor([0.0]))         # tensor([0.5])
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> nn.Sigmoid()(nbcoll.tensor([0.0])).numpy()
+        array([0.5], dtype=float32)
     """
 
     def forward(self, x: Tensor) -> Tensor:
@@ -62,8 +71,12 @@ class GELU(Module):
 
     Example::
 
-        GELU()(nbcoll.tensor([1.0]))                         # tensor([0.8413447])
-        GELU(approximate="tanh")(nbcoll.tensor([1.0]))       # tensor([0.841192])
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> nn.GELU()(nbcoll.tensor([1.0])).numpy()
+        array([0.8413447], dtype=float32)
+        >>> nn.GELU(approximate="tanh")(nbcoll.tensor([1.0])).numpy()
+        array([0.841192], dtype=float32)
     """
 
     def __init__(self, approximate: str = "none") -> None:

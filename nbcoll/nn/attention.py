@@ -70,9 +70,17 @@ class MultiheadAttention(Module):
 
     Example::
 
-        attn = nn.MultiheadAttention(embed_dim=16, num_heads=4, batch_first=True)
-        out, weights = attn(x, x, x, is_causal=True)   # x (N, L, 16): out (N, L, 16), weights (N, L, L)
-        out, _ = attn(q, k, v, key_padding_mask=pad)   # pad (N, S) bool: True marks keys to ignore
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> attn = nn.MultiheadAttention(embed_dim=8, num_heads=2, batch_first=True)
+        >>> x = nbcoll.tensor(np.ones((3, 5, 8), np.float32))           # (N, L, E)
+        >>> out, weights = attn(x, x, x, is_causal=True)
+        >>> out.shape, weights.shape
+        ((3, 5, 8), (3, 5, 5))
+        >>> weights.numpy()[0, 1]                                       # position 1 sees positions 0 and 1 only
+        array([0.5, 0.5, 0. , 0. , 0. ], dtype=float32)
+        >>> pad = nbcoll.tensor(np.array([[False] * 4 + [True]] * 3))     # True marks keys to ignore
+        >>> out, _ = attn(x, key_padding_mask=pad)
 
     ``key`` defaults to ``query`` and ``value`` to ``key``. ``attn_mask`` is (L, S) or (N * num_heads, L, S), bool
     (True hides) or float (added to the scores); ``is_causal=True`` hides every later position. ``weights`` are
@@ -185,8 +193,11 @@ class FeedForward(Module):
 
     Example::
 
-        mlp = nn.FeedForward(32, 128)
-        y = mlp(x)                         # x (*, 32) -> (*, 32)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> mlp = nn.FeedForward(8, 32)
+        >>> mlp(nbcoll.tensor(np.ones((2, 3, 8), np.float32))).shape      # (*, 8) -> (*, 8)
+        (2, 3, 8)
 
     GELU is the tanh form by default (GPT-2's); ``approximate="none"`` gives the exact one.
     """
@@ -208,9 +219,15 @@ class TransformerBlock(Module):
 
     Example::
 
-        block = nn.TransformerBlock(embed_dim=32, num_heads=4, causal=True)
-        y = block(x)                               # x (N, L, 32) -> (N, L, 32), each position sees only its past
-        y = block(x, key_padding_mask=pad)         # pad (N, L) bool: True marks padding
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> block = nn.TransformerBlock(embed_dim=8, num_heads=2, causal=True)
+        >>> x = nbcoll.tensor(np.ones((2, 5, 8), np.float32))
+        >>> block(x).shape                                   # (N, L, 8): each position sees only its past
+        (2, 5, 8)
+        >>> pad = nbcoll.tensor(np.array([[False] * 5, [False] * 3 + [True] * 2]))
+        >>> block(x, key_padding_mask=pad).shape             # True marks padding
+        (2, 5, 8)
 
     The sub-modules are ``ln1``, ``attn`` (a batch-first MultiheadAttention: ``q_proj``, ``k_proj``, ``v_proj``,
     ``out_proj``), ``ln2`` and ``mlp`` (``fc_in``, ``fc_out``); ``mlp_ratio`` sets the MLP's width. ``dropout``

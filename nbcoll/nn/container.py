@@ -26,11 +26,16 @@ class Sequential(Module):
 
     Example::
 
-        model = Sequential(Linear(3, 4), Tanh(), Linear(4, 1))
-        model[0]                    # the first Linear
-        model[1:]                   # a Sequential of the last two
-        model = Sequential({"hidden": Linear(3, 4), "act": Tanh()})
-        model.hidden
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+        >>> model(nbcoll.tensor([[1.0, 2.0, 3.0]])).shape
+        (1, 1)
+        >>> model[0], len(model[1:])
+        (Linear(in_features=3, out_features=4, bias=True), 2)
+        >>> named = nn.Sequential({"hidden": nn.Linear(3, 4), "act": nn.Tanh()})
+        >>> named.hidden
+        Linear(in_features=3, out_features=4, bias=True)
     """
 
     def __init__(self, *modules: Module | dict[str, Module]) -> None:
@@ -57,7 +62,13 @@ class Sequential(Module):
         return items[index][1]
 
     def append(self, module: Module) -> Sequential:
-        """Add ``module`` at the end (named by its position); returns self."""
+        """Add ``module`` at the end (named by its position); returns self.
+
+        >>> from nbcoll import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> len(model.append(nn.ReLU()))
+        2
+        """
         self.add_module(str(len(self)), _module(module, "module"))
         return self
 
@@ -72,15 +83,20 @@ class ModuleList(Module):
 
     Example::
 
-        class Deep(Module):
-            def __init__(self):
-                super().__init__()
-                self.layers = ModuleList(Linear(8, 8) for _ in range(4))
-
-            def forward(self, x):
-                for layer in self.layers:
-                    x = layer(x).relu()
-                return x
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> class Deep(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+        ...
+        ...     def forward(self, x):
+        ...         for layer in self.layers:
+        ...             x = layer(x).relu()
+        ...         return x
+        >>> model = Deep()
+        >>> len(list(model.parameters())), model(nbcoll.tensor([[0.5] * 8])).shape
+        (8, (1, 8))
     """
 
     def __init__(self, modules: Iterable[Module] | None = None) -> None:
@@ -118,15 +134,36 @@ class ModuleList(Module):
         self._renumber(modules)
 
     def append(self, module: Module) -> ModuleList:
+        """Add ``module`` at the end; returns self.
+
+        >>> from nbcoll import nn
+        >>> layers = nn.ModuleList([nn.Linear(2, 2)])
+        >>> len(layers.append(nn.Linear(2, 2)))
+        2
+        """
         self._modules[str(len(self))] = _module(module, "module")
         return self
 
     def extend(self, modules: Iterable[Module]) -> ModuleList:
+        """Add every module of ``modules`` at the end; returns self.
+
+        >>> from nbcoll import nn
+        >>> len(nn.ModuleList().extend([nn.ReLU(), nn.Tanh()]))
+        2
+        """
         for module in modules:
             self.append(module)
         return self
 
     def insert(self, index: int, module: Module) -> None:
+        """Put ``module`` before position ``index``; the names are renumbered.
+
+        >>> from nbcoll import nn
+        >>> layers = nn.ModuleList([nn.ReLU(), nn.Tanh()])
+        >>> layers.insert(1, nn.Sigmoid())
+        >>> [type(layer).__name__ for layer in layers]
+        ['ReLU', 'Sigmoid', 'Tanh']
+        """
         modules = list(self._modules.values())
         modules.insert(index, _module(module, "module"))
         self._renumber(modules)
@@ -140,8 +177,12 @@ class ModuleDict(Module):
 
     Example::
 
-        heads = ModuleDict({"digit": Linear(64, 10), "parity": Linear(64, 2)})
-        logits = {name: head(features) for name, head in heads.items()}
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> heads = nn.ModuleDict({"digit": nn.Linear(4, 10), "parity": nn.Linear(4, 2)})
+        >>> features = nbcoll.tensor([[1.0, 2.0, 3.0, 4.0]])
+        >>> {name: head(features).shape for name, head in heads.items()}
+        {'digit': (1, 10), 'parity': (1, 2)}
     """
 
     def __init__(self, modules: dict[str, Module] | None = None) -> None:
@@ -170,12 +211,30 @@ class ModuleDict(Module):
         del self._modules[name]
 
     def keys(self) -> Iterable[str]:
+        """The names, in insertion order.
+
+        >>> from nbcoll import nn
+        >>> list(nn.ModuleDict({"a": nn.ReLU(), "b": nn.Tanh()}).keys())
+        ['a', 'b']
+        """
         return self._modules.keys()
 
     def values(self) -> Iterable[Module]:
+        """The modules, in insertion order.
+
+        >>> from nbcoll import nn
+        >>> list(nn.ModuleDict({"a": nn.ReLU(), "b": nn.Tanh()}).values())
+        [ReLU(), Tanh()]
+        """
         return self._modules.values()
 
     def items(self) -> Iterable[tuple[str, Module]]:
+        """``(name, module)`` pairs, in insertion order.
+
+        >>> from nbcoll import nn
+        >>> list(nn.ModuleDict({"a": nn.ReLU()}).items())
+        [('a', ReLU())]
+        """
         return self._modules.items()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -85,8 +85,11 @@ class Conv2d(Module):
 
     Example::
 
-        conv = nn.Conv2d(1, 4, kernel_size=3, stride=2, padding=1)
-        y = conv(x)                    # x (N, 1, 28, 28) -> y (N, 4, 14, 14)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> conv = nn.Conv2d(1, 4, kernel_size=3, stride=2, padding=1)
+        >>> conv(nbcoll.tensor(np.ones((2, 1, 28, 28), np.float32))).shape
+        (2, 4, 14, 14)
 
     ``OH = (H + 2 * padding - dilation * (KH - 1) - 1) // stride + 1`` (likewise OW). Every parameter starts
     uniform in ``[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` with ``fan_in = in_channels * KH * KW``, PyTorch's default.
@@ -133,8 +136,13 @@ class MaxPool2d(Module):
 
     Example::
 
-        pool = nn.MaxPool2d(2)                 # stride defaults to the kernel size
-        y = pool(x)                            # (N, C, 8, 8) -> (N, C, 4, 4)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> pool = nn.MaxPool2d(2)                  # stride defaults to the kernel size
+        >>> x = nbcoll.tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+        >>> pool(x).numpy()
+        array([[[[ 5.,  7.],
+                 [13., 15.]]]])
 
     ``padding`` may be at most half the kernel size (as in PyTorch), so every window holds an input. PyTorch's
     ``ceil_mode`` and ``return_indices`` are not provided.

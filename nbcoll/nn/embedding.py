@@ -31,8 +31,12 @@ class Embedding(Module):
 
     Example::
 
-        table = Embedding(5, 3, padding_idx=0)
-        table(nbcoll.tensor([4, 0])).shape       # (2, 3); the second row is zeros
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> table = nn.Embedding(5, 3, padding_idx=0)
+        >>> rows = table(nbcoll.tensor([4, 0]))
+        >>> rows.shape, rows.numpy()[1]                  # the padding row is zeros
+        ((2, 3), array([0., 0., 0.], dtype=float32))
     """
 
     def __init__(
@@ -52,6 +56,15 @@ class Embedding(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Draw the table again from N(0, 1), with the ``padding_idx`` row back at zeros.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> table = nn.Embedding(4, 2, padding_idx=0)
+        >>> table.reset_parameters()
+        >>> table.weight.numpy()[0]
+        array([0., 0.], dtype=float32)
+        """
         init.normal_(self.weight)
         if self.padding_idx is not None:
             values = self.weight.numpy()

@@ -27,7 +27,14 @@ def functional_call(module: Module, tensors: dict[str, Tensor], *args: Any, **kw
 
     Example::
 
-        y = functional_call(linear, {"weight": w2}, x)      # linear's forward with weight w2
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> linear = nn.Linear(2, 1, bias=False)
+        >>> w2 = nbcoll.tensor([[1.0, 10.0]])
+        >>> nn.functional_call(linear, {"weight": w2}, nbcoll.tensor([[1.0, 1.0]])).numpy()   # forward with weight w2
+        array([[11.]], dtype=float32)
+        >>> linear.weight is not w2                                                         # the layer's own is back
+        True
     """
     swapped: list[tuple[dict[str, Any], str, Any]] = []
     try:

@@ -35,8 +35,13 @@ class Linear(Module):
 
     Example::
 
-        layer = Linear(3, 2, bias=False)
-        layer.weight.shape          # (2, 3)
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> layer = nn.Linear(3, 2, bias=False)
+        >>> layer.weight.shape
+        (2, 3)
+        >>> layer(nbcoll.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).shape
+        (2, 2)
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = None) -> None:
@@ -52,6 +57,19 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Draw the weight and bias again from their initial distributions (the seed decides the values).
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> nbcoll.manual_seed(0)
+        >>> layer.reset_parameters()
+        >>> first = layer.weight.numpy()
+        >>> nbcoll.manual_seed(0)
+        >>> layer.reset_parameters()
+        >>> bool((layer.weight.numpy() == first).all())         # the same seed, the same start
+        True
+        """
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features)
@@ -71,7 +89,11 @@ class Identity(Module):
 
     Example::
 
-        Identity()(x) is x          # True
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> x = nbcoll.tensor([1.0])
+        >>> nn.Identity()(x) is x
+        True
     """
 
     def forward(self, x: Any) -> Any:

@@ -57,7 +57,10 @@ class MSELoss(Module):
 
     Example::
 
-        MSELoss()(nbcoll.tensor([1.0, 2.0]), nbcoll.tensor([1.0, 4.0]))     # tensor(2.)
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> nn.MSELoss()(nbcoll.tensor([1.0, 2.0]), nbcoll.tensor([1.0, 4.0])).item()
+        2.0
     """
 
     def __init__(self, reduction: str = "mean") -> None:
@@ -84,8 +87,11 @@ class NLLLoss(Module):
 
     Example::
 
-        logp = logits.log_softmax(axis=1)
-        NLLLoss()(logp, nbcoll.tensor([2, 0]))
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> logp = nbcoll.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]).log_softmax(axis=1)
+        >>> round(nn.NLLLoss()(logp, nbcoll.tensor([2, 0])).item(), 4)
+        1.7531
     """
 
     def __init__(self, weight: Any = None, ignore_index: int = -100, reduction: str = "mean") -> None:
@@ -161,8 +167,14 @@ class CrossEntropyLoss(NLLLoss):
 
     Example::
 
-        loss_fn = CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
-        loss = loss_fn(logits, targets)         # logits (N, C), targets (N,) integers
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> logits = nbcoll.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+        >>> round(nn.CrossEntropyLoss()(logits, nbcoll.tensor([0, 1])).item(), 4)
+        0.6691
+        >>> loss_fn = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+        >>> round(loss_fn(logits, nbcoll.tensor([0, 1])).item(), 4)        # only the second row counts
+        1.0986
     """
 
     def __init__(
@@ -226,7 +238,10 @@ class BCEWithLogitsLoss(Module):
 
     Example::
 
-        BCEWithLogitsLoss()(nbcoll.tensor([0.0, 3.0]), nbcoll.tensor([1.0, 0.0]))
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> round(nn.BCEWithLogitsLoss()(nbcoll.tensor([0.0, 1000.0]), nbcoll.tensor([1.0, 1.0])).item(), 4)
+        0.3466
     """
 
     def __init__(self, weight: Any = None, reduction: str = "mean", pos_weight: Any = None) -> None:

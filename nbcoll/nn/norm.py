@@ -29,8 +29,14 @@ class LayerNorm(Module):
 
     Example::
 
-        norm = LayerNorm((4, 5))
-        norm(x)                     # x of shape (*, 4, 5): every 4 x 5 block normalised on its own
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> norm = nn.LayerNorm(4)
+        >>> y = norm(nbcoll.tensor([[1.0, 2.0, 3.0, 4.0]]))
+        >>> round(float(y.numpy().mean()), 6), round(float(y.numpy().std()), 3)
+        (0.0, 1.0)
+        >>> nn.LayerNorm((4, 5))(nbcoll.tensor(np.ones((2, 4, 5), np.float32))).shape   # every 4 x 5 block on its own
+        (2, 4, 5)
     """
 
     def __init__(

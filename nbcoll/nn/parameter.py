@@ -32,8 +32,11 @@ class Parameter(Tensor):
 
     Example::
 
-        w = Parameter(np.zeros((2, 3), np.float32))
-        w.requires_grad            # True
+        >>> import numpy as np
+        >>> from nbcoll import nn
+        >>> w = nn.Parameter(np.zeros((2, 3), np.float32))
+        >>> w.requires_grad, w.is_leaf, w.shape
+        (True, True, (2, 3))
     """
 
     def __init__(self, data: Any, requires_grad: bool = True) -> None:

@@ -130,10 +130,14 @@ class RNNCell(_Cell):
 
     Example::
 
-        cell = nn.RNNCell(10, 20)
-        h = None
-        for x_t in xs:                     # each (batch, 10)
-            h = cell(x_t, h)               # (batch, 20); h=None starts from zeros
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> cell = nn.RNNCell(10, 20)
+        >>> h = None
+        >>> for x_t in nbcoll.tensor(np.ones((3, 4, 10), np.float32)):   # 3 steps of (batch 4, 10)
+        ...     h = cell(x_t, h)                                        # h=None starts from zeros
+        >>> h.shape
+        (4, 20)
     """
 
     def __init__(
@@ -160,9 +164,14 @@ class LSTMCell(_Cell):
 
     Example::
 
-        cell = nn.LSTMCell(10, 20)
-        h, c = cell(x_t)                   # x_t (batch, 10); state starts from zeros
-        h, c = cell(x_next, (h, c))        # both (batch, 20)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> cell = nn.LSTMCell(10, 20)
+        >>> x_t = nbcoll.tensor(np.ones((4, 10), np.float32))
+        >>> h, c = cell(x_t)                    # the state starts from zeros
+        >>> h, c = cell(x_t, (h, c))
+        >>> h.shape, c.shape
+        ((4, 20), (4, 20))
     """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
@@ -181,9 +190,13 @@ class GRUCell(_Cell):
 
     Example::
 
-        cell = nn.GRUCell(10, 20)
-        h = cell(x_t)                      # x_t (batch, 10) -> (batch, 20)
-        h = cell(x_next, h)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> cell = nn.GRUCell(10, 20)
+        >>> x_t = nbcoll.tensor(np.ones((4, 10), np.float32))
+        >>> h = cell(x_t)
+        >>> cell(x_t, h).shape
+        (4, 20)
     """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype: Any = None) -> None:
@@ -301,9 +314,14 @@ class RNN(_Recurrent):
 
     Example::
 
-        rnn = nn.RNN(10, 20, num_layers=2)
-        output, h_n = rnn(x)               # x (seq, batch, 10): output (seq, batch, 20), h_n (2, batch, 20)
-        output, h_n = rnn(x, h_n)          # continue from a state
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> rnn = nn.RNN(10, 20, num_layers=2)
+        >>> x = nbcoll.tensor(np.ones((7, 4, 10), np.float32))      # (seq, batch, 10)
+        >>> output, h_n = rnn(x)
+        >>> output.shape, h_n.shape
+        ((7, 4, 20), (2, 4, 20))
+        >>> output, h_n = rnn(x, h_n)                              # continue from a state
 
     With ``batch_first=True`` the input and output are (batch, seq, features); h_n stays (layers, batch, hidden).
     An unbatched input (seq, features) gives (seq, hidden) and (layers, hidden).
@@ -338,8 +356,12 @@ class GRU(_Recurrent):
 
     Example::
 
-        gru = nn.GRU(10, 20, batch_first=True)
-        output, h_n = gru(x)               # x (batch, seq, 10): output (batch, seq, 20), h_n (1, batch, 20)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> gru = nn.GRU(10, 20, batch_first=True)
+        >>> output, h_n = gru(nbcoll.tensor(np.ones((4, 7, 10), np.float32)))     # (batch, seq, 10)
+        >>> output.shape, h_n.shape
+        ((4, 7, 20), (1, 4, 20))
     """
 
     def __init__(
@@ -363,9 +385,14 @@ class LSTM(_Recurrent):
 
     Example::
 
-        lstm = nn.LSTM(10, 20, num_layers=2)
-        output, (h_n, c_n) = lstm(x)       # x (seq, batch, 10): output (seq, batch, 20), h_n, c_n (2, batch, 20)
-        output, (h_n, c_n) = lstm(x_next, (h_n, c_n))
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> lstm = nn.LSTM(10, 20, num_layers=2)
+        >>> x = nbcoll.tensor(np.ones((7, 4, 10), np.float32))     # (seq, batch, 10)
+        >>> output, (h_n, c_n) = lstm(x)
+        >>> output.shape, h_n.shape, c_n.shape
+        ((7, 4, 20), (2, 4, 20), (2, 4, 20))
+        >>> output, (h_n, c_n) = lstm(x, (h_n, c_n))              # continue from a state
     """
 
     def __init__(

@@ -24,8 +24,13 @@ class Residual(Module):
 
     Example::
 
-        block = Residual(Linear(4, 4))
-        block(x).shape == x.shape   # True
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> x = nbcoll.tensor([[1.0, 2.0, 3.0, 4.0]])
+        >>> nn.Residual(nn.Linear(4, 4))(x).shape == x.shape
+        True
+        >>> nn.Residual(nn.Linear(4, 2), projection=nn.Linear(4, 2, bias=False))(x).shape
+        (1, 2)
     """
 
     def __init__(self, block: Module, projection: Module | None = None) -> None:

@@ -52,6 +52,16 @@ def check_input(
     """``x`` as a Tensor, or ``ValueError`` naming the layer, the expected shape(s) and the actual shape.
 
     With ``dtype`` (the layer's parameters' dtype), an input of another dtype is a ``TypeError`` that says so.
+
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll import nn
+    >>> layer = nn.Linear(3, 2)
+    >>> nn.check_input(layer, nbcoll.tensor(np.zeros((5, 3), np.float32)), (..., 3)).shape
+    (5, 3)
+    >>> nn.check_input(layer, nbcoll.tensor(np.zeros((5, 4), np.float32)), (..., 3))
+    Traceback (most recent call last):
+        ...
+    ValueError: Linear(in_features=3, out_features=2, bias=True): expected input of shape (*, 3), got (5, 4)
     """
     if not isinstance(x, Tensor):
         if isinstance(x, np.ndarray):

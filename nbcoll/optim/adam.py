@@ -24,10 +24,18 @@ class Adam(Optimizer):
 
     Example::
 
-        optimizer = nbcoll.optim.Adam(model.parameters(), lr=1e-3)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> model = nn.Linear(2, 1)
+        >>> optimizer = nbcoll.optim.Adam(model.parameters(), lr=1e-3)
+        >>> before = model.weight.numpy()
+        >>> optimizer.zero_grad()
+        >>> model(nbcoll.tensor([[1.0, -1.0]])).sum().backward()
+        >>> optimizer.step()
+        >>> (model.weight.numpy() - before).round(6)        # Adam's first step: lr * sign(grad)
+        array([[-0.001,  0.001]], dtype=float32)
+        >>> sorted(optimizer.state[model.weight])
+        ['exp_avg', 'exp_avg_sq', 'step']
 
     ``state[param]`` holds ``step`` (an int), ``exp_avg`` and ``exp_avg_sq`` (the two moment estimates).
     PyTorch's ``amsgrad`` and ``maximize`` variants are not offered, and its ``foreach``/``fused`` switches have
@@ -84,8 +92,14 @@ class AdamW(Adam):
 
     Example::
 
-        optimizer = nbcoll.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        optimizer.step()
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> model = nn.Linear(2, 1)
+        >>> optimizer = nbcoll.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        >>> model(nbcoll.tensor([[1.0, -1.0]])).sum().backward()
+        >>> optimizer.step()
+        >>> optimizer.param_groups[0]["weight_decay"]
+        0.01
 
     The decay shrinks the parameter directly, ``p *= 1 - lr * weight_decay``, instead of entering the gradient
     where the moment estimates would rescale it.

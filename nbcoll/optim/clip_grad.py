@@ -26,9 +26,13 @@ def clip_grad_norm_(
 
     Example::
 
-        loss.backward()
-        norm = nbcoll.optim.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        optimizer.step()
+        >>> import nbcoll
+        >>> w = nbcoll.tensor([0.0, 0.0], requires_grad=True)
+        >>> (w * nbcoll.tensor([3.0, 4.0])).sum().backward()          # w.grad = [3, 4], norm 5
+        >>> nbcoll.optim.clip_grad_norm_([w], max_norm=1.0)           # returns the norm before clipping
+        5.0
+        >>> w.grad.numpy().round(4)
+        array([0.6, 0.8], dtype=float32)
 
     Parameters without a gradient are skipped. ``norm_type`` is 2 or ``math.inf``. A NaN or infinite norm is
     returned as it is (gradients untouched), or raised with ``error_if_nonfinite=True``.

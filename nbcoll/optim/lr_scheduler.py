@@ -19,11 +19,15 @@ class LRScheduler:
 
     Example::
 
-        scheduler = StepLR(optimizer, step_size=10, gamma=0.5)
-        for epoch in range(30):
-            train_one_epoch()
-            scheduler.step()
-        scheduler.get_last_lr()         # [lr * 0.5 ** 3]
+        >>> import nbcoll
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=0.8)
+        >>> scheduler = optim.StepLR(optimizer, step_size=10, gamma=0.5)
+        >>> for epoch in range(30):
+        ...     optimizer.step()                  # one epoch of training
+        ...     scheduler.step()
+        >>> scheduler.get_last_lr()             # 0.8 * 0.5 ** 3
+        [0.1]
     """
 
     def __init__(self, optimizer: Optimizer) -> None:
@@ -37,24 +41,60 @@ class LRScheduler:
         self.step()
 
     def lr_at(self, base_lr: float, epoch: int) -> float:
+        """The learning rate of epoch ``epoch`` for a group that started at ``base_lr``; each schedule defines it.
+
+        >>> from nbcoll import nn, optim
+        >>> scheduler = optim.StepLR(optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0), step_size=2, gamma=0.5)
+        >>> [scheduler.lr_at(1.0, epoch) for epoch in range(5)]
+        [1.0, 1.0, 0.5, 0.5, 0.25]
+        """
         raise NotImplementedError
 
     def step(self) -> None:
-        """Advance one epoch and set every group's learning rate for it."""
+        """Advance one epoch and set every group's learning rate for it.
+
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0)
+        >>> scheduler = optim.StepLR(optimizer, step_size=1, gamma=0.5)
+        >>> scheduler.step()
+        >>> optimizer.param_groups[0]["lr"]
+        0.5
+        """
         self.last_epoch += 1
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = self.lr_at(base, self.last_epoch)
 
     def get_last_lr(self) -> list[float]:
-        """The learning rate of every group, as last set."""
+        """The learning rate of every group, as last set.
+
+        >>> from nbcoll import nn, optim
+        >>> scheduler = optim.StepLR(optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1), step_size=5)
+        >>> scheduler.get_last_lr()
+        [0.1]
+        """
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything but the optimizer: the settings, ``base_lrs`` and ``last_epoch``."""
+        """Everything but the optimizer: the settings, ``base_lrs`` and ``last_epoch``.
+
+        >>> from nbcoll import nn, optim
+        >>> scheduler = optim.StepLR(optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1), step_size=5)
+        >>> scheduler.state_dict()
+        {'step_size': 5, 'gamma': 0.1, 'base_lrs': [0.1], 'last_epoch': 0}
+        """
         return {k: v for k, v in vars(self).items() if k != "optimizer"}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s values and set the learning rates of the restored epoch."""
+        """Restore :meth:`state_dict`'s values and set the learning rates of the restored epoch.
+
+        >>> from nbcoll import nn, optim
+        >>> make = lambda: optim.StepLR(optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0), step_size=1, gamma=0.5)
+        >>> first, resumed = make(), make()
+        >>> first.step(); first.step()
+        >>> resumed.load_state_dict(first.state_dict())
+        >>> resumed.get_last_lr()
+        [0.25]
+        """
         vars(self).update({k: v for k, v in state_dict.items() if k != "optimizer"})
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = self.lr_at(base, self.last_epoch)
@@ -67,7 +107,11 @@ class StepLR(LRScheduler):
 
     Example::
 
-        scheduler = nbcoll.optim.StepLR(optimizer, step_size=30, gamma=0.1)   # PyTorch's default gamma
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0)
+        >>> scheduler = optim.StepLR(optimizer, step_size=30, gamma=0.1)   # PyTorch's default gamma
+        >>> scheduler.lr_at(1.0, 29), scheduler.lr_at(1.0, 30)
+        (1.0, 0.1)
     """
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1) -> None:
@@ -85,11 +129,16 @@ class CosineWarmupLR(LRScheduler):
 
     Example::
 
-        scheduler = nbcoll.optim.CosineWarmupLR(optimizer, warmup_steps=100, total_steps=1000)
-        for batch in loader:
-            ...
-            optimizer.step()
-            scheduler.step()
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0)
+        >>> scheduler = optim.CosineWarmupLR(optimizer, warmup_steps=4, total_steps=12)
+        >>> lrs = []
+        >>> for step in range(14):
+        ...     lrs.append(round(scheduler.get_last_lr()[0], 3))
+        ...     optimizer.step()
+        ...     scheduler.step()
+        >>> lrs
+        [0.25, 0.5, 0.75, 1.0, 1.0, 0.962, 0.854, 0.691, 0.5, 0.309, 0.146, 0.038, 0.0, 0.0]
 
     With ``w = warmup_steps`` and ``T = total_steps``::
 

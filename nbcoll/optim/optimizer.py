@@ -35,11 +35,17 @@ class Optimizer:
 
     Example::
 
-        optimizer = nbcoll.optim.SGD(model.parameters(), lr=0.1)
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
-            optimizer.step()
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> model = nn.Linear(1, 1, bias=False)
+        >>> _ = nn.init.ones_(model.weight)
+        >>> optimizer = nbcoll.optim.SGD(model.parameters(), lr=0.1)
+        >>> for step in range(3):
+        ...     optimizer.zero_grad()
+        ...     ((model(nbcoll.tensor([[1.0]])) - 2.0) ** 2).sum().backward()
+        ...     optimizer.step()
+        >>> round(model.weight.item(), 4)             # moving from 1 towards 2
+        1.488
 
     Subclasses implement :meth:`_update` for one parameter; :meth:`step` calls it for every parameter that has a
     gradient. ``state[param]`` is a dict of device arrays and numbers (momentum buffers, step counts).
@@ -60,7 +66,15 @@ class Optimizer:
             self.add_param_group(group)
 
     def add_param_group(self, group: dict[str, Any]) -> None:
-        """Add a group of parameters with its own hyper-parameters; the defaults fill in the rest."""
+        """Add a group of parameters with its own hyper-parameters; the defaults fill in the rest.
+
+        >>> from nbcoll import nn, optim
+        >>> body, head = nn.Linear(2, 2), nn.Linear(2, 1)
+        >>> optimizer = optim.SGD(body.parameters(), lr=0.1)
+        >>> optimizer.add_param_group({"params": head.parameters(), "lr": 0.01})
+        >>> [group["lr"] for group in optimizer.param_groups]
+        [0.1, 0.01]
+        """
         if not isinstance(group, dict) or "params" not in group:
             raise TypeError("param_groups: each group must be a dict with a 'params' entry")
         params = group["params"]
@@ -89,7 +103,17 @@ class Optimizer:
             raise ValueError(f"lr: must be >= 0, got {group['lr']}")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget every parameter's gradient (``grad = None``, the default) or fill it with zeros."""
+        """Forget every parameter's gradient (``grad = None``, the default) or fill it with zeros.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn, optim
+        >>> model = nn.Linear(2, 1)
+        >>> optimizer = optim.SGD(model.parameters(), lr=0.1)
+        >>> model(nbcoll.tensor([[1.0, 2.0]])).sum().backward()
+        >>> optimizer.zero_grad()
+        >>> print(model.weight.grad)
+        None
+        """
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -100,7 +124,17 @@ class Optimizer:
                     p.grad = Tensor._from_array(full(p.shape, 0, p.dtype))
 
     def step(self) -> None:
-        """Update every parameter that has a gradient, one fused kernel launch per parameter."""
+        """Update every parameter that has a gradient, one fused kernel launch per parameter.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn, optim
+        >>> w = nn.Parameter(nbcoll.tensor([1.0, 1.0]))
+        >>> optimizer = optim.SGD([w], lr=0.5)
+        >>> (w * nbcoll.tensor([1.0, -1.0])).sum().backward()
+        >>> optimizer.step()                          # w -= lr * grad
+        >>> w.numpy()
+        array([0.5, 1.5], dtype=float32)
+        """
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -117,6 +151,16 @@ class Optimizer:
 
         Parameters are numbered in the order of the groups, as PyTorch does, so the dict can be saved with
         :func:`nbcoll.save` and loaded into an optimizer built the same way over another copy of the model.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn, optim
+        >>> w = nn.Parameter(nbcoll.tensor([1.0]))
+        >>> optimizer = optim.SGD([w], lr=0.5, momentum=0.9)
+        >>> (w * 2).sum().backward()
+        >>> optimizer.step()
+        >>> state = optimizer.state_dict()
+        >>> state["state"], state["param_groups"][0]["params"]
+        ({0: {'momentum_buffer': array([2.], dtype=float32)}}, [0])
         """
         index: dict[int, int] = {}
         groups = []
@@ -133,7 +177,19 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore hyper-parameters and state saved by :meth:`state_dict`; the groups must match in size."""
+        """Restore hyper-parameters and state saved by :meth:`state_dict`; the groups must match in size.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn, optim
+        >>> w = nn.Parameter(nbcoll.tensor([1.0]))
+        >>> optimizer = optim.SGD([w], lr=0.5, momentum=0.9)
+        >>> (w * 2).sum().backward()
+        >>> optimizer.step()
+        >>> resumed = optim.SGD([nn.Parameter(nbcoll.tensor([1.0]))], lr=0.1, momentum=0.9)
+        >>> resumed.load_state_dict(optimizer.state_dict())
+        >>> resumed.param_groups[0]["lr"], list(resumed.state.values())[0]["momentum_buffer"]
+        (0.5, array([2.], dtype=float32))
+        """
         groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
         if groups is None or "state" not in state_dict:
             raise ValueError("state_dict: expected a dict with 'state' and 'param_groups', from Optimizer.state_dict()")

@@ -24,10 +24,16 @@ class SGD(Optimizer):
 
     Example::
 
-        optimizer = nbcoll.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> w = nn.Parameter(nbcoll.tensor([1.0]))
+        >>> optimizer = nbcoll.optim.SGD([w], lr=0.1, momentum=0.9, nesterov=True)
+        >>> for step in range(2):
+        ...     optimizer.zero_grad()
+        ...     (w * 1.0).sum().backward()          # gradient 1 each step
+        ...     optimizer.step()
+        >>> round(w.item(), 4)
+        0.539
 
     The defaults are PyTorch's: ``lr=1e-3``, no momentum, no dampening, no weight decay. The momentum buffer of
     a parameter is ``state[param]["momentum_buffer"]``, created on its first step.

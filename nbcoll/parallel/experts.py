@@ -94,8 +94,14 @@ class MixtureOfExperts(Module):
 
     Example::
 
-        moe = MixtureOfExperts(8, 16, num_experts=4, comm=comm, top_k=1)   # Switch routing
-        y = moe(x); moe.aux_loss; moe.dropped                               # output, balance loss, drops so far
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll.parallel import MixtureOfExperts
+        >>> comm = nbcoll.init()                       # one rank holds every expert and exchanges nothing
+        >>> moe = MixtureOfExperts(8, 16, num_experts=4, comm=comm, top_k=1)      # Switch routing
+        >>> y = moe(nbcoll.tensor(np.random.default_rng(0).random((6, 8)).astype(np.float32)))
+        >>> y.shape, len(moe.experts), moe.aux_loss.shape                         # output, experts here, balance loss
+        ((6, 8), 4, ())
+        >>> comm.destroy()
 
     ``experts`` holds this rank's experts only (``num_experts / comm.size`` of them); a one-rank ``comm`` holds
     them all and exchanges nothing, which is the reference the spread layer is checked against.
@@ -184,10 +190,29 @@ class MixtureOfExperts(Module):
         return y.reshape(*shape)
 
     def expert_parameters(self) -> list:
+        """The parameters of this rank's experts: each rank trains its own, so their gradients are not summed.
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import MixtureOfExperts
+        >>> comm = nbcoll.init()
+        >>> moe = MixtureOfExperts(8, 16, num_experts=2, comm=comm)
+        >>> len(list(moe.expert_parameters())), len(list(moe.shared_parameters()))
+        (8, 1)
+        >>> comm.destroy()
+        """
         return list(self.experts.parameters())
 
     def shared_parameters(self) -> list:
-        """The replicated parameters (the gate): their gradients are summed over ranks after backward."""
+        """The replicated parameters (the gate): their gradients are summed over ranks after backward.
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import MixtureOfExperts
+        >>> comm = nbcoll.init()
+        >>> moe = MixtureOfExperts(8, 16, num_experts=2, comm=comm)
+        >>> [p.shape for p in moe.shared_parameters()]
+        [(2, 8)]
+        >>> comm.destroy()
+        """
         return list(self.gate.parameters())
 
     def extra_repr(self) -> str:

@@ -279,9 +279,17 @@ class Shard:
 
     Example::
 
-        whole = np.zeros(shard.shape)
-        for shard in shards_of_every_rank:
-            shard.place(whole)           # whole[row_offset : row_offset + valid_rows] = local[:valid_rows]
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import fully_shard
+        >>> comm = nbcoll.init()
+        >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
+        >>> shard = model.state_dict()["0.weight"]
+        >>> whole = np.zeros(shard.shape)
+        >>> shard.place(whole)           # whole[row_offset : row_offset + valid_rows] = local[:valid_rows]
+        >>> shard.shape, whole.shape
+        ((2, 3), (2, 3))
+        >>> comm.destroy()
     """
 
     local: np.ndarray
@@ -290,7 +298,21 @@ class Shard:
     shape: tuple[int, ...]
 
     def place(self, whole: np.ndarray) -> None:
-        """Write this rank's rows, without padding, into ``whole`` (an array of the whole parameter's shape)."""
+        """Write this rank's rows, without padding, into ``whole`` (an array of the whole parameter's shape).
+
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import fully_shard
+        >>> comm = nbcoll.init()
+        >>> model = fully_shard(nn.Sequential(nn.Linear(2, 2, bias=False)), comm)
+        >>> _ = nn.init.ones_(model[0].weight)
+        >>> whole = np.zeros((2, 2))
+        >>> model.state_dict()["0.weight"].place(whole)     # on one rank, the shard is every row
+        >>> whole
+        array([[1., 1.],
+               [1., 1.]])
+        >>> comm.destroy()
+        """
         if tuple(whole.shape) != self.shape:
             raise ValueError(f"whole: expected an array of the whole parameter's shape {self.shape}, got {whole.shape}")
         whole[self.row_offset : self.row_offset + self.valid_rows] = self.local[: self.valid_rows]
@@ -303,6 +325,15 @@ def sharded_state_dict(module: Module) -> dict[str, Any]:
     """Name -> :class:`Shard` of each sharded parameter, name -> array of each persistent buffer; no communication.
 
     ``fully_shard`` makes this the model's ``state_dict()``.
+
+    >>> import nbcoll
+    >>> from nbcoll import nn
+    >>> from nbcoll.parallel import fully_shard, sharded_state_dict
+    >>> comm = nbcoll.init()
+    >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
+    >>> {name: type(value).__name__ for name, value in sharded_state_dict(model).items()}
+    {'0.weight': 'Shard', '0.bias': 'Shard'}
+    >>> comm.destroy()
     """
     state = {name: tensor.numpy() for name, tensor in Module.state_dict(module, keep_vars=True).items()}
     for prefix, layer in module.named_modules():
@@ -323,6 +354,18 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
     Returns ``module``, whose ``parameters()`` are now this rank's shards and whose ``state_dict()`` is
     :func:`sharded_state_dict`. With ``reshard_after_forward=False`` each unit keeps the parameters it gathered in
     forward until its backward, which then gathers nothing (see the module docstring).
+
+    >>> import nbcoll
+    >>> from nbcoll import nn
+    >>> from nbcoll.parallel import fully_shard
+    >>> comm = nbcoll.init()                      # one rank here; under mpiexec -n 4, a quarter of each layer
+    >>> model = fully_shard(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), comm)
+    >>> optimizer = nbcoll.optim.SGD(model.parameters(), lr=0.1)    # built after fully_shard: over the shards
+    >>> model(nbcoll.tensor([[1.0, 2.0, 3.0, 4.0]])).sum().backward()
+    >>> optimizer.step()
+    >>> [p.shape for p in model.parameters()]
+    [(8, 4), (8,), (2, 8), (2,)]
+    >>> comm.destroy()
     """
     if not isinstance(module, Module):
         raise TypeError(f"module: expected an nbcoll.nn.Module, got {type(module).__name__}")
@@ -359,7 +402,17 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
 
 
 def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
-    """Collective: name -> the whole parameter (a NumPy array) of a fully sharded module, on every rank."""
+    """Collective: name -> the whole parameter (a NumPy array) of a fully sharded module, on every rank.
+
+    >>> import nbcoll
+    >>> from nbcoll import nn
+    >>> from nbcoll.parallel import fully_shard, gathered_parameters
+    >>> comm = nbcoll.init()
+    >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
+    >>> {name: array.shape for name, array in gathered_parameters(model).items()}
+    {'0.weight': (2, 3), '0.bias': (2,)}
+    >>> comm.destroy()
+    """
     result = {}
     for prefix, layer in module.named_modules():
         unit = getattr(layer, "_fully_sharded", None)

@@ -39,9 +39,15 @@ class DeviceMesh:
 
     Example::
 
-        mesh = DeviceMesh(comm, dp=2, pp=2)
-        stage_comm = mesh["pp"]                    # the pipeline this rank belongs to
-        mesh.size("dp"), mesh.coord("dp")          # (2, this rank's data-parallel index)
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()                       # under mpiexec -n 4: DeviceMesh(comm, dp=2, pp=2)
+        >>> mesh = DeviceMesh(comm, dp=1, pp=1)
+        >>> stage_comm = mesh["pp"]                    # the pipeline this rank belongs to
+        >>> mesh.size("dp"), mesh.coord("dp"), stage_comm.size
+        (1, 0, 1)
+        >>> mesh.destroy()
+        >>> comm.destroy()
 
     Every rank of ``comm`` must build the mesh with the same sizes (``split`` is collective).
     """
@@ -65,14 +71,32 @@ class DeviceMesh:
             self._comms[dim] = comm.split(color, key=self.coords[dim])
 
     def coords_of(self, rank: int) -> dict[str, int]:
-        """The coordinate of ``rank`` on every dimension (the mixed-radix digits of the rank)."""
+        """The coordinate of ``rank`` on every dimension (the mixed-radix digits of the rank).
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()
+        >>> mesh = DeviceMesh(comm)
+        >>> mesh.coords_of(0)
+        {'pp': 0, 'dp': 0, 'ep': 0, 'tp': 0}
+        >>> mesh.destroy(); comm.destroy()
+        """
         coords = {}
         for dim in reversed(DIMS):
             rank, coords[dim] = divmod(rank, self.shape[dim])
         return {dim: coords[dim] for dim in DIMS}
 
     def rank_of(self, **coords: int) -> int:
-        """The rank at ``coords`` (missing dimensions are 0): ``mesh.rank_of(dp=1, tp=0)``."""
+        """The rank at ``coords`` (missing dimensions are 0): ``mesh.rank_of(dp=1, tp=0)``.
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()
+        >>> mesh = DeviceMesh(comm)
+        >>> mesh.rank_of(dp=0, tp=0)
+        0
+        >>> mesh.destroy(); comm.destroy()
+        """
         rank = 0
         for dim in DIMS:
             rank = rank * self.shape[dim] + coords.get(dim, 0)
@@ -85,13 +109,43 @@ class DeviceMesh:
         return self._comms[dim]
 
     def size(self, dim: str) -> int:
+        """The number of ranks along dimension ``dim`` (``"dp"``, ``"tp"``, ``"pp"`` or ``"ep"``).
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()
+        >>> mesh = DeviceMesh(comm, tp=comm.size)
+        >>> mesh.size("tp") == comm.size, mesh.size("pp")
+        (True, 1)
+        >>> mesh.destroy(); comm.destroy()
+        """
         return self[dim].size
 
     def coord(self, dim: str) -> int:
+        """This rank's index along dimension ``dim``.
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()
+        >>> mesh = DeviceMesh(comm)
+        >>> mesh.coord("dp") == comm.rank
+        True
+        >>> mesh.destroy(); comm.destroy()
+        """
         return self[dim].rank
 
     def destroy(self) -> None:
-        """Free the communicators the mesh built (not the one it was given)."""
+        """Free the communicators the mesh built (not the one it was given).
+
+        >>> import nbcoll
+        >>> from nbcoll.parallel import DeviceMesh
+        >>> comm = nbcoll.init()
+        >>> mesh = DeviceMesh(comm)
+        >>> mesh.destroy()
+        >>> comm.closed                                # the given communicator stays open
+        False
+        >>> comm.destroy()
+        """
         for sub in self._comms.values():
             sub.destroy()
 

@@ -57,9 +57,18 @@ class Pipeline:
 
     Example::
 
-        pipe = Pipeline([first_half, second_half], comm, chunks=4, schedule="gpipe")
-        loss = pipe.step(inputs, targets, loss_fn)   # the mean loss of the batch, on every rank
-        pipe.actions_run, pipe.peak_in_flight        # what this stage ran, and the activations it held at once
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import Pipeline
+        >>> comm = nbcoll.init()                       # one stage per rank: here the only stage is the model
+        >>> stages = [nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))]
+        >>> pipe = Pipeline(stages, comm, chunks=2, schedule="gpipe")
+        >>> inputs = nbcoll.tensor(np.ones((4, 4), np.float32))
+        >>> targets = nbcoll.tensor([0, 1, 0, 1])
+        >>> loss = pipe.step(inputs, targets, nn.CrossEntropyLoss())   # the mean loss of the batch, on every rank
+        >>> loss > 0, pipe.peak_in_flight              # the activations this stage held at once
+        (True, 2)
+        >>> comm.destroy()
 
     ``stages`` are all the stages, one per rank (every rank builds them alike, so they start from the same
     weights); this rank keeps ``stages[comm.rank]``. ``inputs`` are read on the first stage, ``targets`` on the
@@ -82,6 +91,17 @@ class Pipeline:
         self.peak_activation_bytes = 0
 
     def parameters(self) -> Iterator[Parameter]:
+        """The parameters of this rank's stage, for its optimizer.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import Pipeline
+        >>> comm = nbcoll.init()
+        >>> pipe = Pipeline([nn.Linear(4, 2)], comm)
+        >>> [p.shape for p in pipe.parameters()]
+        [(2, 4), (2,)]
+        >>> comm.destroy()
+        """
         return self.stage.parameters()
 
     # -- messages --------------------------------------------------------------------------------------------
@@ -131,6 +151,17 @@ class Pipeline:
         """Forward and backward of every micro-batch in schedule order; returns the batch's mean loss everywhere.
 
         Gradients are added into the stage's parameters' ``.grad`` (zero them before, as usual).
+
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import Pipeline
+        >>> comm = nbcoll.init()
+        >>> pipe = Pipeline([nn.Linear(3, 1)], comm, chunks=2, schedule="1f1b")
+        >>> x, y = nbcoll.tensor(np.ones((4, 3), np.float32)), nbcoll.tensor(np.zeros((4, 1), np.float32))
+        >>> loss = pipe.step(x, y, nn.MSELoss())
+        >>> [p.grad is not None for p in pipe.parameters()]
+        [True, True]
+        >>> comm.destroy()
         """
         # Checked wherever given (not only where used), so that bad input fails on every rank rather than leaving
         # a neighbour waiting for a message.
@@ -189,7 +220,19 @@ class Pipeline:
         return float(memory.to_host(out)[0])
 
     def gather_actions(self) -> list[list[Action]]:
-        """Collective: the actions every stage ran in the last ``step``, in order, for :func:`timeline`."""
+        """Collective: the actions every stage ran in the last ``step``, in order, for :func:`timeline`.
+
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import Pipeline
+        >>> comm = nbcoll.init()
+        >>> pipe = Pipeline([nn.Linear(3, 1)], comm, chunks=2)
+        >>> x, y = nbcoll.tensor(np.ones((2, 3), np.float32)), nbcoll.tensor(np.zeros((2, 1), np.float32))
+        >>> loss = pipe.step(x, y, nn.MSELoss())
+        >>> pipe.gather_actions()
+        [[('F', 0), ('F', 1), ('B', 0), ('B', 1)]]
+        >>> comm.destroy()
+        """
         codes = np.array([2 * i + (kind == "B") for kind, i in self.actions_run], np.int64)
         everyone = memory.zeros(self.comm.size * len(codes), np.int64)
         self.comm.all_gather(memory.to_device(codes), everyone)

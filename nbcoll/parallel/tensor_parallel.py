@@ -118,9 +118,16 @@ class ColumnParallelLinear(Module):
 
     Example::
 
-        layer = ColumnParallelLinear(8, 12, comm)         # on 4 ranks: weight (3, 8), bias (3,)
-        y_r = layer(x)                                    # (.., 3): this rank's slice of the 12 features
-        y = ColumnParallelLinear(8, 12, comm, gather_output=True)(x)   # (.., 12) on every rank
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll.parallel import ColumnParallelLinear
+        >>> comm = nbcoll.init()                       # on 4 ranks: weight (3, 8), bias (3,)
+        >>> layer = ColumnParallelLinear(8, 12, comm)
+        >>> x = nbcoll.tensor(np.ones((2, 8), np.float32))
+        >>> layer.weight.shape, layer(x).shape         # this rank's slice of the 12 features
+        ((12, 8), (2, 12))
+        >>> ColumnParallelLinear(8, 12, comm, gather_output=True)(x).shape     # all 12 on every rank
+        (2, 12)
+        >>> comm.destroy()
 
     ``copy_input=False`` leaves out ``f`` when the caller has applied it already (q, k and v share one input).
     """
@@ -164,8 +171,14 @@ class RowParallelLinear(Module):
 
     Example::
 
-        layer = RowParallelLinear(12, 8, comm)            # on 4 ranks: weight (8, 3), bias (8,) replicated
-        y = layer(x_r)                                    # x_r (.., 3) this rank's features -> (.., 8) full
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll.parallel import RowParallelLinear
+        >>> comm = nbcoll.init()                       # on 4 ranks: weight (8, 3), bias (8,) replicated
+        >>> layer = RowParallelLinear(12, 8, comm)
+        >>> x_r = nbcoll.tensor(np.ones((2, 12 // comm.size), np.float32))     # this rank's features
+        >>> layer.weight.shape, layer(x_r).shape        # the full output on every rank
+        ((8, 12), (2, 8))
+        >>> comm.destroy()
 
     The bias is added once, after the sum, and is the same on every rank.
     """
@@ -200,8 +213,13 @@ class VocabParallelEmbedding(Module):
 
     Example::
 
-        table = VocabParallelEmbedding(1000, 64, comm)    # on 4 ranks: weight (250, 64), ids 250r..250r+249
-        vectors = table(ids)                              # ids (N, L) -> (N, L, 64) on every rank
+        >>> import nbcoll
+        >>> from nbcoll.parallel import VocabParallelEmbedding
+        >>> comm = nbcoll.init()                       # on 4 ranks: weight (250, 64), ids 250r..250r+249
+        >>> table = VocabParallelEmbedding(1000, 64, comm)
+        >>> table.weight.shape, table(nbcoll.tensor([[1, 999]])).shape      # (N, L) -> (N, L, 64) on every rank
+        ((1000, 64), (1, 2, 64))
+        >>> comm.destroy()
     """
 
     tp_split = {"weight": 0}
@@ -240,7 +258,15 @@ def vocab_parallel_cross_entropy(local_logits: Tensor, targets: Any, comm: Commu
 
     Example::
 
-        loss = vocab_parallel_cross_entropy(head(h), targets, comm)   # equals F.cross_entropy on full logits
+        >>> import numpy as np, nbcoll, nbcoll.functional as F
+        >>> from nbcoll.parallel import vocab_parallel_cross_entropy
+        >>> comm = nbcoll.init()                       # one rank: its slice is the whole vocabulary
+        >>> logits = nbcoll.tensor(np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]], np.float32))
+        >>> targets = nbcoll.tensor([0, 2])
+        >>> loss = vocab_parallel_cross_entropy(logits, targets, comm)
+        >>> bool(np.isclose(loss.item(), F.cross_entropy(logits, targets).item()))   # as on the full logits
+        True
+        >>> comm.destroy()
     """
     per_rank = local_logits.shape[-1]
     logits = local_logits.reshape(-1, per_rank)

@@ -97,8 +97,13 @@ class ParallelTransformerBlock(Module):
 
     Example::
 
-        block = ParallelTransformerBlock(32, num_heads=4, comm=comm, causal=True)
-        y = block(x)                                # x (N, L, 32) -> (N, L, 32)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll.parallel import ParallelTransformerBlock
+        >>> comm = nbcoll.init()
+        >>> block = ParallelTransformerBlock(8, num_heads=2, comm=comm, causal=True)
+        >>> block(nbcoll.tensor(np.ones((2, 5, 8), np.float32))).shape       # (N, L, 8) -> (N, L, 8)
+        (2, 5, 8)
+        >>> comm.destroy()
 
     ``num_heads`` and the MLP width (``mlp_ratio * embed_dim``) must divide by ``comm.size``. There is no
     dropout (each rank would drop different values) and no padding mask.
@@ -135,7 +140,16 @@ def tensor_parallel_block(block: TransformerBlock, comm: Communicator) -> Parall
 
     Example::
 
-        split = tensor_parallel_block(nn.TransformerBlock(32, 4), comm)
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import tensor_parallel_block
+        >>> comm = nbcoll.init()
+        >>> block = nn.TransformerBlock(8, 2)
+        >>> split = tensor_parallel_block(block, comm)              # the same weights, this rank's heads and columns
+        >>> x = nbcoll.tensor(np.random.default_rng(0).random((1, 3, 8)).astype(np.float32))
+        >>> bool(np.allclose(split(x).numpy(), block(x).numpy(), atol=1e-5))
+        True
+        >>> comm.destroy()
     """
     attn = block.attn
     split = ParallelTransformerBlock(

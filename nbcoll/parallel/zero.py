@@ -49,8 +49,15 @@ class ZeroRedundancyOptimizer:
 
     Example::
 
-        optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, stage=2, lr=0.1)
-        optimizer.shard_range          # (start, stop): the elements of the flat parameters this rank updates
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()                      # one rank here: it owns the whole shard
+        >>> model = nn.Linear(3, 2)
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, stage=2, lr=0.1)
+        >>> optimizer.shard_range                    # the elements of the flat parameters this rank updates
+        (0, 8)
+        >>> comm.destroy()
     """
 
     def __init__(
@@ -87,17 +94,55 @@ class ZeroRedundancyOptimizer:
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
-        """The inner optimizer's groups (one, holding the shard): learning-rate schedulers adjust these."""
+        """The inner optimizer's groups (one, holding the shard): learning-rate schedulers adjust these.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> optimizer = ZeroRedundancyOptimizer(nn.Linear(3, 2).parameters(), nbcoll.optim.SGD, comm, lr=0.1)
+        >>> optimizer.param_groups[0]["lr"] = 0.05          # the next step uses the new rate
+        >>> optimizer.param_groups[0]["lr"]
+        0.05
+        >>> comm.destroy()
+        """
         return self.optimizer.param_groups
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients of every parameter (and of the shard)."""
+        """Forget the gradients of every parameter (and of the shard).
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> model = nn.Linear(3, 2)
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, lr=0.1)
+        >>> model(nbcoll.tensor([[1.0, 2.0, 3.0]])).sum().backward()
+        >>> optimizer.zero_grad()
+        >>> print(model.weight.grad)
+        None
+        >>> comm.destroy()
+        """
         for p in self.params:
             p.grad = None
         self.shard.grad = None
 
     def step(self) -> None:
-        """Gather this rank's gradient shard, update the shard, and all-gather the parameters."""
+        """Gather this rank's gradient shard, update the shard, and all-gather the parameters.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> model = nn.Linear(2, 1, bias=False)
+        >>> _ = nn.init.ones_(model.weight)
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, lr=0.5)
+        >>> model(nbcoll.tensor([[1.0, 2.0]])).sum().backward()
+        >>> optimizer.step()                         # w -= 0.5 * [1, 2], then every rank gets the new weights
+        >>> model.weight.numpy()
+        array([[0.5, 0. ]], dtype=float32)
+        >>> comm.destroy()
+        """
         if self.stage == 1:
             grad_shard = self._copy_own_gradients()
         else:

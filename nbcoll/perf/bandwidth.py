@@ -43,7 +43,12 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def bus_factor(collective: str, nranks: int) -> float:
-    """nccl-tests' factor from algbw to busbw for ``collective`` on ``nranks`` ranks."""
+    """nccl-tests' factor from algbw to busbw for ``collective`` on ``nranks`` ranks.
+
+    >>> from nbcoll.perf import bus_factor
+    >>> bus_factor("all_reduce", 4), bus_factor("all_gather", 4), bus_factor("broadcast", 4)
+    (1.5, 0.75, 1.0)
+    """
     if collective not in COLLECTIVES:
         raise ValueError(f"collective: unknown {collective!r}; expected one of {', '.join(COLLECTIVES)}")
     if nranks < 1:
@@ -57,7 +62,12 @@ def bus_factor(collective: str, nranks: int) -> float:
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from ``"8"``, ``"64K"``, ``"8M"`` or ``"1G"`` (powers of 1024, as nccl-tests reads them)."""
+    """Bytes from ``"8"``, ``"64K"``, ``"8M"`` or ``"1G"`` (powers of 1024, as nccl-tests reads them).
+
+    >>> from nbcoll.perf import parse_size
+    >>> parse_size("8"), parse_size("64K"), parse_size("8M")
+    (8, 65536, 8388608)
+    """
     if isinstance(text, int):
         value = text
     else:
@@ -80,7 +90,14 @@ def format_size(nbytes: int) -> str:
 
 
 def size_sweep(min_bytes: int, max_bytes: int, factor: int | None = None, step_bytes: int | None = None) -> list[int]:
-    """The sizes of a sweep (nccl-tests' -b -e -f -i): ``min, min*factor, ...`` or ``min, min+step, ...`` to ``max``."""
+    """The sizes of a sweep (nccl-tests' -b -e -f -i): ``min, min*factor, ...`` or ``min, min+step, ...`` to ``max``.
+
+    >>> from nbcoll.perf import parse_size, size_sweep
+    >>> size_sweep(8, parse_size("1K"), factor=4)
+    [8, 32, 128, 512]
+    >>> size_sweep(0, 3000, step_bytes=1000)
+    [0, 1000, 2000, 3000]
+    """
     if max_bytes < min_bytes:
         raise ValueError(f"-e: the largest size ({max_bytes}) is smaller than the first (-b {min_bytes})")
     if factor is not None and step_bytes is not None:
@@ -113,7 +130,13 @@ def total_bytes(collective: str, count: int, dtype: np.dtype, nranks: int) -> in
 
 
 def bandwidths(collective: str, nbytes: int, seconds: float, nranks: int) -> tuple[float, float]:
-    """``(algbw, busbw)`` in GB/s (10^9 bytes per second, as nccl-tests prints)."""
+    """``(algbw, busbw)`` in GB/s (10^9 bytes per second, as nccl-tests prints).
+
+    >>> from nbcoll.perf import bandwidths
+    >>> algbw, busbw = bandwidths("all_reduce", 1 << 30, seconds=0.5, nranks=4)
+    >>> round(algbw, 3), round(busbw, 3)                  # busbw = algbw * 2 (n - 1) / n
+    (2.147, 3.221)
+    """
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9

@@ -39,7 +39,17 @@ P2P_ALGO = "p2p"
 
 @dataclass
 class Options:
-    """What to measure (the command line's options, parsed and checked)."""
+    """What to measure (the command line's options, parsed and checked).
+
+    >>> from nbcoll.perf import Options, size_sweep
+    >>> options = Options("all_gather", sizes=size_sweep(8, 1 << 20, 4), iters=20, warmup=5, algos=["ring"])
+    >>> len(options.sizes), options.ops, options.dtypes
+    (9, ['sum'], [dtype('float32')])
+    >>> Options("all_to_al", sizes=[8])
+    Traceback (most recent call last):
+        ...
+    ValueError: collective: unknown 'all_to_al'; expected one of all_reduce, ...
+    """
 
     collective: str
     sizes: list[int]
@@ -175,7 +185,17 @@ class ProgressBar:
 def run(
     comm: Any, mpi_comm: MPI.Comm, options: Options, on_row: Callable[[Row, str | None], None] | None = None
 ) -> list[Row]:
-    """Measure every test of ``options``; ``on_row(row, algo)`` is called as each row is ready."""
+    """Measure every test of ``options``; ``on_row(row, algo)`` is called as each row is ready.
+
+    >>> import nbcoll
+    >>> from mpi4py import MPI
+    >>> from nbcoll.perf import Options, run
+    >>> comm = nbcoll.init()                    # one rank here; under mpiexec -n 4, four
+    >>> rows = run(comm, MPI.COMM_WORLD, Options("all_reduce", sizes=[8, 1024], iters=2, warmup=1))
+    >>> [(r.nbytes, r.count, r.dtype, r.out_of_place.wrong) for r in rows]      # every rank gets the same rows
+    [(8, 2, 'float32', 0), (1024, 256, 'float32', 0)]
+    >>> comm.destroy()
+    """
     n = comm.size
     coll = options.collective
     rooted = coll in bandwidth.ROOTED

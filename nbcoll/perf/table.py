@@ -36,7 +36,13 @@ TYPE_ALIASES = {nccl: np_name for np_name, nccl in TYPE_NAMES.items()} | {"int":
 
 @dataclass
 class Measurement:
-    """One timed test: seconds per call (over ranks, as ``-a`` says), bandwidths in GB/s, and ``#wrong``."""
+    """One timed test: seconds per call (over ranks, as ``-a`` says), bandwidths in GB/s, and ``#wrong``.
+
+    >>> from nbcoll.perf import Measurement, bandwidths
+    >>> algbw, busbw = bandwidths("all_reduce", 1 << 20, 0.001, 2)
+    >>> Measurement(seconds=0.001, algbw=algbw, busbw=busbw, wrong=0)
+    Measurement(seconds=0.001, algbw=1.048576, busbw=1.048576, wrong=0)
+    """
 
     seconds: float
     algbw: float
@@ -46,7 +52,14 @@ class Measurement:
 
 @dataclass
 class Row:
-    """One line of the table: a size, a type, an op and a root, out-of-place and in-place."""
+    """One line of the table: a size, a type, an op and a root, out-of-place and in-place.
+
+    >>> from nbcoll.perf import Measurement, Row
+    >>> from nbcoll.perf.table import row
+    >>> timed = Measurement(seconds=2e-5, algbw=0.4, busbw=0.4, wrong=0)
+    >>> print(row(Row("all_reduce", "ring", 8192, 2048, "float32", "sum", -1, timed, timed)))
+            8192          2048     float     sum      -1    20.00    0.40    0.40      0    20.00    0.40    0.40      0
+    """
 
     collective: str
     algo: str

@@ -28,12 +28,24 @@ _default_float = np.dtype(np.float32)
 
 
 def get_default_dtype() -> np.dtype:
-    """The dtype of tensors made from Python floats, and of integer results promoted to floating (float32)."""
+    """The dtype of tensors made from Python floats, and of integer results promoted to floating (float32).
+
+    >>> import nbcoll
+    >>> nbcoll.get_default_dtype(), nbcoll.tensor([1.0]).dtype
+    (dtype('float32'), dtype('float32'))
+    """
     return _default_float
 
 
 def set_default_dtype(dtype: Any) -> None:
-    """Make ``dtype`` (float16, float32 or float64) the default floating dtype."""
+    """Make ``dtype`` (float16, float32 or float64) the default floating dtype.
+
+    >>> import numpy as np, nbcoll
+    >>> nbcoll.set_default_dtype(np.float64)
+    >>> nbcoll.tensor([1.0]).dtype, nbcoll.nn.Linear(2, 2).weight.dtype
+    (dtype('float64'), dtype('float64'))
+    >>> nbcoll.set_default_dtype(np.float32)           # back to the default
+    """
     global _default_float
     dt = np.dtype(dtype)
     if dt.kind != "f":

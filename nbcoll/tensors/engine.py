@@ -137,6 +137,17 @@ def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Any] | None = Non
 
     ``grad_tensors`` holds the gradient flowing into each output (``None`` for a one-element output means 1).
     Without ``retain_graph`` the saved arrays of every node are released as it runs.
+
+    >>> import nbcoll
+    >>> from nbcoll.autograd import backward
+    >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+    >>> backward([(x * x).sum(), x.sum()])          # both losses at once: x.grad = 2x + 1
+    >>> x.grad.numpy()
+    array([3., 5.], dtype=float32)
+    >>> x.grad = None
+    >>> backward([x * 3], [nbcoll.tensor([1.0, 0.5])])       # a non-scalar output needs its gradient
+    >>> x.grad.numpy()
+    array([3. , 1.5], dtype=float32)
     """
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     grad_tensors = [None] * len(tensors) if grad_tensors is None else list(grad_tensors)

@@ -47,8 +47,11 @@ class Context:
 
     Example::
 
-        y = Square.apply(x)
-        y.grad_fn                   # <Square node>: y.grad_fn.inputs == (x,)
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = x.exp()
+        >>> y.grad_fn, y.grad_fn.inputs[0] is x
+        (<Exp node>, True)
     """
 
     def __init__(self, function: type[Function], inputs: tuple[Tensor | None, ...]) -> None:
@@ -62,24 +65,65 @@ class Context:
         self._freed = False
 
     def save_for_backward(self, *arrays: Any) -> None:
-        """Keep device arrays for backward; they are released after backward unless ``retain_graph=True``."""
+        """Keep device arrays for backward; they are released after backward unless ``retain_graph=True``.
+
+        >>> import nbcoll
+        >>> from nbcoll.autograd import Function
+        >>> class Cube(Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         ctx.save_for_backward(x)
+        ...         return x * x * x
+        ...
+        ...     @staticmethod
+        ...     def backward(ctx, dy):
+        ...         (x,) = ctx.saved_tensors
+        ...         return 3 * x * x * dy
+        >>> x = nbcoll.tensor([2.0], requires_grad=True)
+        >>> Cube.apply(x).backward()
+        >>> x.grad.numpy()
+        array([12.], dtype=float32)
+        """
         self._saved = arrays
 
     @property
     def saved_tensors(self) -> tuple[Any, ...]:
+        """The arrays given to :meth:`save_for_backward`; reading them after they were released is an error.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([2.0], requires_grad=True)
+        >>> y = x.exp()
+        >>> y.grad_fn.saved_tensors
+        (array([7.3890557], dtype=float32),)
+        """
         if self._freed:
             raise RuntimeError(FREED_GRAPH_MESSAGE)
         return self._saved
 
     def release(self) -> None:
-        """Drop the saved arrays (what ``backward`` does unless asked to retain the graph)."""
+        """Drop the saved arrays (what ``backward`` does unless asked to retain the graph).
+
+        >>> import nbcoll
+        >>> y = nbcoll.tensor([2.0], requires_grad=True).exp()
+        >>> y.grad_fn.release()
+        >>> y.grad_fn.saved_tensors
+        Traceback (most recent call last):
+            ...
+        RuntimeError: Trying to backward through the graph a second time...
+        """
         if self._saved:
             self._freed = True
         self._saved = ()
 
     def run_backward(self, grad_output: Any) -> tuple[Any, ...]:
         """Call the function's backward; check that it returned one gradient per input, each of its input's shape
-        and dtype (a wrong one would otherwise surface far away, or not at all)."""
+        and dtype (a wrong one would otherwise surface far away, or not at all).
+
+        >>> import numpy as np, nbcoll
+        >>> y = nbcoll.tensor([0.0, 1.0], requires_grad=True).exp()
+        >>> y.grad_fn.run_backward(np.ones(2, np.float32))          # d exp(x) / dx = exp(x)
+        (array([1.      , 2.718282], dtype=float32),)
+        """
         grads = self.function.backward(self, grad_output)
         grads = grads if isinstance(grads, tuple) else (grads,)
         if len(grads) != len(self.inputs):
@@ -106,20 +150,85 @@ class Function:
 
     Example::
 
-        y = Square.apply(x)         # y.grad_fn is the recorded node; y.backward() calls Square.backward
+        >>> import nbcoll
+        >>> from nbcoll.autograd import Function
+        >>> from nbcoll.kernels import elementwise
+        >>> class Square(Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):                     # for i: y[i] = x[i] * x[i]
+        ...         ctx.save_for_backward(x)
+        ...         return elementwise.binary("mul", x, x)
+        ...
+        ...     @staticmethod
+        ...     def backward(ctx, dy):                   # for i: dx[i] = 2 * x[i] * dy[i]
+        ...         (x,) = ctx.saved_tensors
+        ...         return elementwise.binary("mul", dy, elementwise.binary("add", x, x))
+        >>> x = nbcoll.tensor([3.0], requires_grad=True)
+        >>> y = Square.apply(x)             # y.grad_fn is the recorded node; y.backward() calls Square.backward
+        >>> y.backward()
+        >>> y.numpy(), x.grad.numpy()
+        (array([9.], dtype=float32), array([6.], dtype=float32))
     """
 
     @staticmethod
     def forward(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+        """Compute the result from device arrays (never Tensors) and save on ``ctx`` what backward needs.
+
+        >>> import nbcoll
+        >>> from nbcoll.autograd import Function
+        >>> class Double(Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         return x * 2
+        ...
+        ...     @staticmethod
+        ...     def backward(ctx, dy):
+        ...         return dy * 2
+        >>> Double.apply(nbcoll.tensor([1.0, 2.0])).numpy()
+        array([2., 4.], dtype=float32)
+        """
         raise NotImplementedError
 
     @staticmethod
     def backward(ctx: Context, grad_output: Any) -> Any:
+        """Given the gradient of the output, return one gradient per positional argument of forward (None for none).
+
+        >>> import nbcoll
+        >>> from nbcoll.autograd import Function
+        >>> class Scale(Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x, factor):
+        ...         ctx.factor = factor
+        ...         return x * factor
+        ...
+        ...     @staticmethod
+        ...     def backward(ctx, dy):
+        ...         return dy * ctx.factor, None         # no gradient for the number
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> Scale.apply(x, 5.0).backward()
+        >>> x.grad.numpy()
+        array([5.], dtype=float32)
+        """
         raise NotImplementedError
 
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Tensor:
-        """Run forward on the device arrays of the Tensor arguments; record the node when a gradient is wanted."""
+        """Run forward on the device arrays of the Tensor arguments; record the node when a gradient is wanted.
+
+        >>> import nbcoll
+        >>> from nbcoll.autograd import Function
+        >>> class Negate(Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         return -x
+        ...
+        ...     @staticmethod
+        ...     def backward(ctx, dy):
+        ...         return -dy
+        >>> y = Negate.apply(nbcoll.tensor([1.0], requires_grad=True))
+        >>> y.numpy(), y.grad_fn
+        (array([-1.], dtype=float32), <Negate node>)
+        """
         # Imported here because the Tensor module imports every op, and every op imports this module.
         from nbcoll.tensors.tensor import Tensor
 

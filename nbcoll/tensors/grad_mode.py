@@ -26,11 +26,31 @@ _state = threading.local()
 
 
 def is_grad_enabled() -> bool:
-    """True when operations record a graph for backward (the default)."""
+    """True when operations record a graph for backward (the default).
+
+    >>> import nbcoll
+    >>> from nbcoll.autograd import is_grad_enabled
+    >>> with nbcoll.no_grad():
+    ...     inside = is_grad_enabled()
+    >>> is_grad_enabled(), inside
+    (True, False)
+    """
     return getattr(_state, "enabled", True)
 
 
 def set_grad_enabled(enabled: bool) -> None:
+    """Turn graph recording on or off for this thread until it is set again (``no_grad`` restores it for you).
+
+    >>> import nbcoll
+    >>> from nbcoll.tensors import set_grad_enabled
+    >>> x = nbcoll.tensor([1.0], requires_grad=True)
+    >>> set_grad_enabled(False)
+    >>> (x * 2).requires_grad
+    False
+    >>> set_grad_enabled(True)
+    >>> (x * 2).requires_grad
+    True
+    """
     _state.enabled = bool(enabled)
 
 
@@ -63,8 +83,18 @@ class no_grad(_GradMode):  # noqa: N801 - lower case, as in PyTorch, because it 
 
     Example::
 
-        with no_grad():
-            w_new = w - 0.1 * w.grad     # a plain update: no graph, no grad
+        >>> import nbcoll
+        >>> w = nbcoll.tensor([1.0], requires_grad=True)
+        >>> (w * 3).sum().backward()
+        >>> with nbcoll.no_grad():
+        ...     w_new = w - 0.1 * w.grad     # a plain update: no graph, no grad
+        >>> w_new.requires_grad, w_new.numpy()
+        (False, array([0.7], dtype=float32))
+        >>> @nbcoll.no_grad()
+        ... def evaluate(x):
+        ...     return x * w
+        >>> evaluate(nbcoll.tensor([2.0])).requires_grad
+        False
     """
 
     enabled = False
@@ -75,9 +105,14 @@ class enable_grad(_GradMode):  # noqa: N801
 
     Example::
 
-        with no_grad():
-            with enable_grad():
-                y = x * 2                # recorded
+        >>> import nbcoll
+        >>> from nbcoll.autograd import enable_grad
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> with nbcoll.no_grad():
+        ...     with enable_grad():
+        ...         y = x * 2                # recorded
+        >>> y.requires_grad
+        True
     """
 
     enabled = True

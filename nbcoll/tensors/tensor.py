@@ -52,6 +52,14 @@ class RemovableHandle:
         self._hooks, self._hook = hooks, hook
 
     def remove(self) -> None:
+        """Unregister the hook; removing it twice is harmless.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> handle = x.register_hook(lambda grad: print("seen"))
+        >>> handle.remove()
+        >>> x.sum().backward()                         # nothing printed
+        """
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
 
@@ -118,7 +126,12 @@ class Tensor:
 
     @property
     def data(self) -> Any:
-        """The device array (cuda, sim) or ``numpy.ndarray`` (numpy backend) that holds the values."""
+        """The device array (cuda, sim) or ``numpy.ndarray`` (numpy backend) that holds the values.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0, 2.0]).data          # on the numpy backend, a numpy.ndarray
+        array([1., 2.], dtype=float32)
+        """
         return self._data
 
     @data.setter
@@ -132,18 +145,42 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The length of each axis, as NumPy's ``shape``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0, 3.0]]).shape
+        (1, 3)
+        """
         return tuple(int(n) for n in self._data.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The NumPy dtype of the elements.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0]).dtype, nbcoll.tensor([1]).dtype
+        (dtype('float32'), dtype('int64'))
+        """
         return np.dtype(self._data.dtype)
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0]]).ndim
+        2
+        """
         return len(self._data.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements (NumPy's ``size``, not PyTorch's ``size()``).
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).size
+        6
+        """
         return int(np.prod(self.shape))
 
     def __len__(self) -> int:
@@ -153,6 +190,14 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        """Whether operations on this tensor record a graph so that ``backward`` reaches it; set it on leaves only.
+
+        >>> import nbcoll
+        >>> w = nbcoll.tensor([1.0])
+        >>> w.requires_grad = True
+        >>> (w * 2).requires_grad
+        True
+        """
         return self._requires_grad
 
     @requires_grad.setter
@@ -165,11 +210,22 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
-        """True for tensors made by the user rather than by an operation that records a graph."""
+        """True for tensors made by the user rather than by an operation that records a graph.
+
+        >>> import nbcoll
+        >>> w = nbcoll.tensor([1.0], requires_grad=True)
+        >>> w.is_leaf, (w * 2).is_leaf
+        (True, False)
+        """
         return self.grad_fn is None
 
     def numpy(self) -> np.ndarray:
-        """A host copy of the values as a ``numpy.ndarray``."""
+        """A host copy of the values as a ``numpy.ndarray``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0, 2.0]).numpy()
+        array([1., 2.], dtype=float32)
+        """
         return memory.to_host(self._data).reshape(self.shape)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -177,12 +233,23 @@ class Tensor:
         return host if dtype is None else host.astype(dtype)
 
     def item(self) -> Any:
-        """The value of a one-element tensor as a Python number."""
+        """The value of a one-element tensor as a Python number.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[2.5]]).item()
+        2.5
+        """
         if self.size != 1:
             raise ValueError(f"item(): only one-element tensors can be converted, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
+        """The values as nested Python lists of Python numbers.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1, 2], [3, 4]]).tolist()
+        [[1, 2], [3, 4]]
+        """
         return self.numpy().tolist()
 
     def __repr__(self) -> str:
@@ -202,6 +269,12 @@ class Tensor:
         """Add d(self)/d(leaf) into ``.grad`` of every leaf this tensor depends on.
 
         ``grad`` is the gradient flowing into ``self``; it may be left out only when ``self`` has one element.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([3.0], requires_grad=True)
+        >>> (x * x).sum().backward()
+        >>> x.grad.numpy()                        # d(x^2)/dx = 2x
+        array([6.], dtype=float32)
         """
         # Imported here because the engine module imports this one.
         from nbcoll.tensors.engine import backward
@@ -209,15 +282,38 @@ class Tensor:
         backward([self], [grad], retain_graph=retain_graph)
 
     def detach(self) -> Tensor:
-        """A tensor with the same data and no graph: nothing flows back through it."""
+        """A tensor with the same data and no graph: nothing flows back through it.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> y = (x * 2).detach()
+        >>> y.requires_grad, y.numpy()
+        (False, array([2.], dtype=float32))
+        """
         return Tensor._from_array(self._data)
 
     def zero_grad(self) -> None:
-        """Forget the accumulated gradient (``.grad`` becomes None)."""
+        """Forget the accumulated gradient (``.grad`` becomes None).
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0], requires_grad=True)
+        >>> (x * 2).sum().backward()
+        >>> x.zero_grad()
+        >>> print(x.grad)
+        None
+        """
         self.grad = None
 
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
-        """Call ``hook(grad)`` when this tensor's gradient is complete; a returned Tensor replaces the gradient."""
+        """Call ``hook(grad)`` when this tensor's gradient is complete; a returned Tensor replaces the gradient.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+        >>> handle = x.register_hook(lambda grad: grad * 10)     # scale the gradient on its way in
+        >>> x.sum().backward()
+        >>> x.grad.numpy()
+        array([10., 10.], dtype=float32)
+        """
         if not self.requires_grad:
             raise RuntimeError("register_hook: cannot register a hook on a tensor that does not require grad")
         hooks = self._hooks if self.grad_fn is None else self.grad_fn.hooks
@@ -225,14 +321,30 @@ class Tensor:
         return RemovableHandle(hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> RemovableHandle:
-        """For a leaf: call ``hook(tensor)`` after each backward has added into ``tensor.grad``."""
+        """For a leaf: call ``hook(tensor)`` after each backward has added into ``tensor.grad``.
+
+        >>> import nbcoll
+        >>> w = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+        >>> handle = w.register_post_accumulate_grad_hook(lambda t: print("grad ready:", t.grad.numpy()))
+        >>> (w * 3).sum().backward()
+        grad ready: [3. 3.]
+        """
         if self.grad_fn is not None or not self.requires_grad:
             raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors that require grad have one")
         self._post_accumulate_grad_hooks.append(hook)
         return RemovableHandle(self._post_accumulate_grad_hooks, hook)
 
     def retain_grad(self) -> None:
-        """Keep the gradient of a non-leaf tensor in ``.grad`` too (leaves always keep theirs)."""
+        """Keep the gradient of a non-leaf tensor in ``.grad`` too (leaves always keep theirs).
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
+        >>> hidden = x * 2
+        >>> hidden.retain_grad()
+        >>> (hidden * hidden).sum().backward()
+        >>> hidden.grad.numpy()                  # d(h^2)/dh = 2h
+        array([4., 8.], dtype=float32)
+        """
         if self.grad_fn is None:
             return
 
@@ -350,78 +462,201 @@ class Tensor:
     # -- elementwise methods -----------------------------------------------------------------------------------
 
     def exp(self) -> Tensor:
+        """``for i: y[i] = exp(x[i])``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([0.0, 1.0]).exp().numpy()
+        array([1.      , 2.718282], dtype=float32)
+        """
         return ew.Exp.apply(self)
 
     def log(self) -> Tensor:
+        """``for i: y[i] = log(x[i])``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0]).log().numpy()
+        array([0.], dtype=float32)
+        """
         return ew.Log.apply(self)
 
     def sqrt(self) -> Tensor:
+        """``for i: y[i] = sqrt(x[i])``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([4.0, 16.0]).sqrt().numpy()
+        array([2., 4.], dtype=float32)
+        """
         return ew.Sqrt.apply(self)
 
     def tanh(self) -> Tensor:
+        """``for i: y[i] = tanh(x[i])``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([0.0]).tanh().numpy()
+        array([0.], dtype=float32)
+        """
         return ew.Tanh.apply(self)
 
     def sigmoid(self) -> Tensor:
+        """``for i: y[i] = 1 / (1 + exp(-x[i]))``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([0.0]).sigmoid().numpy()
+        array([0.5], dtype=float32)
+        """
         return ew.Sigmoid.apply(self)
 
     def relu(self) -> Tensor:
+        """``for i: y[i] = max(x[i], 0)``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([-1.0, 3.0]).relu().numpy()
+        array([0., 3.], dtype=float32)
+        """
         return ew.Relu.apply(self)
 
     def gelu(self) -> Tensor:
+        """GELU in its tanh form, as :func:`nbcoll.functional.gelu`.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([0.0, 1.0]).gelu().numpy()
+        array([0.      , 0.841192], dtype=float32)
+        """
         return ew.gelu(self)
 
     def abs(self) -> Tensor:
+        """``for i: y[i] = |x[i]|``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([-2.0, 1.0]).abs().numpy()
+        array([2., 1.], dtype=float32)
+        """
         return ew.Abs.apply(self)
 
     def clip(self, lo: Any = None, hi: Any = None) -> Tensor:
-        """``for i: y[i] = min(max(x[i], lo), hi)``; a bound left None is not applied; the bounds are numbers."""
+        """``for i: y[i] = min(max(x[i], lo), hi)``; a bound left None is not applied; the bounds are numbers.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([-5.0, 0.5, 5.0]).clip(0, 1).numpy()
+        array([0. , 0.5, 1. ], dtype=float32)
+        """
         return select.clip(self, lo, hi)
 
     def masked_fill(self, mask: Any, value: Any) -> Tensor:
-        """``for i: y[i] = value if mask[i] else x[i]``; ``mask`` is a bool Tensor that broadcasts to x's shape."""
+        """``for i: y[i] = value if mask[i] else x[i]``; ``mask`` is a bool Tensor that broadcasts to x's shape.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([1.0, 2.0, 3.0])
+        >>> x.masked_fill(x > 1.5, 0.0).numpy()
+        array([1., 0., 0.], dtype=float32)
+        """
         return select.masked_fill(self, mask, value)
 
     def astype(self, dtype: Any) -> Tensor:
-        """A copy converted to ``dtype`` (NumPy's ``astype``); gradients flow back between floating dtypes."""
+        """A copy converted to ``dtype`` (NumPy's ``astype``); gradients flow back between floating dtypes.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.7, -1.7]).astype("int32").numpy()
+        array([ 1, -1], dtype=int32)
+        """
         return ew.Cast.apply(self, memory.check_dtype(dtype, "dtype", allow_bool=True))
 
     # -- reductions --------------------------------------------------------------------------------------------
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (every axis when None); ``keepdims`` keeps the summed axes with length 1.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1, keepdims=True).numpy()
+        array([[3.],
+               [7.]], dtype=float32)
+        """
         return reductions.Sum.apply(self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Mean over ``axis`` (every axis when None).
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+        2.5
+        """
         return reductions.Mean.apply(self, axis, keepdims)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Largest element over ``axis`` (every axis when None); ties share the gradient.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 7.0], [3.0, 4.0]]).max(axis=0).numpy()
+        array([3., 7.], dtype=float32)
+        """
         return reductions.Extremum.apply(self, "max", axis, keepdims)
 
     def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Smallest element over ``axis`` (every axis when None); ties share the gradient.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 7.0], [3.0, 4.0]]).min().item()
+        1.0
+        """
         return reductions.Extremum.apply(self, "min", axis, keepdims)
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        """Index of the first maximum (int64, no gradient); over the flattened tensor when ``axis`` is None."""
+        """Index of the first maximum (int64, no gradient); over the flattened tensor when ``axis`` is None.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 7.0, 7.0], [9.0, 4.0, 0.0]]).argmax(axis=1).numpy()
+        array([1, 0])
+        """
         return Tensor._from_array(reduce("argmax", self._data, axis=axis, keepdims=keepdims))
 
     def softmax(self, axis: int = -1) -> Tensor:
+        """``y[i] = exp(x[i]) / sum_j exp(x[j])`` along ``axis``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 1.0]]).softmax().numpy()
+        array([[0.5, 0.5]], dtype=float32)
+        """
         return softmax_ops.Softmax.apply(self, axis)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
+        """``y[i] = x[i] - log(sum_j exp(x[j]))`` along ``axis``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0, 1.0]).log_softmax().numpy()
+        array([-0.6931472, -0.6931472], dtype=float32)
+        """
         return softmax_ops.LogSoftmax.apply(self, axis)
 
     # -- shape -------------------------------------------------------------------------------------------------
 
     def reshape(self, *shape: Any) -> Tensor:
-        """``reshape(2, -1)`` or ``reshape((2, -1))``, as NumPy."""
+        """``reshape(2, -1)`` or ``reshape((2, -1))``, as NumPy.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, -1).shape
+        (2, 3)
+        """
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         return shape_ops.Reshape.apply(self, tuple(int(n) for n in shape))
 
     def flatten(self) -> Tensor:
+        """The elements as one axis, in row-major order.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).flatten().numpy()
+        array([1., 2., 3., 4.], dtype=float32)
+        """
         return self.reshape(-1)
 
     def transpose(self, *axes: Any) -> Tensor:
-        """``transpose()`` reverses the axes; ``transpose(1, 0, 2)`` or ``transpose((1, 0, 2))`` permutes them."""
+        """``transpose()`` reverses the axes; ``transpose(1, 0, 2)`` or ``transpose((1, 0, 2))`` permutes them.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([[[1.0, 2.0, 3.0]]])
+        >>> x.transpose().shape, x.transpose(1, 0, 2).shape
+        ((3, 1, 1), (1, 1, 3))
+        """
         if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
             axes = tuple(axes[0])
         if not axes:
@@ -429,32 +664,67 @@ class Tensor:
         return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
 
     def permute(self, *axes: Any) -> Tensor:
-        """``permute(1, 0, 2)`` or ``permute((1, 0, 2))``: the same as ``transpose`` with axes (PyTorch's name)."""
+        """``permute(1, 0, 2)`` or ``permute((1, 0, 2))``: the same as ``transpose`` with axes (PyTorch's name).
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[[1.0, 2.0, 3.0]]]).permute(2, 0, 1).shape
+        (3, 1, 1)
+        """
         if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
             axes = tuple(axes[0])
         return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
 
     def split(self, sizes_or_sections: Any, axis: int = 0) -> tuple[Tensor, ...]:
-        """Pieces along ``axis``: a list gives their lengths, an int the number of equal pieces (``np.split``)."""
+        """Pieces along ``axis``: a list gives their lengths, an int the number of equal pieces (``np.split``).
+
+        >>> import nbcoll
+        >>> [piece.tolist() for piece in nbcoll.tensor([1.0, 2.0, 3.0, 4.0]).split(2)]
+        [[1.0, 2.0], [3.0, 4.0]]
+        """
         return join.split(self, sizes_or_sections, axis)
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - NumPy's name
-        """The tensor with its axes reversed, as NumPy's ``.T``."""
+        """The tensor with its axes reversed, as NumPy's ``.T``.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0]]).T.numpy()
+        array([[1.],
+               [2.]], dtype=float32)
+        """
         return self.transpose()
 
     # -- indexing ----------------------------------------------------------------------------------------------
 
     def gather(self, index: Any, axis: int) -> Tensor:
-        """``out[i][j] = self[index[i][j]][j]`` for ``axis=0`` (torch.gather); ``out`` has index's shape."""
+        """``out[i][j] = self[index[i][j]][j]`` for ``axis=0`` (torch.gather); ``out`` has index's shape.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> x.gather(nbcoll.tensor([[1, 0]]), axis=0).numpy()        # out[0][j] = x[index[0][j]][j]
+        array([[3., 2.]], dtype=float32)
+        """
         return indexing.Gather.apply(self, _index_array(index), axis)
 
     def scatter_add(self, index: Any, src: Tensor, axis: int) -> Tensor:
-        """A copy of self with ``src[i][j]`` added at ``[index[i][j]][j]`` for ``axis=0``."""
+        """A copy of self with ``src[i][j]`` added at ``[index[i][j]][j]`` for ``axis=0``.
+
+        >>> import nbcoll
+        >>> x = nbcoll.tensor([[0.0, 0.0], [0.0, 0.0]])
+        >>> x.scatter_add(nbcoll.tensor([[1, 1]]), nbcoll.tensor([[5.0, 6.0]]), axis=0).numpy()
+        array([[0., 0.],
+               [5., 6.]], dtype=float32)
+        """
         return indexing.ScatterAdd.apply(self, _index_array(index), self._operand(src), axis)
 
     def index_select(self, axis: int, index: Any) -> Tensor:
-        """``np.take(self, index, axis)`` for a 1-D integer index."""
+        """``np.take(self, index, axis)`` for a 1-D integer index.
+
+        >>> import nbcoll
+        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).index_select(1, [1, 1, 0]).numpy()
+        array([[2., 2., 1.],
+               [4., 4., 3.]], dtype=float32)
+        """
         return shape_ops.IndexSelect.apply(self, axis, _index_array(index))
 
 

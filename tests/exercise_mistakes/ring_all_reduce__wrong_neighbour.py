@@ -11,19 +11,19 @@ from nbcoll.comm.algorithms.common import rounds
 def all_reduce(ctx, local, out):
     n, r = ctx.nranks, ctx.rank
     prev, nxt = (r - 1) % n, (r + 1) % n  # noqa: F841 - the mistake: nxt is never used
-    prims = ctx.prims(recv_from=[prev], send_to=[prev], op=ctx.op, post=ctx.post)
+    prims = ctx.prims(local, out, recv_from=[prev], send_to=[prev], op=ctx.op, post=ctx.post)
     for block in rounds(local.size, n, ctx.chunk_elems):
         # Reduce-scatter: send block r - 1; add our part to each block that passes; block r ends here, final.
         lo, hi = block[(r - 1) % n]
-        yield prims.send(local[lo:hi], (lo, hi))
+        yield prims.send(lo, hi)
         for j in range(2, n):
             lo, hi = block[(r - j) % n]
-            yield prims.recv_reduce_send(local[lo:hi], (lo, hi))
+            yield prims.recv_reduce_send(lo, hi)
         lo, hi = block[r]
-        yield prims.recv_reduce_copy_send(local[lo:hi], out[lo:hi], (lo, hi))
+        yield prims.recv_reduce_copy_send(lo, hi)
         # All-gather: keep each final block that arrives and pass it on; the last one only needs keeping.
         for j in range(1, n - 1):
             lo, hi = block[(r - j) % n]
-            yield prims.recv_copy_send(out[lo:hi], (lo, hi))
+            yield prims.recv_copy_send(lo, hi)
         lo, hi = block[(r + 1) % n]
-        yield prims.recv(out[lo:hi], (lo, hi))
+        yield prims.recv(lo, hi)

@@ -1,6 +1,7 @@
 """Every collective with every algorithm that applies, checked against a NumPy reference built from all ranks' inputs.
 
-Run under mpiexec: ``mpiexec -n 4 python coll_check.py --preset full``. Every rank can generate every other
+Run under mpiexec: ``mpiexec -n 4 python coll_check.py --preset full``, or call :func:`check_all` on every rank
+of a loopback world (``nbcoll.comm.loopback.run(4, check_all, "full")``). Every rank can generate every other
 rank's input (a seeded generator per rank), so each rank builds the exact expected result locally.
 
 Inputs and tolerance: integers are random over the whole range of the dtype, and results must be equal bit for
@@ -157,11 +158,11 @@ def run_case(
         check_close(nbcoll.to_host(recv), data[r * count : (r + 1) * count], [data], what)
 
 
-def check_ring_traffic(comm, count: int) -> None:
+def check_ring_traffic(comm, count: int) -> str:
     """Ring all-reduce: each rank sends exactly 2 * round - |block r| - |block r+1| per round (see ring.py)."""
     n, r = comm.size, comm.rank
     if n == 1:
-        return
+        return ""
     dtype = np.dtype(np.float32)
     chunk_elems = comm.config.chunk_bytes // dtype.itemsize
     sends = receives = 0
@@ -178,22 +179,20 @@ def check_ring_traffic(comm, count: int) -> None:
     talked = {p for p in comm.counters.peers if comm.counters[p].bytes_sent or comm.counters[p].bytes_received}
     assert talked <= {(r - 1) % n, (r + 1) % n}, f"ring traffic: rank {r} talked to non-neighbours {talked}"
     ideal = 2 * (n - 1) / n * count * dtype.itemsize
-    print(f"rank {r}: ring all-reduce of {count} floats sent {sent} bytes; 2(n-1)/n x buffer = {ideal:.0f}")
+    return f"rank {r}: ring all-reduce of {count} floats sent {sent} bytes; 2(n-1)/n x buffer = {ideal:.0f}\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", default="full", choices=PRESETS)
-    parser.add_argument("--collectives", default=",".join(c for c in ALGORITHMS if c != "barrier"))
-    parser.add_argument("--big", type=int, default=0, help="one extra count, larger than the FIFO")
-    args = parser.parse_args()
-    preset = PRESETS[args.preset]
-    comm = init()
+ALL_COLLECTIVES = ",".join(c for c in ALGORITHMS if c != "barrier")
+
+
+def check_all(comm, preset_name: str = "full", collectives: str = ALL_COLLECTIVES, big: int = 0) -> str:
+    """Every case of the preset on ``comm`` (under mpiexec or in a loopback world); returns what a rank prints."""
+    preset = PRESETS[preset_name]
     n = comm.size
-    counts = sorted({0, 1, max(n - 1, 0), 2 * n + 1} | ({args.big} if args.big else set()))
+    counts = sorted({0, 1, max(n - 1, 0), 2 * n + 1} | ({big} if big else set()))
     cases = 0
     tag = 0
-    for coll in args.collectives.split(","):
+    for coll in collectives.split(","):
         for algo in ALGORITHMS[coll]:
             reduces = coll in ("all_reduce", "reduce", "reduce_scatter")
             rooted = coll in ("broadcast", "reduce", "gather", "scatter")
@@ -208,9 +207,18 @@ def main() -> int:
                             run_case(comm, coll, algo, count, dtype, op_name, inplace, root, tag)
                             cases += 1
     comm.barrier()
-    if "all_reduce" in args.collectives:
-        check_ring_traffic(comm, args.big or 5 * n + 3)
-    print(f"rank {comm.rank}: {cases} collective cases ok")
+    out = check_ring_traffic(comm, big or 5 * n + 3) if "all_reduce" in collectives else ""
+    return out + f"rank {comm.rank}: {cases} collective cases ok"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="full", choices=PRESETS)
+    parser.add_argument("--collectives", default=ALL_COLLECTIVES)
+    parser.add_argument("--big", type=int, default=0, help="one extra count, larger than the FIFO")
+    args = parser.parse_args()
+    comm = init()
+    print(check_all(comm, args.preset, args.collectives, args.big))
     comm.destroy()
     return 0
 

@@ -147,7 +147,7 @@ def section_trace(comm) -> None:
     comm.barrier()
     with open(os.path.join(directory, f"rank{comm.rank}.jsonl")) as f:
         direct = [json.loads(line) for line in f if '"algo": "direct"' in line]
-    assert [rec["primitive"] for rec in direct] == ["direct_post", "direct_recv_reduce_copy"], direct
+    assert [rec["primitive"] for rec in direct] == ["direct_send", "direct_recv_reduce_copy"], direct
     assert np.all(nbcoll.to_host(x) == np.arange(4 * comm.size) * comm.size**2)
     print(f"rank {comm.rank}: trace ok, {len(records)} records")
 

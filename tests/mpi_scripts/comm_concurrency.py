@@ -220,20 +220,26 @@ def case_read_only(comm) -> None:
 
 
 def case_check(comm) -> None:
-    """NBCOLL_CHECK=1: one rank's refusal is part of the exchange, so later identical calls stay in step."""
+    """NBCOLL_CHECK=1: one rank's refusal is part of the exchange, so later identical calls stay in step.
+
+    Settings are read once, when a communicator is created: the checking one is created with the variable set.
+    """
     n, r = comm.size, comm.rank
     os.environ["NBCOLL_CHECK"] = "1"
     try:
-        comm.all_reduce(full(4, r))
-        if r == n - 1:
-            raises(ValueError, lambda: comm.all_reduce(full(4, r), full(3, 0)), "recvbuf")
-        else:
-            raises(CollectiveMismatchError, lambda: comm.all_reduce(full(4, r)), f"rank(s) {n - 1} refused")
-        for _ in range(3):
-            y = comm.all_reduce(full(8, r + 1), algo="ring")
-            assert np.all(host(y) == n * (n + 1) // 2), host(y)
+        checked = init(MPI.COMM_WORLD)
     finally:
         del os.environ["NBCOLL_CHECK"]
+    assert checked.config.check
+    checked.all_reduce(full(4, r))
+    if r == n - 1:
+        raises(ValueError, lambda: checked.all_reduce(full(4, r), full(3, 0)), "recvbuf")
+    else:
+        raises(CollectiveMismatchError, lambda: checked.all_reduce(full(4, r)), f"rank(s) {n - 1} refused")
+    for _ in range(3):
+        y = checked.all_reduce(full(8, r + 1), algo="ring")
+        assert np.all(host(y) == n * (n + 1) // 2), host(y)
+    checked.destroy()
 
 
 CASES = ["order", "burst", "group_failure", "destroy", "root_only", "everyone_refuses", "read_only", "check"]

@@ -45,7 +45,9 @@ def section_tuner() -> None:
     comm = init()
     nbytes = 256 << 10
     for phase in ("one calibration file", "a calibration per rank"):
-        chosen = {coll: comm._choose(coll, nbytes) for coll in ("broadcast", "reduce", "all_reduce", "all_gather")}
+        chosen = {
+            coll: comm.engine.choose(coll, nbytes) for coll in ("broadcast", "reduce", "all_reduce", "all_gather")
+        }
         everyone = WORLD.allgather(chosen)
         assert all(c == everyone[0] for c in everyone), f"{phase}: ranks chose differently: {everyone}"
         x = nbcoll.to_device(np.full(nbytes // 4, 7.0 if comm.rank == 0 else 0.0, np.float32))
@@ -53,7 +55,8 @@ def section_tuner() -> None:
         assert np.all(nbcoll.to_host(x) == 7.0)
         print(f"rank {comm.rank}: {phase}: every rank chose {everyone[0]}", flush=True)
         os.environ["NBCOLL_TUNER_FILE"] = os.path.join(directory, f"rank{comm.rank}.json")
-        comm = comm.dup()  # a new communicator reads the calibration again
+        comm.destroy()
+        comm = init()  # a new communicator reads its settings, and the calibration, again
     comm.destroy()
 
 
@@ -82,12 +85,12 @@ def section_steps() -> None:
 
 
 def section_algo_mask() -> None:
-    """NBCOLL_ALGO lists leave the collectives they cannot apply to working; a per-collective misfit raises."""
-    comm = init()
-    n, r = comm.size, comm.rank
+    """NBCOLL_ALGO lists leave the collectives they cannot apply to working; a per-collective misfit is refused
+    when the setting is read, as a communicator is created."""
     for setting in ("ring,tree", "^direct", "ring"):
         os.environ["NBCOLL_ALGO"] = setting
-        comm.barrier()
+        comm = init()  # settings are read once, when a communicator is created
+        n, r = comm.size, comm.rank
         send = nbcoll.to_device(np.arange(2 * n, dtype=np.int32) + 100 * r)
         recv = nbcoll.zeros(2 * n, np.int32)
         comm.all_to_all(send, recv)
@@ -102,16 +105,16 @@ def section_algo_mask() -> None:
         y = nbcoll.to_device(np.ones(5, np.int64))
         comm.all_reduce(y)
         assert np.all(nbcoll.to_host(y) == n)
+        comm.destroy()
     os.environ["NBCOLL_ALGO"] = "gather:^direct"
     try:
-        comm.gather(nbcoll.to_device(np.ones(2, np.float32)), nbcoll.zeros(2 * n, np.float32), root=r)
+        init()
     except ValueError as err:
         assert "NBCOLL_ALGO: 'gather:^direct' excludes every algorithm of gather" in str(err), err
     else:
         raise AssertionError("gather:^direct was accepted")
-    del os.environ["NBCOLL_ALGO"]
-    comm.barrier()
-    comm.destroy()
+    finally:
+        del os.environ["NBCOLL_ALGO"]
 
 
 def section_window_timeout() -> None:

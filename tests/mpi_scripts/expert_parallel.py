@@ -118,20 +118,44 @@ def expect_error(fn, words):
 
 
 def check_toy_float32(comm) -> int:
-    """Spread against local experts in float32 at toy size (for the simulator): rtol 1e-5."""
+    """One SGD step of the experts spread over ranks against one process holding them all, float32 at toy size
+    (for the simulator): each rank's input gradient and every parameter after the step, rtol 1e-5, atol 1e-6.
+
+    Top-1 routing with a capacity factor of ``num_experts`` drops no token however the tokens are grouped, and the
+    loss (a weighted sum of the outputs) adds up over tokens, so rank 0 alone, training on every rank's tokens at
+    once, is the one-process reference (the simulator is slow: it runs once, not on every rank)."""
     nbcoll.set_default_dtype(np.float32)
-    solo = comm.split(comm.rank)
+    n, r = comm.size, comm.rank
+    solo = comm.split(r)
     nbcoll.manual_seed(35)
-    local = MixtureOfExperts(3, 4, comm.size, solo, top_k=2, capacity_factor=1.0)
-    spread = MixtureOfExperts(3, 4, comm.size, comm, top_k=2, capacity_factor=1.0)
-    load_expert_state(spread, local.state_dict(), comm)
-    x = np.random.default_rng([36, comm.rank]).standard_normal((4, 3)).astype(np.float32)
-    results = []
-    for layer in (local, spread):
+    reference = MixtureOfExperts(3, 4, n, solo, top_k=1, capacity_factor=n)
+    spread = MixtureOfExperts(3, 4, n, comm, top_k=1, capacity_factor=n)
+    load_expert_state(spread, reference.state_dict(), comm)
+    rng = np.random.default_rng(36)
+    xs, weights = rng.standard_normal((2, n, 3, 3)).astype(np.float32)  # every rank's 3 tokens, and loss weights
+
+    def train(layer, x, w) -> np.ndarray:
         xt = nbcoll.tensor(x, requires_grad=True)
-        layer(xt).sum().backward()
-        results.append(xt.grad.numpy())
-    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6, err_msg="float32 input gradient")
+        opt = nbcoll.optim.SGD(layer.parameters(), lr=0.5)
+        (layer(xt) * nbcoll.tensor(w)).sum().backward()
+        if layer is spread:
+            all_reduce_shared_gradients(spread, comm)
+        opt.step()
+        return xt.grad.numpy()
+
+    want_grad = np.zeros_like(xs)
+    if r == 0:
+        want_grad = train(reference, xs, weights)
+    got_grad = train(spread, xs[r], weights[r])
+    everything = [want_grad] + [np.array(v) for v in reference.state_dict().values()]
+    for value in everything:  # rank 0's reference, to every rank
+        buffer = nbcoll.to_device(np.ascontiguousarray(value))
+        comm.broadcast(buffer, root=0)
+        value[...] = nbcoll.to_host(buffer)
+    np.testing.assert_allclose(got_grad, everything[0][r], rtol=1e-5, atol=1e-6, err_msg="float32 input gradient")
+    got = full_expert_state(spread, comm)
+    for name, value in zip(reference.state_dict(), everything[1:], strict=True):
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"float32 {name} after a step")
     solo.destroy()
     nbcoll.set_default_dtype(np.float64)
     return 1

@@ -3,8 +3,8 @@
 The model is a two-stage transformer LM (embedding + block, then block + norm + head). Its layers are always the
 tensor-parallel ones over ``mesh["tp"]`` (a one-rank communicator where tp = 1); data parallelism is
 DistributedDataParallel over ``mesh["dp"]`` (each replica gets its half of the global batch); pipeline
-parallelism is :class:`Pipeline` over ``mesh["pp"]``. ``mpiexec -n 4 python hybrid_parallel.py`` prints
-``hybrid parallel ok: 3 cases`` on every rank.
+parallelism is :class:`Pipeline` over ``mesh["pp"]`` (GPipe under DP x PP, 1F1B under TP x PP). ``mpiexec -n 4
+python hybrid_parallel.py`` prints ``hybrid parallel ok: 3 cases`` on every rank.
 """
 
 from __future__ import annotations
@@ -86,8 +86,9 @@ def compare(got, want, what):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=f"{what}: {name}")
 
 
-def run_layout(comm, sizes, batches, steps, start) -> dict:
-    """Train the LM ``steps`` steps under the layout ``sizes``; returns this rank's stages' full states."""
+def run_layout(comm, sizes, schedule, batches, steps, start) -> dict:
+    """Train the LM ``steps`` steps under the layout ``sizes`` (a pipeline with ``schedule`` where pp > 1); returns
+    this rank's stages' full states."""
     mesh = DeviceMesh(comm, **sizes)
     tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
     loss_fn = lambda logits, targets: vocab_parallel_cross_entropy(logits, targets, tp)  # noqa: E731
@@ -105,7 +106,7 @@ def run_layout(comm, sizes, batches, steps, start) -> dict:
     else:
         if dp.size > 1:
             stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-        pipe = Pipeline(stages, pp, chunks=2, schedule="1f1b")
+        pipe = Pipeline(stages, pp, chunks=2, schedule=schedule)
         opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.1, momentum=0.9)
         for ids, targets in batches[:steps]:
             opt.zero_grad()
@@ -117,23 +118,27 @@ def run_layout(comm, sizes, batches, steps, start) -> dict:
     return states
 
 
-class ToyStage(nn.Module):
-    """Linear -> tanh -> Linear, full when ``comm`` is None, column then row parallel over ``comm`` otherwise."""
-
-    def __init__(self, comm=None) -> None:
-        super().__init__()
-        if comm is None:
-            self.up, self.down = nn.Linear(3, 4), nn.Linear(4, 3)
-        else:
-            self.up, self.down = ColumnParallelLinear(3, 4, comm), RowParallelLinear(4, 3, comm)
-
-    def forward(self, x):
-        return self.down(self.up(x).tanh())
+def toy_stages(comm=None) -> list[nn.Module]:
+    """Two pipeline stages, Linear(3, 4) -> tanh, then Linear(4, 3): full when ``comm`` is None, column then row
+    parallel over ``comm`` otherwise. The activation between the stages stays split over ``comm`` (each
+    tensor-parallel rank sends its own columns to the next stage's rank of the same tensor-parallel coordinate),
+    so the pair needs no collective at the stage boundary."""
+    if comm is None:
+        return [nn.Sequential(nn.Linear(3, 4), nn.Tanh()), nn.Linear(4, 3)]
+    return [nn.Sequential(ColumnParallelLinear(3, 4, comm), nn.Tanh()), RowParallelLinear(4, 3, comm)]
 
 
-def check_toy_float32(comm, layouts=({"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}, {"tp": 2, "pp": 2})) -> int:
-    """One SGD step of a two-stage toy MLP under each 4-rank layout, float32 (for the simulator): every parameter
-    within rtol 1e-5, atol 1e-6 of one process trained on the same batch of 4 rows."""
+TOY_LAYOUTS = (  # the three hybrids, the pipeline's two schedules between them
+    ({"dp": 2, "tp": 2}, None),
+    ({"dp": 2, "pp": 2}, "gpipe"),
+    ({"tp": 2, "pp": 2}, "1f1b"),
+)
+
+
+def check_toy_float32(comm, layouts=TOY_LAYOUTS) -> int:
+    """One SGD step with momentum (for the simulator, float32) of a two-stage toy model under each 4-rank layout:
+    every parameter within rtol 1e-5, atol 1e-6 of one process trained on the same batch of 4 rows. ``layouts``
+    pairs the mesh sizes with the pipeline schedule (None without a pipeline)."""
     if comm.size != 4:
         return 0
     nbcoll.set_default_dtype(np.float32)
@@ -141,10 +146,10 @@ def check_toy_float32(comm, layouts=({"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}, {"t
     x, target = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
     mse = nn.MSELoss()
     nbcoll.manual_seed(24)
-    reference = TwoStages([ToyStage(), ToyStage()])
+    reference = TwoStages(toy_stages())
     start = reference.state_dict()
     if comm.rank == 0:  # one process trains, the others receive its result (the simulator is slow)
-        opt = nbcoll.optim.SGD(reference.parameters(), lr=0.5)
+        opt = nbcoll.optim.SGD(reference.parameters(), lr=0.5, momentum=0.9)
         mse(reference(nbcoll.tensor(x)), nbcoll.tensor(target)).backward()
         opt.step()
     want = {}
@@ -152,22 +157,22 @@ def check_toy_float32(comm, layouts=({"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}, {"t
         buffer = nbcoll.to_device(np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value))
         comm.broadcast(buffer, root=0)
         want[name] = nbcoll.to_host(buffer)
-    for sizes in layouts:
+    for sizes, schedule in layouts:
         mesh = DeviceMesh(comm, **sizes)
         tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
         rows = slice(dp.rank * 4 // dp.size, (dp.rank + 1) * 4 // dp.size)  # this replica's share
-        stages = [load_full_state(ToyStage(tp), substate(start, f"stages.{s}."), tp) for s in range(2)]
+        stages = [load_full_state(m, substate(start, f"stages.{s}."), tp) for s, m in enumerate(toy_stages(tp))]
         if pp.size == 1:
             model = TwoStages(stages)
-            opt = nbcoll.optim.SGD(model.parameters(), lr=0.5)
+            opt = nbcoll.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
             step_model = DistributedDataParallel(model, dp) if dp.size > 1 else model
             mse(step_model(nbcoll.tensor(x[rows])), nbcoll.tensor(target[rows])).backward()
             mine = range(2)
         else:
             if dp.size > 1:
                 stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-            pipe = Pipeline(stages, pp, chunks=2, schedule="1f1b")
-            opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.5)
+            pipe = Pipeline(stages, pp, chunks=2, schedule=schedule)
+            opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.5, momentum=0.9)
             pipe.step(x[rows], target[rows], mse)
             stages[pp.rank] = stages[pp.rank].module if dp.size > 1 else stages[pp.rank]
             mine = [pp.rank]
@@ -193,8 +198,8 @@ def run(comm, steps: int = 3) -> int:
         batches.append((ids, np.roll(ids, -1, axis=1)))
     start, want = reference_run(batches, steps)
     cases = 0
-    for sizes in [{"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}, {"tp": 2, "pp": 2}]:
-        for s, state in run_layout(comm, sizes, batches, steps, start).items():
+    for sizes, schedule in [({"dp": 2, "tp": 2}, None), ({"dp": 2, "pp": 2}, "gpipe"), ({"tp": 2, "pp": 2}, "1f1b")]:
+        for s, state in run_layout(comm, sizes, schedule, batches, steps, start).items():
             compare(state, substate(want, f"stages.{s}."), f"{sizes} stage {s} after {steps} steps")
         cases += 1
     return cases

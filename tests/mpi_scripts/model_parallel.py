@@ -3,9 +3,10 @@
 ``mpiexec -n 4 python model_parallel.py [--out DIR]`` runs the mesh and tensor-parallel cases, the pipeline
 cases, the expert-parallel cases and, on 4 ranks, the hybrids; prints ``<name> ok: N cases`` for each on every rank.
 
-``--toy`` (4 ranks, for the simulator) runs the float32 toy case of each strategy on two pairs of ranks at once
-(tensor and pipeline parallel on ranks 0-1, experts on ranks 2-3), then the TP x PP hybrid on all four
-(``--all-hybrids``: DP x TP and DP x PP too); prints ``<name> float32 toy ok: N cases``.
+``--toy`` (4 ranks, for the simulator) runs the float32 toy cases: a split head and the vocabulary-parallel loss
+on ranks 0-1 while ranks 2-3 train the experts spread against one process, then on all four one step of each
+hybrid, DP x TP, DP x PP (a GPipe pipeline) and TP x PP (a 1F1B pipeline), which between them train tensor
+parallel layers and both pipeline schedules; prints ``<name> float32 toy ok: N cases``.
 """
 
 from __future__ import annotations
@@ -26,22 +27,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--out", default="", help="a folder for the pipeline timelines rank 0 draws")
     parser.add_argument("--toy", action="store_true", help="the float32 toy case of each strategy (simulator)")
-    parser.add_argument("--all-hybrids", action="store_true", help="--toy: DP x TP and DP x PP too, not only TP x PP")
     args = parser.parse_args()
     nbcoll.set_default_dtype(np.float64)
     comm = nbcoll.init()
     if args.toy:  # 4 ranks: two pairs share the 2-rank strategies, then all four run the hybrids
         pair = comm.split(comm.rank // 2)
-        toys = [("tensor", tensor_parallel), ("pipeline", pipeline)] if comm.rank < 2 else [("expert", expert_parallel)]
-        for name, module in toys:
-            print(f"rank {comm.rank}: {name} float32 toy ok: {module.check_toy_float32(pair)} cases", flush=True)
+        name, module = ("tensor", tensor_parallel) if comm.rank < 2 else ("expert", expert_parallel)
+        print(f"rank {comm.rank}: {name} float32 toy ok: {module.check_toy_float32(pair)} cases", flush=True)
         pair.destroy()
-        # TP x PP uses both kinds of split at once; the other two hybrids add about 20 s of CPU on the simulator,
-        # so they run on request.
-        layouts = [{"tp": 2, "pp": 2}]
-        if args.all_hybrids:
-            layouts = [{"dp": 2, "tp": 2}, {"dp": 2, "pp": 2}] + layouts
-        cases = hybrid_parallel.check_toy_float32(comm, layouts)
+        cases = hybrid_parallel.check_toy_float32(comm)  # DP x TP, DP x PP under GPipe, TP x PP under 1F1B
         print(f"rank {comm.rank}: hybrid float32 toy ok: {cases} cases", flush=True)
         comm.destroy()
         return

@@ -1,8 +1,8 @@
 """Every differentiable collective: forward against NumPy built from all ranks' inputs, then gradcheck across ranks.
 
-``mpiexec -n 3 python parallel_functional.py [--rows 2]``: rank ``r``'s input is known to every rank (a seeded
-generator per rank), so each rank checks its own result exactly; the gradients are checked with
-:func:`nbcoll.parallel.gradcheck.gradcheck_ranks` in float64.
+``mpiexec -n 3 python parallel_functional.py [--rows 2]``, or :func:`check_all` on each rank of a loopback world:
+rank ``r``'s input is known to every rank (a seeded generator per rank), so each rank checks its own result
+exactly; the gradients are checked with :func:`nbcoll.parallel.gradcheck.gradcheck_ranks` in float64.
 """
 
 from __future__ import annotations
@@ -57,20 +57,15 @@ def cases(n: int) -> list[tuple[str, dict]]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=1, help="rows per rank's block (dim 0)")
-    parser.add_argument("--cols", type=int, default=2)
-    parser.add_argument("--only", default="", help="comma-separated collectives to check (default: all)")
-    args = parser.parse_args()
-    comm = nbcoll.init()
+def check_all(comm, rows: int = 1, cols: int = 2, only: str = "") -> str:
+    """Every case on ``comm`` (under mpiexec, or on each rank of a loopback world); returns the line a rank prints."""
     n, r = comm.size, comm.rank
     checked = []
     for name, kwargs in cases(n):
-        if args.only and name not in args.only.split(","):
+        if only and name not in only.split(","):
             continue
         blocked = name in ("reduce_scatter", "scatter", "all_to_all")
-        shape = ((n if blocked else 1) * args.rows, args.cols)
+        shape = ((n if blocked else 1) * rows, cols)
         xs = [rank_input(s, shape) for s in range(n)]
         fn = getattr(F, name)
         with nbcoll.no_grad():
@@ -82,7 +77,7 @@ def main() -> None:
         gradcheck_ranks(lambda x, fn=fn, kwargs=kwargs: fn(x * x, comm, **kwargs) * 1.5, [x], comm)
         checked.append(f"{name}{kwargs}")
     # A non-contiguous input (a transposed view) is copied before it is sent.
-    x = nbcoll.tensor(rank_input(r, (args.cols, n)), dtype=np.float64, requires_grad=True)
+    x = nbcoll.tensor(rank_input(r, (cols, n)), dtype=np.float64, requires_grad=True)
     gradcheck_ranks(lambda x: F.all_to_all(x.transpose(), comm), [x], comm)
     for bad, message in [
         (lambda: F.all_reduce(nbcoll.tensor(np.ones(2)), comm, op="max"), "op"),
@@ -96,8 +91,18 @@ def main() -> None:
             assert message in str(exc), exc
         else:
             raise AssertionError(f"no error for bad use ({message})")
+    return f"rank {r}: differentiable collectives ok: {len(checked)} cases"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1, help="rows per rank's block (dim 0)")
+    parser.add_argument("--cols", type=int, default=2)
+    parser.add_argument("--only", default="", help="comma-separated collectives to check (default: all)")
+    args = parser.parse_args()
+    comm = nbcoll.init()
+    print(check_all(comm, args.rows, args.cols, args.only))
     comm.destroy()
-    print(f"rank {r}: differentiable collectives ok: {len(checked)} cases")
 
 
 if __name__ == "__main__":

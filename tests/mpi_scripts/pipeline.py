@@ -60,26 +60,6 @@ def train_case(comm, schedule: str, chunks: int, steps: int) -> Pipeline:
     return pipe
 
 
-def check_toy_float32(comm) -> int:
-    """One 1F1B step of a tiny pipeline in float32 (for the simulator): parameters within rtol 1e-5 of one process."""
-    nbcoll.set_default_dtype(np.float32)
-    nbcoll.manual_seed(3)
-    make = lambda: [nn.Sequential(nn.Linear(3, 3), nn.Tanh()) for _ in range(comm.size)]  # noqa: E731
-    nbcoll.manual_seed(3)
-    reference = nn.Sequential(*make())
-    nbcoll.manual_seed(3)
-    pipe = Pipeline(make(), comm, chunks=2, schedule="1f1b")
-    x = np.random.default_rng(4).standard_normal((4, 3)).astype(np.float32)
-    target = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
-    loss_fn = nn.MSELoss()
-    loss_fn(reference(nbcoll.tensor(x)), nbcoll.tensor(target)).backward()
-    pipe.step(x, target, loss_fn)
-    for (name, p), q in zip(pipe.stage.named_parameters(), reference[comm.rank].parameters(), strict=True):
-        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"float32 {name}")
-    nbcoll.set_default_dtype(np.float64)
-    return 1
-
-
 def run(comm, steps: int = 3, out: str = "") -> int:
     """Every case on ``comm`` (float64 must be the default dtype); returns how many passed."""
     p, r, cases = comm.size, comm.rank, 0

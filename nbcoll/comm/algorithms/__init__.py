@@ -22,7 +22,6 @@ setting is refused when it is read.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 from nbcoll.comm.algorithms import direct, halving_doubling, pairwise, ring, tree
@@ -109,9 +108,3 @@ def check_algo(collective: str, algo: str) -> Callable:
             + ("" if algo in ALGO_NAMES else f" (known algorithms: {', '.join(ALGO_NAMES)})")
         )
     return table[algo]
-
-
-@functools.lru_cache(maxsize=8)
-def parse_algo_setting_cached(setting: str | None) -> dict[str, frozenset[str]]:
-    """:func:`parse_algo_setting`, remembered per setting: collectives consult it on every call."""
-    return {coll: frozenset(algos) for coll, algos in parse_algo_setting(setting).items()}

@@ -1,12 +1,12 @@
-"""What every algorithm shares: the rank's context, NCCL's ``Primitives`` object, and how data is cut up.
+"""What every algorithm shares: the rank's context, which binds NCCL's ``Primitives``, and how data is cut up.
 
-An algorithm is a generator function. It yields one :class:`~nbcoll.comm.primitives.Primitive` per step of this
+An algorithm is a generator function. It yields one :class:`~nbcoll.comm.primitives.Step` per step of this
 rank's part of the collective, and the communicator runs them in order, each when its peers are ready::
 
     def all_reduce(ctx, local, out):
-        prims = ctx.prims(recv_from=[prev], send_to=[next], op=ctx.op)
+        prims = ctx.prims(local, out, recv_from=[prev], send_to=[next], op=ctx.op)
         for lo, hi in ...:
-            yield prims.send(local[lo:hi], span=(lo, hi))
+            yield prims.send(lo, hi)
             ...
 
 Every step moves at most one chunk of ``ctx.chunk_elems`` elements (one FIFO slot), so no rank can fill a
@@ -16,12 +16,11 @@ where each loop iteration moves at most a slice of the buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nbcoll.comm import primitives
-from nbcoll.comm.primitives import PostOp, Primitive
+from nbcoll.comm.primitives import PostOp, Prims
 
 Span = tuple[int, int]
 
@@ -58,51 +57,6 @@ def rounds(count: int, parts: int, chunk_elems: int) -> Iterator[list[Span]]:
         yield blocks(base, min(base + per_round, count), parts)
 
 
-class Prims:
-    """NCCL's ``Primitives`` object: the peers one part of an algorithm receives from and sends to, and its op.
-
-    Example::
-
-        prims = ctx.prims(recv_from=[prev], send_to=[next], op="sum")
-        step = prims.recv_reduce_send(local[0:64], span=(0, 64))
-    """
-
-    def __init__(self, ctx: Context, recv_from: list[int], send_to: list[int], op: Any, post: PostOp | None):
-        self.recv_conns = [ctx.recv_connection(p) for p in recv_from]
-        self.send_conns = [ctx.send_connection(p) for p in send_to]
-        self.op = op
-        self.post = post
-        self.counters = ctx.counters
-
-    def _kw(self, span: Span) -> dict:
-        return {"counters": self.counters, "span": span}
-
-    def send(self, local: Any, span: Span) -> Primitive:
-        return primitives.send(self.send_conns, local, **self._kw(span))
-
-    def recv(self, dst: Any, span: Span) -> Primitive:
-        return primitives.recv(self.recv_conns[0], dst, **self._kw(span))
-
-    def recv_reduce_send(self, local: Any, span: Span) -> Primitive:
-        return primitives.recv_reduce_send(self.recv_conns, self.send_conns[0], local, self.op, **self._kw(span))
-
-    def recv_copy_send(self, dst: Any, span: Span) -> Primitive:
-        return primitives.recv_copy_send(self.recv_conns[0], self.send_conns, dst, **self._kw(span))
-
-    def recv_reduce_copy(self, local: Any, dst: Any, span: Span, local_position: int = 0) -> Primitive:
-        return primitives.recv_reduce_copy(
-            self.recv_conns, local, dst, self.op, self.post, local_position=local_position, **self._kw(span)
-        )
-
-    def recv_reduce_copy_send(self, local: Any, dst: Any, span: Span) -> Primitive:
-        return primitives.recv_reduce_copy_send(
-            self.recv_conns, self.send_conns, local, dst, self.op, self.post, **self._kw(span)
-        )
-
-    def copy_send(self, local: Any, dst: Any, span: Span) -> Primitive:
-        return primitives.copy_send(local, dst, self.send_conns, **self._kw(span))
-
-
 @dataclass
 class Context:
     """What an algorithm knows about this rank: who it is, how big a chunk is, and how to reach its peers."""
@@ -119,14 +73,24 @@ class Context:
     windows: Any = None  # DirectWindows, when every peer's buffer can be read in place (nbcoll.comm.window)
 
     def prims(
-        self, recv_from: list[int] = (), send_to: list[int] = (), op: Any = None, post: PostOp | None = None
+        self,
+        local: Any,
+        out: Any,
+        recv_from: Sequence[int] = (),
+        send_to: Sequence[int] = (),
+        op: Any = None,
+        post: PostOp | None = None,
+        local_position: int = 0,
     ) -> Prims:
-        return Prims(self, list(recv_from), list(send_to), op, post)
-
-    def copy(self, local: Any, dst: Any, span: Span) -> Primitive:
-        """A local copy, as a step, so that it runs in order with the others (and shows in traces)."""
-        return Primitive("copy", local=local, dst=dst, span=span)
-
-    def finish(self, dst: Any, span: Span) -> Primitive:
-        """The post-op (avg's division) on a value that is already final on this rank, as a step."""
-        return Primitive("post_op", local=dst, dst=dst, post=self.post, span=span)
+        """NCCL's ``Primitives`` for one part of an algorithm: bound to ``local`` (input), ``out`` and peers."""
+        return Prims(
+            local,
+            out,
+            recv=[self.recv_connection(p) for p in recv_from],
+            send=[self.send_connection(p) for p in send_to],
+            op=op,
+            post=post,
+            local_position=local_position,
+            counters=self.counters,
+            windows=self.windows,
+        )

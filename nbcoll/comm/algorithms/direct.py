@@ -23,77 +23,74 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.algorithms.common import Context, chunks
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 
 
 def _peers(ctx: Context) -> list[int]:
     return [p for p in range(ctx.nranks) if p != ctx.rank]
 
 
-def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
-    if ctx.windows is not None:
-        w = ctx.windows
-        for lo, hi in chunks(0, local.size, w.nbytes // local.dtype.itemsize):
-            round_ = w.next_round()
-            yield w.post(round_, local[lo:hi], (lo, hi), ctx.counters)
-            yield w.fold(round_, ctx.op, ctx.post, out[lo:hi], (lo, hi), ctx.counters)
-        return
     peers = _peers(ctx)
-    send = ctx.prims(send_to=peers)
-    fold = ctx.prims(recv_from=peers, op=ctx.op, post=ctx.post)
+    prims = ctx.prims(local, out, recv_from=peers, send_to=peers, op=ctx.op, post=ctx.post, local_position=ctx.rank)
+    if ctx.windows is not None:
+        for lo, hi in chunks(0, local.size, ctx.windows.nbytes // local.dtype.itemsize):
+            yield prims.direct_send(lo, hi)
+            yield prims.direct_recv_reduce_copy(lo, hi)
+        return
     for lo, hi in chunks(0, local.size, ctx.chunk_elems):
-        yield send.send(local[lo:hi], (lo, hi))
-        yield fold.recv_reduce_copy(local[lo:hi], out[lo:hi], (lo, hi), local_position=ctx.rank)
+        yield prims.send(lo, hi)
+        yield prims.recv_reduce_copy(lo, hi)
 
 
-def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
     count, r = local.size, ctx.rank
     if ctx.windows is not None:
-        w = ctx.windows
-        for lo, hi in chunks(0, count, w.nbytes // local.dtype.itemsize):
-            a, b = r * count + lo, r * count + hi
-            round_ = w.next_round()
-            yield w.post(round_, local[lo:hi], (a, b), ctx.counters)
-            yield ctx.copy(local[lo:hi], out[a:b], (a, b))
-            yield w.gather(round_, out, count, lo, hi, ctx.counters)
+        prims = ctx.prims(local, out, recv_from=_peers(ctx), send_to=_peers(ctx))
+        for lo, hi in chunks(0, count, ctx.windows.nbytes // local.dtype.itemsize):
+            yield prims.direct_send(lo, hi)
+            yield prims.copy(lo, hi, out_at=r * count + lo)
+            yield prims.direct_recv(lo, hi, block=count)
         return
-    send = ctx.prims(send_to=_peers(ctx))
+    send = ctx.prims(local, out, send_to=_peers(ctx))
+    recv = {peer: ctx.prims(local, out, recv_from=[peer]) for peer in _peers(ctx)}
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        yield send.copy_send(local[lo:hi], out[r * count + lo : r * count + hi], (r * count + lo, r * count + hi))
+        yield send.copy_send(lo, hi, out_at=r * count + lo)
         for peer in _peers(ctx):
-            a, b = peer * count + lo, peer * count + hi
-            yield ctx.prims(recv_from=[peer]).recv(out[a:b], (a, b))
+            yield recv[peer].recv(peer * count + lo, peer * count + hi)
 
 
-def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Primitive]:
+def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     """The root receives each peer's block in rank order; the others send theirs."""
     count, r = local.size, ctx.rank
     if r != root:
-        prims = ctx.prims(send_to=[root])
+        prims = ctx.prims(local, out, send_to=[root])
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield prims.send(local[lo:hi], (lo, hi))
+            yield prims.send(lo, hi)
         return
+    own = ctx.prims(local, out)
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        yield ctx.copy(local[lo:hi], out[r * count + lo : r * count + hi], (r * count + lo, r * count + hi))
+        yield own.copy(lo, hi, out_at=r * count + lo)
     for peer in _peers(ctx):
-        prims = ctx.prims(recv_from=[peer])
+        prims = ctx.prims(local, out, recv_from=[peer])
         for lo, hi in chunks(peer * count, (peer + 1) * count, ctx.chunk_elems):
-            yield prims.recv(out[lo:hi], (lo, hi))
+            yield prims.recv(lo, hi)
 
 
-def scatter(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Primitive]:
+def scatter(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     """The root sends each peer its block in rank order; the others receive theirs."""
     count, r = out.size, ctx.rank
     if r != root:
-        prims = ctx.prims(recv_from=[root])
+        prims = ctx.prims(local, out, recv_from=[root])
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield prims.recv(out[lo:hi], (lo, hi))
+            yield prims.recv(lo, hi)
         return
+    own = ctx.prims(local, out)
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        yield ctx.copy(local[r * count + lo : r * count + hi], out[lo:hi], (r * count + lo, r * count + hi))
+        yield own.copy(r * count + lo, r * count + hi, out_at=lo)
     for peer in _peers(ctx):
-        prims = ctx.prims(send_to=[peer])
+        prims = ctx.prims(local, out, send_to=[peer])
         for lo, hi in chunks(peer * count, (peer + 1) * count, ctx.chunk_elems):
-            yield prims.send(local[lo:hi], (lo, hi))
+            yield prims.send(lo, hi)

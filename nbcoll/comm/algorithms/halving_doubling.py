@@ -24,55 +24,49 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.algorithms.common import Context, chunks
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 
 
 def _exchange(
     ctx: Context, partner: int, send: tuple[int, int], keep: tuple[int, int], out: Any, fold: bool
-) -> Iterator[Primitive]:
+) -> Iterator[Step]:
     """Send ``out[send]`` to ``partner`` and receive into ``out[keep]`` (folded with it when ``fold``), chunk by chunk.
 
     The two ranges may differ in size by one element; each side sends and receives the same sequence of chunks
     as its partner receives and sends, so the chunks match one to one.
     """
-    to = ctx.prims(send_to=[partner])
-    frm = ctx.prims(recv_from=[partner], op=ctx.op if fold else None)
+    prims = ctx.prims(out, out, recv_from=[partner], send_to=[partner], op=ctx.op if fold else None)
     outgoing = list(chunks(*send, ctx.chunk_elems))
     incoming = list(chunks(*keep, ctx.chunk_elems))
     for i in range(max(len(outgoing), len(incoming))):
         if i < len(outgoing):
-            a, b = outgoing[i]
-            yield to.send(out[a:b], (a, b))
+            yield prims.send(*outgoing[i])
         if i < len(incoming):
-            a, b = incoming[i]
-            if fold:
-                yield frm.recv_reduce_copy(out[a:b], out[a:b], (a, b))
-            else:
-                yield frm.recv(out[a:b], (a, b))
+            yield prims.recv_reduce_copy(*incoming[i]) if fold else prims.recv(*incoming[i])
 
 
-def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Rabenseifner's all-reduce; ``out`` first receives a copy of ``local`` and is then reduced in place."""
     n, r, count = ctx.nranks, ctx.rank, local.size
     p = 1 << (n.bit_length() - 1)
     extra = n - p
     if out is not local:
+        own = ctx.prims(local, out)
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield ctx.copy(local[lo:hi], out[lo:hi], (lo, hi))
+            yield own.copy(lo, hi)
 
     # Fold the extra ranks in: rank 2i hands its buffer to rank 2i+1 and waits.
     if r < 2 * extra and r % 2 == 0:
-        to = ctx.prims(send_to=[r + 1])
+        prims = ctx.prims(out, out, recv_from=[r + 1], send_to=[r + 1])
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield to.send(out[lo:hi], (lo, hi))
-        frm = ctx.prims(recv_from=[r + 1])
+            yield prims.send(lo, hi)
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield frm.recv(out[lo:hi], (lo, hi))
+            yield prims.recv(lo, hi)
         return
     if r < 2 * extra:
-        frm = ctx.prims(recv_from=[r - 1], op=ctx.op)
+        prims = ctx.prims(out, out, recv_from=[r - 1], op=ctx.op)
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield frm.recv_reduce_copy(out[lo:hi], out[lo:hi], (lo, hi))
+            yield prims.recv_reduce_copy(lo, hi)
 
     # From here on, p ranks numbered 0..p-1 ("virtual" ranks).
     vrank = r // 2 if r < 2 * extra else r - extra
@@ -93,7 +87,7 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
         lo, hi = keep
         mask //= 2
     if ctx.post is not None:
-        yield ctx.finish(out[lo:hi], (lo, hi))
+        yield ctx.prims(out, out, post=ctx.post).post_op(lo, hi)
 
     # All-gather by recursive doubling: undo the halving, newest split first.
     for mask, keep, give in reversed(history):
@@ -101,6 +95,6 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
 
     # Hand the result back to the rank that sat out.
     if r < 2 * extra:
-        to = ctx.prims(send_to=[r - 1])
+        prims = ctx.prims(out, out, send_to=[r - 1])
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield to.send(out[lo:hi], (lo, hi))
+            yield prims.send(lo, hi)

@@ -15,28 +15,29 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.algorithms.common import Context, chunks
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 
 
-def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """``out[p*count : (p+1)*count]`` of rank ``r`` is ``local[r*count : (r+1)*count]`` of rank ``p``."""
     n, r, count = ctx.nranks, ctx.rank, out.size // ctx.nranks
-    for lo, hi in chunks(0, count, ctx.chunk_elems):
-        a, b = r * count + lo, r * count + hi
-        yield ctx.copy(local[a:b], out[a:b], (a, b))
+    own = ctx.prims(local, out)
+    for lo, hi in chunks(r * count, (r + 1) * count, ctx.chunk_elems):
+        yield own.copy(lo, hi)
     for step in range(1, n):
         to, frm = (r + step) % n, (r - step) % n
-        send, recv = ctx.prims(send_to=[to]), ctx.prims(recv_from=[frm])
+        prims = ctx.prims(local, out, recv_from=[frm], send_to=[to])
         for lo, hi in chunks(0, count, ctx.chunk_elems):
-            yield send.send(local[to * count + lo : to * count + hi], (to * count + lo, to * count + hi))
-            yield recv.recv(out[frm * count + lo : frm * count + hi], (frm * count + lo, frm * count + hi))
+            yield prims.send(to * count + lo, to * count + hi)
+            yield prims.recv(frm * count + lo, frm * count + hi)
 
 
-def barrier(ctx: Context, token: Any) -> Iterator[Primitive]:
+def barrier(ctx: Context, token: Any) -> Iterator[Step]:
     """The dissemination barrier, with empty messages: only their arrival matters."""
     distance = 1
     while distance < ctx.nranks:
         to, frm = (ctx.rank + distance) % ctx.nranks, (ctx.rank - distance) % ctx.nranks
-        yield ctx.prims(send_to=[to]).send(token[:0], (0, 0))
-        yield ctx.prims(recv_from=[frm]).recv(token[:0], (0, 0))
+        prims = ctx.prims(token, token, recv_from=[frm], send_to=[to])
+        yield prims.send(0, 0)
+        yield prims.recv(0, 0)
         distance *= 2

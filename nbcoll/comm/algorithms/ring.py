@@ -19,104 +19,92 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.algorithms.common import Context, chunks, rounds
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 
 
 def _neighbours(ctx: Context) -> tuple[int, int]:
     return (ctx.rank - 1) % ctx.nranks, (ctx.rank + 1) % ctx.nranks
 
 
-def _piece(block: int, count: int, lo: int, hi: int) -> tuple[int, int]:
-    """Elements ``[lo, hi)`` of rank ``block``'s block of ``count`` elements, as a range of the whole buffer."""
-    return block * count + lo, block * count + hi
-
-
-def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """``out = op(local of every rank)``; ``out`` may be ``local`` (in place)."""
     n, r = ctx.nranks, ctx.rank
     prev, nxt = _neighbours(ctx)
-    prims = ctx.prims(recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
+    prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
     for block in rounds(local.size, n, ctx.chunk_elems):
         # Reduce-scatter: block r-1 starts here; each step adds this rank's part and passes it on.
-        lo, hi = block[(r - 1) % n]
-        yield prims.send(local[lo:hi], (lo, hi))
+        yield prims.send(*block[(r - 1) % n])
         for j in range(2, n):
-            lo, hi = block[(r - j) % n]
-            yield prims.recv_reduce_send(local[lo:hi], (lo, hi))
+            yield prims.recv_reduce_send(*block[(r - j) % n])
         # Block r arrives with every other rank's part: add ours, and it is final.
-        lo, hi = block[r]
-        yield prims.recv_reduce_copy_send(local[lo:hi], out[lo:hi], (lo, hi))
+        yield prims.recv_reduce_copy_send(*block[r])
         # All-gather: pass on each final block, keeping a copy.
         for j in range(1, n - 1):
-            lo, hi = block[(r - j) % n]
-            yield prims.recv_copy_send(out[lo:hi], (lo, hi))
-        lo, hi = block[(r + 1) % n]
-        yield prims.recv(out[lo:hi], (lo, hi))
+            yield prims.recv_copy_send(*block[(r - j) % n])
+        yield prims.recv(*block[(r + 1) % n])
 
 
-def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """``out = op over ranks of local[rank * count : (rank + 1) * count]`` with ``count = out.size``."""
     n, r, count = ctx.nranks, ctx.rank, out.size
     prev, nxt = _neighbours(ctx)
-    prims = ctx.prims(recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
+    prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        a, b = _piece((r - 1) % n, count, lo, hi)
-        yield prims.send(local[a:b], (a, b))
+        block = (r - 1) % n
+        yield prims.send(block * count + lo, block * count + hi)
         for j in range(2, n):
-            a, b = _piece((r - j) % n, count, lo, hi)
-            yield prims.recv_reduce_send(local[a:b], (a, b))
-        a, b = _piece(r, count, lo, hi)
-        yield prims.recv_reduce_copy(local[a:b], out[lo:hi], (a, b))
+            block = (r - j) % n
+            yield prims.recv_reduce_send(block * count + lo, block * count + hi)
+        yield prims.recv_reduce_copy(r * count + lo, r * count + hi, out_at=lo)
 
 
-def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """``out[rank * count : (rank + 1) * count] = local of that rank`` with ``count = local.size``."""
     n, r, count = ctx.nranks, ctx.rank, local.size
     prev, nxt = _neighbours(ctx)
-    prims = ctx.prims(recv_from=[prev], send_to=[nxt])
+    prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt])
     for lo, hi in chunks(0, count, ctx.chunk_elems):
-        a, b = _piece(r, count, lo, hi)
-        yield prims.copy_send(local[lo:hi], out[a:b], (a, b))
+        yield prims.copy_send(lo, hi, out_at=r * count + lo)
         for j in range(1, n - 1):
-            a, b = _piece((r - j) % n, count, lo, hi)
-            yield prims.recv_copy_send(out[a:b], (a, b))
-        a, b = _piece((r + 1) % n, count, lo, hi)
-        yield prims.recv(out[a:b], (a, b))
+            block = (r - j) % n
+            yield prims.recv_copy_send(block * count + lo, block * count + hi)
+        block = (r + 1) % n
+        yield prims.recv(block * count + lo, block * count + hi)
 
 
-def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Primitive]:
+def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
     """A chain from ``root`` round the ring: each rank keeps every chunk and passes it on."""
     n, r = ctx.nranks, ctx.rank
     prev, nxt = _neighbours(ctx)
     position = (r - root) % n
     if position == 0:
-        prims = ctx.prims(send_to=[nxt])
+        prims = ctx.prims(src, out, send_to=[nxt])
         for lo, hi in chunks(0, out.size, ctx.chunk_elems):
-            yield prims.copy_send(src[lo:hi], out[lo:hi], (lo, hi))
+            yield prims.copy_send(lo, hi)
     elif position < n - 1:
-        prims = ctx.prims(recv_from=[prev], send_to=[nxt])
+        prims = ctx.prims(src, out, recv_from=[prev], send_to=[nxt])
         for lo, hi in chunks(0, out.size, ctx.chunk_elems):
-            yield prims.recv_copy_send(out[lo:hi], (lo, hi))
+            yield prims.recv_copy_send(lo, hi)
     else:
-        prims = ctx.prims(recv_from=[prev])
+        prims = ctx.prims(src, out, recv_from=[prev])
         for lo, hi in chunks(0, out.size, ctx.chunk_elems):
-            yield prims.recv(out[lo:hi], (lo, hi))
+            yield prims.recv(lo, hi)
 
 
-def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Primitive]:
+def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     """A chain that ends at ``root``: each rank adds its part and passes the partial sum on."""
     n, r = ctx.nranks, ctx.rank
     prev, nxt = _neighbours(ctx)
     position = (r - root - 1) % n  # root is last
     if position == 0:
-        prims = ctx.prims(send_to=[nxt])
+        prims = ctx.prims(local, out, send_to=[nxt])
         for lo, hi in chunks(0, local.size, ctx.chunk_elems):
-            yield prims.send(local[lo:hi], (lo, hi))
+            yield prims.send(lo, hi)
     elif position < n - 1:
-        prims = ctx.prims(recv_from=[prev], send_to=[nxt], op=ctx.op)
+        prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op)
         for lo, hi in chunks(0, local.size, ctx.chunk_elems):
-            yield prims.recv_reduce_send(local[lo:hi], (lo, hi))
+            yield prims.recv_reduce_send(lo, hi)
     else:
-        prims = ctx.prims(recv_from=[prev], op=ctx.op, post=ctx.post)
+        prims = ctx.prims(local, out, recv_from=[prev], op=ctx.op, post=ctx.post)
         for lo, hi in chunks(0, local.size, ctx.chunk_elems):
-            yield prims.recv_reduce_copy(local[lo:hi], out[lo:hi], (lo, hi))
+            yield prims.recv_reduce_copy(lo, hi)

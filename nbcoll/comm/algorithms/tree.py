@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbcoll.comm.algorithms.common import Context, chunks
-from nbcoll.comm.primitives import Primitive
+from nbcoll.comm.primitives import Step
 
 
 class HeapTree:
@@ -51,7 +51,7 @@ class HeapTree:
         return [self.rank_at(c) for c in (2 * p + 1, 2 * p + 2) if c < self.nranks]
 
 
-def _up_then_down(ctx: Context, tree: HeapTree, local: Any, out: Any, lo: int, hi: int) -> Iterator[Primitive]:
+def _up_then_down(ctx: Context, tree: HeapTree, local: Any, out: Any, lo: int, hi: int) -> Iterator[Step]:
     """All-reduce of ``[lo, hi)`` on one tree: chunks up to the root, then down again, a FIFO's worth at a time.
 
     Why a FIFO's worth: the root sends each finished chunk down at once, but a child reads from its parent only
@@ -60,49 +60,54 @@ def _up_then_down(ctx: Context, tree: HeapTree, local: Any, out: Any, lo: int, h
     """
     parent, children = tree.parent(ctx.rank), tree.children(ctx.rank)
     pieces = list(chunks(lo, hi, ctx.chunk_elems))
+    if parent is None:
+        root = ctx.prims(local, out, recv_from=children, send_to=children, op=ctx.op, post=ctx.post)
+    else:
+        up = ctx.prims(local, out, recv_from=children, send_to=[parent], op=ctx.op)
+        down = ctx.prims(local, out, recv_from=[parent], send_to=children)
     for first in range(0, len(pieces), ctx.fifo_steps):
         group = pieces[first : first + ctx.fifo_steps]
         if parent is None:
-            prims = ctx.prims(recv_from=children, send_to=children, op=ctx.op, post=ctx.post)
             for a, b in group:  # the root finishes each chunk and sends it straight back down
-                yield prims.recv_reduce_copy_send(local[a:b], out[a:b], (a, b))
+                yield root.recv_reduce_copy_send(a, b)
             continue
-        up = ctx.prims(recv_from=children, send_to=[parent], op=ctx.op)
         for a, b in group:
-            yield up.recv_reduce_send(local[a:b], (a, b)) if children else up.send(local[a:b], (a, b))
-        down = ctx.prims(recv_from=[parent], send_to=children)
+            yield up.recv_reduce_send(a, b) if children else up.send(a, b)
         for a, b in group:
-            yield down.recv_copy_send(out[a:b], (a, b)) if children else down.recv(out[a:b], (a, b))
+            yield down.recv_copy_send(a, b) if children else down.recv(a, b)
 
 
-def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Primitive]:
+def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """The double binary tree: the first half of the buffer on one tree, the second half on its mirror."""
     half = local.size // 2
     yield from _up_then_down(ctx, HeapTree(ctx.nranks), local, out, 0, half)
     yield from _up_then_down(ctx, HeapTree(ctx.nranks, mirrored=True), local, out, half, local.size)
 
 
-def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Primitive]:
+def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
     """Chunks flow down the tree rooted at ``root``; inner nodes keep and forward each one."""
     tree = HeapTree(ctx.nranks, root)
     parent, children = tree.parent(ctx.rank), tree.children(ctx.rank)
+    prims = ctx.prims(src, out, recv_from=[parent] if parent is not None else [], send_to=children)
     for a, b in chunks(0, out.size, ctx.chunk_elems):
         if parent is None:
-            yield ctx.prims(send_to=children).copy_send(src[a:b], out[a:b], (a, b))
+            yield prims.copy_send(a, b)
         elif children:
-            yield ctx.prims(recv_from=[parent], send_to=children).recv_copy_send(out[a:b], (a, b))
+            yield prims.recv_copy_send(a, b)
         else:
-            yield ctx.prims(recv_from=[parent]).recv(out[a:b], (a, b))
+            yield prims.recv(a, b)
 
 
-def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Primitive]:
+def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     """Partial results flow up the tree rooted at ``root``; each inner node adds its own part."""
     tree = HeapTree(ctx.nranks, root)
     parent, children = tree.parent(ctx.rank), tree.children(ctx.rank)
+    up = [parent] if parent is not None else []
+    prims = ctx.prims(local, out, recv_from=children, send_to=up, op=ctx.op, post=ctx.post if parent is None else None)
     for a, b in chunks(0, local.size, ctx.chunk_elems):
         if parent is None:
-            yield ctx.prims(recv_from=children, op=ctx.op, post=ctx.post).recv_reduce_copy(local[a:b], out[a:b], (a, b))
+            yield prims.recv_reduce_copy(a, b)
         elif children:
-            yield ctx.prims(recv_from=children, send_to=[parent], op=ctx.op).recv_reduce_send(local[a:b], (a, b))
+            yield prims.recv_reduce_send(a, b)
         else:
-            yield ctx.prims(send_to=[parent]).send(local[a:b], (a, b))
+            yield prims.send(a, b)

@@ -14,8 +14,8 @@ def broadcast(ctx, src, out, root):
     children = [(c + root) % n for c in (2 * p + 1, 2 * p + 2) if c < n]
     for lo, hi in chunks(0, out.size, ctx.chunk_elems):
         if parent is None:  # the root: keep the chunk and send it to both children
-            yield ctx.prims(send_to=children).copy_send(src[lo:hi], out[lo:hi], (lo, hi))
+            yield ctx.prims(src, out, send_to=children).copy_send(lo, hi)
         elif children:  # an inner node: keep it and pass it down
-            yield ctx.prims(recv_from=[parent], send_to=children).recv_copy_send(out[lo:hi], (lo, hi))
+            yield ctx.prims(src, out, recv_from=[parent], send_to=children).recv_copy_send(lo, hi)
         else:  # a leaf: keep it
-            yield ctx.prims(recv_from=[parent]).recv(out[lo:hi], (lo, hi))
+            yield ctx.prims(src, out, recv_from=[parent]).recv(lo, hi)

@@ -2,14 +2,14 @@
 
 An algorithm is a generator: it yields one primitive per step of this rank's part, and the communicator runs
 each when its peers are ready. ``ctx`` has ``rank``, ``nranks``, ``chunk_elems``, ``op`` and ``post``;
-``ctx.prims(recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)`` gives the primitives, each taking a
-slice and its span ``(lo, hi)`` in the buffer (for traces)::
+``ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)`` gives the primitives, bound
+once to the two buffers and the neighbours, each call taking only the element range ``[lo, hi)`` it moves::
 
-    prims.send(local[lo:hi], (lo, hi))                                  slot(next) = local
-    prims.recv_reduce_send(local[lo:hi], (lo, hi))                      slot(next) = local + slot(prev)
-    prims.recv_reduce_copy_send(local[lo:hi], out[lo:hi], (lo, hi))    out = local + slot(prev); slot(next) = out
-    prims.recv_copy_send(out[lo:hi], (lo, hi))                          out = slot(prev); slot(next) = out
-    prims.recv(out[lo:hi], (lo, hi))                                    out = slot(prev)
+    prims.send(lo, hi)                    slot(next) = local[lo:hi]
+    prims.recv_reduce_send(lo, hi)        slot(next) = local[lo:hi] + slot(prev)
+    prims.recv_reduce_copy_send(lo, hi)   out[lo:hi] = local[lo:hi] + slot(prev); slot(next) = out[lo:hi]
+    prims.recv_copy_send(lo, hi)          out[lo:hi] = slot(prev); slot(next) = out[lo:hi]
+    prims.recv(lo, hi)                    out[lo:hi] = slot(prev)
 
 ``rounds(local.size, n, ctx.chunk_elems)`` cuts the buffer into rounds of n blocks (a list of n ``(lo, hi)``
 spans, some maybe empty), each at most one chunk. The check runs your function as nbcoll's ring all-reduce on 2,

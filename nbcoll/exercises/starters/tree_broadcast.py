@@ -6,9 +6,12 @@ has the parent ``(p - 1) // 2`` and the children ``2p + 1`` and ``2p + 2`` (thos
 into ranks by adding ``root`` (mod n). Send the buffer chunk by chunk (``chunks(0, out.size, ctx.chunk_elems)``
 gives the ``(lo, hi)`` spans), so the data flows down the tree as a pipeline::
 
-    ctx.prims(send_to=children).copy_send(src[lo:hi], out[lo:hi], (lo, hi))     the root
-    ctx.prims(recv_from=[parent], send_to=children).recv_copy_send(out[lo:hi], (lo, hi))
-    ctx.prims(recv_from=[parent]).recv(out[lo:hi], (lo, hi))                    a leaf
+    ctx.prims(src, out, send_to=children).copy_send(lo, hi)                     the root
+    ctx.prims(src, out, recv_from=[parent], send_to=children).recv_copy_send(lo, hi)
+    ctx.prims(src, out, recv_from=[parent]).recv(lo, hi)                        a leaf
+
+``ctx.prims(src, out, ...)`` binds the primitives to the two buffers and the peers once; each call then names
+only the element range ``[lo, hi)`` it moves.
 
 The check runs your function as nbcoll's tree broadcast on 2, 3 and 4 ranks with several roots, beside the
 reference, and reports the first step whose chunk or peer differs. Check your work with::

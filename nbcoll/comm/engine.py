@@ -1,0 +1,265 @@
+"""The control plane of a communicator: what turns one collective call into an operation, and runs it.
+
+Each :class:`~nbcoll.comm.communicator.Communicator` owns one :class:`Engine`, which holds everything that lives
+from one collective call to the next:
+
+* the call numbers, and the refusals of calls whose arguments failed here (:mod:`nbcoll.comm.refusal`);
+* the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model;
+* the tracer (``NBCOLL_TRACE``) and the direct windows of the one-shot algorithms;
+* the progress queue every operation runs through (:mod:`nbcoll.comm.progress`).
+
+A collective call goes through it top-down::
+
+    with comm.engine.call("all_reduce") as seq:       # number the call; a failure inside is a refusal
+        ...check the arguments, once...
+        coll = comm.engine.plan(seq, "all_reduce", algo, signature, build, ...)   # algorithm -> CollectiveOp
+        comm.engine.progress.submit([coll], [work], wait=True)                    # watchdog -> steps -> kernels
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbcoll import backend, memory
+from nbcoll.comm import algorithms, tuner
+from nbcoll.comm.algorithms.common import Context
+from nbcoll.comm.check import Signature, compare_across_ranks
+from nbcoll.comm.collective_op import CollectiveOp
+from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.primitives import Step
+from nbcoll.comm.progress import Progress
+from nbcoll.comm.refusal import Refusals
+from nbcoll.comm.trace import Tracer
+from nbcoll.comm.window import DirectWindows
+from nbcoll.comm.work import Work, records_of
+from nbcoll.kernels import combine as combine_kernels
+
+
+class Engine:
+    """One communicator's control plane: call numbers, algorithm choice, tracer, windows and progress queue.
+
+    Example::
+
+        comm = nbcoll.init()
+        with comm.engine.call("barrier") as seq:
+            coll = comm.engine.plan(seq, "barrier", None, Signature("barrier", 0, "-", "-", -1),
+                                    lambda run, ctx: run(ctx, token), nbytes=0, single=[])
+        comm.engine.progress.submit([coll], [], wait=True)
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        config = comm.config
+        self.refusals = Refusals(comm._wiring.ctrl, config.timeout)
+        self.allowed = algorithms.parse_algo_setting(config.algo)
+        self.checking = config.check
+        self.tracer = Tracer(Path(config.trace) / f"rank{comm.rank}.jsonl" if config.trace else None, comm.rank)
+        self.progress = Progress(comm.watchdog.drive, comm._check_usable, f"nbcoll-progress-rank{comm.rank}")
+        self._link_models: dict[str, tuner.LinkModel] = {}
+        self._windows: DirectWindows | None = None
+        self._windows_made = False
+        self._windows_failed: str | None = None
+
+    # -- numbering and refusals ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def call(self, name: str) -> Iterator[int]:
+        """Number a collective call; an error raised inside before it runs or is queued is a refusal.
+
+        A call whose arguments fail the checks raises before anything moves, but its peers may still run it: the
+        refusal is told to them (:meth:`refuse`). An error raised later (a timeout, a mismatch found by
+        ``NBCOLL_CHECK``) is not a refusal.
+        """
+        self.comm._check_usable()
+        self.settle()
+        seq = self.refusals.number()
+        try:
+            yield seq
+        except Exception:
+            if self.refusals.is_open(seq):  # it failed before it was run or queued: a refusal
+                self.refuse(seq, name)
+            raise
+
+    def refuse(self, seq: int, name: str) -> None:
+        """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""
+        if not self.checking:
+            self.refusals.refuse(seq, name)
+            return
+        comm = self.comm
+        try:  # the refusal takes this call's place in the exchange, so every rank raises together
+            compare_across_ranks(comm._wiring.ctrl, Signature.refusal(name), comm.config.timeout, self._check_aborted)
+        finally:
+            self.refusals.skipped(seq)
+
+    def settle(self) -> None:
+        """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
+        try:
+            self.refusals.settle(self._check_aborted)
+        except CommAbortedError:
+            self.comm.abort()
+            raise
+
+    def mark_run(self, seq: int) -> None:
+        """Collective call ``seq`` runs here: abort at once if a peer has refused it."""
+        try:
+            self.refusals.ran(seq)
+        except CommAbortedError:
+            self.comm.abort()
+            raise
+
+    def _check_aborted(self) -> None:
+        self.comm.watchdog.check_aborted()
+
+    # -- running what a group or comm.drive() hands over ------------------------------------------------------
+
+    def run_batch(self, ops: list[Any], works: list[Work]) -> None:
+        """Run ``ops`` after everything issued before and wait for them; finish ``works`` with the outcome."""
+        if not ops and not works:
+            return
+        try:
+            for op in ops:
+                for seq in getattr(op, "seqs", ()):
+                    self.mark_run(seq)
+        except CommAbortedError as exc:
+            self.cancel_batch(ops, works, exc)
+            raise
+        self.progress.submit(ops, works, wait=True)
+
+    def cancel_batch(self, ops: list[Any], works: list[Work], cause: BaseException) -> None:
+        """Give up ``ops``, which never ran: their handles fail, and their collectives count as refused."""
+        for op in ops:
+            for record in records_of(op):
+                record.finish("cancelled")
+            for name, _, seq, _ in getattr(op, "parts", ()):  # a collective: tell the peers it will not run
+                if self.refusals.is_open(seq):
+                    self.refusals.refuse(seq, f"{name} in a comm.group()")
+        for work in works:
+            error = CommError(
+                f"rank {self.comm.rank}: {work.description} cancelled: its group did not run "
+                f"({type(cause).__name__}: {cause})"
+            )
+            work._finish(error)
+
+    # -- choosing an algorithm ----------------------------------------------------------------------------------
+
+    def link_model(self) -> tuner.LinkModel:
+        """The slowest link of the whole communicator, with rank 0's calibration: the same on every rank.
+
+        A rank that modelled only its own links would choose differently from a rank with faster ones (ranks
+        0-1 sharing a node, rank 2 alone), and the collective would hang with each running another algorithm.
+        """
+        current = backend.get_backend()
+        if current not in self._link_models:
+            comm = self.comm
+            models = comm._wiring.link_models.get(current) or tuner.default_models(current)
+            self._link_models[current] = tuner.slowest(models, comm.topology.transports() or {"ipc"})
+        return self._link_models[current]
+
+    def choose(self, collective: str, nbytes: int) -> str:
+        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank."""
+        allowed = [a for a in algorithms.ALGORITHMS[collective] if a in self.allowed[collective]]
+        if not allowed:
+            raise ValueError(
+                f"NBCOLL_ALGO: excludes every algorithm of {collective} "
+                f"({', '.join(algorithms.ALGORITHMS[collective])})"
+            )
+        comm = self.comm
+        return tuner.choose(collective, allowed, nbytes, comm.size, comm.config.chunk_bytes, self.link_model())
+
+    # -- planning: one call -> one collective operation ---------------------------------------------------------
+
+    def plan(
+        self,
+        seq: int,
+        name: str,
+        algo: str | None,
+        signature: Signature,
+        build: Callable[[Callable, Context], Iterator[Step]],
+        *,
+        nbytes: int,
+        single: list[tuple[Any, Any]],
+        op: Any = None,
+    ) -> CollectiveOp:
+        """Choose the algorithm, compare the call across ranks (``NBCOLL_CHECK``), and bind this rank's program.
+
+        ``build(algorithm, ctx)`` calls the algorithm with the checked buffers; ``single`` lists the (input,
+        output) pairs that a communicator of one rank copies instead.
+        """
+        comm = self.comm
+        if algo is not None:
+            algorithms.check_algo(name, algo)
+        else:
+            algo = self.choose(name, nbytes)
+        if self.checking:
+            try:
+                compare_across_ranks(comm._wiring.ctrl, signature, comm.config.timeout, self._check_aborted)
+            except Exception:
+                self.refusals.skipped(seq)  # every rank raises here: none runs the call
+                raise
+        dtype = np.dtype(str(signature.dtype)) if signature.dtype != "-" else np.dtype(np.uint8)
+        post = None
+        if op is not None and combine_kernels.parse_op(op) == "avg":
+            nranks = comm.size
+            post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
+        ctx = Context(
+            rank=comm.rank,
+            nranks=comm.size,
+            chunk_elems=max(1, comm.config.chunk_bytes // dtype.itemsize),
+            fifo_steps=comm.config.steps,
+            op=op,
+            post=post,
+            send_connection=comm.send_connection,
+            recv_connection=comm.recv_connection,
+            counters=comm.peer_counters,
+            windows=self.direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
+        )
+        steps = _single_rank(ctx, single) if comm.size == 1 else build(algorithms.ALGORITHMS[name][algo], ctx)
+        record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
+        comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
+        return CollectiveOp(name, algo, steps, record, self.tracer, seq)
+
+    def direct_windows(self) -> DirectWindows | None:
+        """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
+
+        Making them is collective, like the one-shot collective that asks for them: every rank gets here.
+        """
+        if self._windows_failed is not None:
+            raise CommError(
+                f"rank {self.comm.rank}: the direct windows of this communicator could not be set up earlier "
+                f"({self._windows_failed}); abort or shrink the communicator"
+            )
+        if not self._windows_made:
+            comm = self.comm
+            peers = [p for p in range(comm.size) if p != comm.rank]
+            if peers and all(comm.transport_to(p) == "ipc" for p in peers):
+                wiring = comm._wiring
+                try:
+                    self._windows = DirectWindows(
+                        wiring.ctrl, comm.config.buffsize, comm.watchdog.drive, comm.recorder, wiring.uid
+                    )
+                except BaseException as exc:
+                    self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    raise
+            self._windows_made = True
+        return self._windows
+
+    def close(self) -> None:
+        """Release what the engine holds: the call numbers' notes, the direct windows, the trace file."""
+        self.refusals.close()
+        if self._windows is not None:
+            self._windows.close()
+        self.tracer.close()
+
+
+def _single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:
+    """One rank: every collective is a local copy (and avg's division by one, which changes nothing)."""
+    for src, dst in pairs:
+        if src is None or dst is None or src.size == 0:
+            continue
+        if memory.address_range(src) != memory.address_range(dst):
+            yield ctx.prims(src, dst).copy(0, int(dst.size))

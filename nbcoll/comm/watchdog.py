@@ -1,0 +1,237 @@
+"""Driving operations to completion without ever hanging silently.
+
+:class:`Watchdog` runs a list of pending operations round robin: each, in turn, takes every step it can take
+now, so that a rank in a ring that must both send and receive never blocks on its send while its receive could
+have freed the peer. When nothing moves it polls, and every poll asks four questions:
+
+1. was the communicator aborted, here or elsewhere (the control page's flag, or an abort message over MPI)?
+2. has a peer on this machine died (its process is gone)?
+3. has nothing moved for ``NBCOLL_TIMEOUT`` seconds?
+4. if none of these, sleep a little (spinning first), and try again.
+
+Each question has its own error: :class:`CommAbortedError`, :class:`CommPeerLostError`,
+:class:`CommTimeoutError`, and every message names the operation, the rank, the peer, the step reached and what
+the rank waited for, followed by the rank's flight recorder.
+
+Example::
+
+    watchdog.drive([SendOp(...), RecvOp(...)])      # returns when both are done, or raises
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nbcoll.comm.debug import FlightRecorder, Logger
+from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
+from nbcoll.ipc_memory import unlink_names_of
+
+try:
+    from mpi4py import MPI
+
+    MPI_ERRORS: tuple[type[BaseException], ...] = (MPI.Exception,)
+except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
+    MPI, MPI_ERRORS = None, ()
+
+TAG_ABORT = 77
+"""Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
+
+HEALTH_CHECK_INTERVAL = 0.01
+"""Seconds between two checks of abort messages and peer processes while waiting."""
+
+SPIN_SECONDS = 0.002
+"""How long a waiting rank only yields the core (``sched_yield``) before it starts to sleep."""
+
+MAX_SLEEP_SECONDS = 0.001
+
+
+def process_alive(pid: int) -> bool:
+    """True unless process ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+class Watchdog:
+    """Progresses operations, bounded by a timeout, released by an abort, failed by a dead peer.
+
+    ``aborted_by()`` returns the rank that aborted the communicator, or ``None``; ``peer_pids`` maps the
+    peers whose process this rank can see (those on its machine) to their pid.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        timeout: float,
+        aborted_by: Callable[[], int | None],
+        peer_pids: dict[int, int],
+        recorder: FlightRecorder,
+        log: Logger,
+    ) -> None:
+        self.rank = rank
+        self.timeout = timeout
+        self.aborted_by = aborted_by
+        self.peer_pids = peer_pids
+        self.recorder = recorder
+        self.log = log
+        self.failed = False  # an operation ended in an error: messages may still be on their way
+
+    def _report(self, error: Exception) -> Exception:
+        self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
+        return error
+
+    def _context(self, ops: Sequence[Any]) -> str:
+        lines = [f"  pending: {op.describe()}; waiting for {op.waiting_for()}" for op in ops]
+        return "\n".join(lines) + "\n" + self.recorder.format(self.rank)
+
+    def check_aborted(self, ops: Sequence[Any] = ()) -> None:
+        by = self.aborted_by()
+        if by is None:
+            return
+        for op in ops:
+            op.record.finish("aborted")
+        who = "this rank" if by == self.rank else f"rank {by}"
+        what = f"{ops[0].headline()} stopped" if ops else "operation refused"
+        raise self._report(
+            CommAbortedError(
+                f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
+                + (":\n" + self._context(ops) if ops else "")
+            )
+        )
+
+    def check_peers(self, ops: Sequence[Any], still_moving: Callable[[], bool] = lambda: False) -> None:
+        """Raise if a peer an operation waits for has exited (every peer of its step, not only the first) and
+        nothing can move any more.
+
+        A peer that wrote its last chunk and then left is not lost: what it wrote is still there to read, so
+        ``still_moving()`` (one more progress pass) is asked before the error is raised.
+        """
+        for op in ops:
+            waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
+            for peer in waiting:
+                pid = self.peer_pids.get(peer)
+                if pid is not None and not process_alive(pid):
+                    unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
+                    if still_moving():
+                        return
+                    op.record.finish("failed")
+                    raise self._report(
+                        CommPeerLostError(
+                            f"rank {self.rank}: {op.headline()} failed: peer rank {peer} (pid {pid}) has exited "
+                            f"during {op.describe()}:\n" + self._context(ops)
+                        )
+                    )
+
+    def check_peer_processes(self, what: str) -> None:
+        """Raise if any peer on this machine has exited (for waits that are not operations: split, dup)."""
+        for peer, pid in sorted(self.peer_pids.items()):
+            if not process_alive(pid):
+                unlink_names_of(pid)
+                raise self._report(
+                    CommPeerLostError(f"rank {self.rank}: {what} failed: peer rank {peer} (pid {pid}) has exited")
+                )
+
+    def _mpi_failure(self, op: Any, pending: Sequence[Any], exc: BaseException) -> Exception:
+        """MPI's own report of a broken connection, usually a dead peer, as a :class:`CommPeerLostError`."""
+        op.record.finish("failed")
+        reason = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
+        return self._report(
+            CommPeerLostError(
+                f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
+                f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
+                + self._context(pending)
+            )
+        )
+
+    def _progress_pass(self, pending: Sequence[Any], tracing: bool = False) -> bool:
+        """Give every pending operation its turn once; return whether any took a step."""
+        moved = False
+        busy: set[int] = set()
+        for op in pending:
+            if id(op.conn) in busy or op.done:
+                continue  # an earlier message on this connection goes first
+            busy.add(id(op.conn))
+            try:
+                took_a_step = op.progress()
+            except MPI_ERRORS as exc:
+                raise self._mpi_failure(op, pending, exc) from exc
+            if took_a_step:
+                moved = True
+                if tracing:
+                    self.log.trace("P2P", f"{op.headline()}: {op.record.progress}, connection step {op.conn.step}")
+        return moved
+
+    def drive(self, ops: Sequence[Any]) -> None:
+        """Progress ``ops`` round robin until all are done; raise as soon as one can never finish.
+
+        Operations on the same connection run in the order given, one after the other. An operation is any object
+        with ``conn``, ``peer``, ``kind``, ``record`` (an :class:`~nbcoll.comm.debug.OperationRecord`), ``done``,
+        ``progress() -> bool`` (took a step), ``headline()``, ``describe()`` and ``waiting_for()``: the
+        collective primitives drive their own operations through this same loop.
+        """
+        try:
+            pending = [op for op in ops if not op.done]
+            last_move = time.monotonic()
+            next_health_check = last_move
+            tracing = self.log.enabled("TRACE", "P2P")
+            while pending:
+                moved = self._progress_pass(pending, tracing)
+                pending = [op for op in pending if not op.done]
+                now = time.monotonic()
+                if moved:
+                    last_move = now
+                    continue
+                if now >= next_health_check:  # an abort or a dead peer is noticed within HEALTH_CHECK_INTERVAL
+                    self.check_aborted(pending)
+                    self.check_peers(pending, functools.partial(self._progress_pass, pending))
+                    next_health_check = now + HEALTH_CHECK_INTERVAL
+                if now - last_move > self.timeout:
+                    raise self._timed_out(pending)
+                self._wait_a_little(now - last_move)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _timed_out(self, pending: Sequence[Any]) -> Exception:
+        for op in pending:
+            op.record.finish("timed out")
+        first = pending[0]
+        return self._report(
+            CommTimeoutError(
+                f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
+                f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
+                + self._context(pending)
+            )
+        )
+
+    @staticmethod
+    def _wait_a_little(waited: float) -> None:
+        # Yield the core but stay hot while the peer is likely a step away; back off only after a while, so a
+        # rank that waits long costs little CPU, and one that waits briefly wakes within microseconds.
+        # (sched_yield, not sleep(0): a zero sleep still pays the kernel's timer slack, tens of microseconds.)
+        if waited < SPIN_SECONDS:
+            os.sched_yield()
+        else:
+            time.sleep(min(MAX_SLEEP_SECONDS, waited / 20))
+
+
+def abort_message_source(ctrl_comm: Any) -> int | None:
+    """The rank whose abort message has arrived on ``ctrl_comm``, or ``None``; the message is consumed."""
+    status = MPI.Status()  # only communicators over MPI have abort messages
+    if not ctrl_comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT, status=status):
+        return None
+    ctrl_comm.Recv([bytearray(0), MPI.BYTE], source=status.Get_source(), tag=TAG_ABORT)
+    return status.Get_source()
