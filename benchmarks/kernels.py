@@ -55,7 +55,7 @@ class Sizes:
 SIZES = {
     "cpu": Sizes(elements=16 << 20, rows=4096, cols=4096, matmul=1024, repeats=7, warmup=2),
     "gpu": Sizes(elements=64 << 20, rows=8192, cols=8192, matmul=4096, repeats=20, warmup=3),
-    "tiny": Sizes(elements=1000, rows=4, cols=32, matmul=16, repeats=2, warmup=1),
+    "tiny": Sizes(elements=300, rows=4, cols=32, matmul=16, repeats=2, warmup=1),
 }
 
 

@@ -30,6 +30,14 @@ from typing import Any
 
 BACKENDS = ("cuda", "sim", "numpy")
 
+SIMULATOR_SWITCH_INTERVAL = 0.0005
+"""Seconds a Python thread may hold the interpreter lock while another waits for it, during a simulated launch.
+
+The simulator runs each CUDA thread of a block as a Python thread and releases them from ``syncthreads`` by
+polling them from the launching thread. At Python's default of 5 ms that polling loop keeps the lock while the
+threads it waits for cannot run, so kernels that synchronise often (reductions, softmax, norms) spend most of
+their time there; a shorter interval halves their time."""
+
 
 class BackendError(RuntimeError):
     """The requested backend cannot run in this process.
@@ -116,7 +124,7 @@ def _make_simulated_launches_thread_safe() -> None:
     launching the same kernel would run with each other's grid, or inside each other's launch. Here each
     ``kernel[grid, block]`` configures a copy, and launches take turns, as a GPU queues launches from any thread.
     Device functions, which the simulator calls from its own per-CUDA-thread threads during a launch, are not
-    locked.
+    locked. During a launch the interpreter switches threads every :data:`SIMULATOR_SWITCH_INTERVAL` seconds.
     """
     from numba.cuda.simulator import kernel
 
@@ -132,7 +140,12 @@ def _make_simulated_launches_thread_safe() -> None:
         if self._device:
             return launch(self, *args)
         with lock:
-            return launch(self, *args)
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
+            try:
+                return launch(self, *args)
+            finally:
+                sys.setswitchinterval(interval)
 
     kernel.FakeCUDAKernel.__getitem__ = configured_copy
     kernel.FakeCUDAKernel.__call__ = call

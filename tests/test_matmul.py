@@ -75,6 +75,7 @@ def test_integers_wrap_to_the_input_dtype(backend):
         ((2, 3), (3, 0)),
         ((0, 2, 3), (3, 2)),  # an empty batch
         ((TILE, TILE + 1), (TILE + 1, 2 * TILE)),  # K one past a tile: a second, almost empty, step
+        ((3, 37), (37, 19)),  # a thin output: 4 x 4 tiles, ragged in M, in N (19 = 4 * 4 + 3) and in K
     ],
 )
 def test_shapes_and_broadcasting(backend, a_shape, b_shape, rng):

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from layer_checks import assert_same_gradients_as_numpy
 
 import nbcoll
 from nbcoll import nn
@@ -163,7 +164,8 @@ def test_losses_on_the_device_backend(rng):
         np.testing.assert_allclose(
             ce(x, t).numpy(), cross_entropy_reference(x.numpy(), t, ignore_index=-1, smoothing=0.1), rtol=1e-12
         )
-        assert gradcheck(lambda x: ce(x, t), [x])
+        # The NumPy cases gradcheck every option; here the device's gradient equals NumPy's, at one backward's cost.
+        assert_same_gradients_as_numpy(lambda: ce, [x.numpy(), t])
         logits, y = leaf(rng, 3), np.array([0.0, 1.0, 0.25])
         bce = nn.BCEWithLogitsLoss()
         np.testing.assert_allclose(bce(logits, y).numpy(), bce_reference(logits.numpy(), y), rtol=1e-12)

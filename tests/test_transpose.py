@@ -39,6 +39,8 @@ def test_every_dtype_both_kernels(backend, dtype, rng):
         ((TILE_DIM + 1, 7), (1, 0)),  # a ragged second row of tiles
         ((3, TILE_DIM + 2), (-1, -2)),  # negative axes; a ragged second column of tiles
         ((1, 1), (1, 0)),
+        ((11, 3), (1, 0)),  # a thin matrix: 4 x 4 tiles, the last one ragged
+        ((12, 40), (1, 0)),  # 16 x 16 tiles, each moved by 16 x 8 threads in two passes; ragged both ways
         ((0, 4), (1, 0)),
         ((2, 0, 3), (0, 2, 1)),
         ((5,), (0,)),

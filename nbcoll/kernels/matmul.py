@@ -31,7 +31,7 @@ from nbcoll.kernels.indexing import broadcast_shapes, broadcast_strides, flat_vi
 from nbcoll.kernels.registry import register
 
 TILE = 16
-"""Side of the square tiles staged in shared memory; a block is TILE x TILE threads (256)."""
+"""Side of the square tiles staged in shared memory; a block is TILE x TILE threads (256), fewer for thin outputs."""
 
 MAX_GRID_Z = 65535
 """CUDA's limit on gridDim.z; longer batches are walked in a grid-stride loop."""
@@ -76,33 +76,35 @@ def _make_tiled_kernel(dtype: np.dtype) -> Any:
 
     @cuda.jit
     def tiled_kernel(a, b, out, m, k, n, batch_shape, a_batch_strides, b_batch_strides):
-        # Thread (ty, tx) of block (bx, by, bz) computes out[batch, by*TILE + ty, bx*TILE + tx] for batches
-        # bz, bz + gridDim.z, ..., loading one element of each staged tile per step.
+        # Thread (ty, tx) of block (bx, by, bz) computes out[batch, by*side + ty, bx*side + tx] for batches
+        # bz, bz + gridDim.z, ..., loading one element of each staged tile per step. The block is side x side
+        # threads (side = TILE, or less for thin outputs) and uses the top-left side x side of each tile.
         a_tile = cuda.shared.array((TILE, TILE), acc_type)
         b_tile = cuda.shared.array((TILE, TILE), acc_type)
+        side = cuda.blockDim.x
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row = cuda.blockIdx.y * TILE + ty
-        col = cuda.blockIdx.x * TILE + tx
+        row = cuda.blockIdx.y * side + ty
+        col = cuda.blockIdx.x * side + tx
         batch_count = out.size // (m * n)
         for batch in range(cuda.blockIdx.z, batch_count, cuda.gridDim.z):
             a_base = offset_of_device(batch, batch_shape, a_batch_strides)
             b_base = offset_of_device(batch, batch_shape, b_batch_strides)
             acc = acc_type(0)
-            for step in range((k + TILE - 1) // TILE):
-                # Stage a[row, step*TILE + tx] and b[step*TILE + ty, col]; zeros pad the ragged edges.
-                a_col = step * TILE + tx
+            for step in range((k + side - 1) // side):
+                # Stage a[row, step*side + tx] and b[step*side + ty, col]; zeros pad the ragged edges.
+                a_col = step * side + tx
                 if row < m and a_col < k:
                     a_tile[ty, tx] = a[a_base + row * k + a_col]
                 else:
                     a_tile[ty, tx] = 0
-                b_row = step * TILE + ty
+                b_row = step * side + ty
                 if b_row < k and col < n:
                     b_tile[ty, tx] = b[b_base + b_row * n + col]
                 else:
                     b_tile[ty, tx] = 0
                 cuda.syncthreads()  # the tiles are complete before anyone reads them
-                for j in range(TILE):
+                for j in range(side):
                     acc += a_tile[ty, j] * b_tile[j, tx]
                 cuda.syncthreads()  # everyone is done with the tiles before they are overwritten
             if row < m and col < n:
@@ -164,6 +166,20 @@ def _shape_error(a: Any, b: Any, why: str) -> ValueError:
     return ValueError(f"a, b: cannot multiply a.shape={tuple(a.shape)} by b.shape={tuple(b.shape)}: {why}")
 
 
+def tile_side(m: int, n: int) -> int:
+    """Side of the tiles (and of the square block) for an (M, N) output: the power of two that covers its shorter
+    side, from 4 up to TILE.
+
+    A (4, 59) output takes 15 blocks of 4 x 4 threads rather than 4 blocks of 16 x 16, most of them idle. On a GPU
+    that changes little; on the simulator, which runs every launched thread in Python, it is most of the time of a
+    small matmul. Below 4 x 4 threads the simulator's cost per block outweighs the threads saved.
+    """
+    side = 4
+    while side < min(m, n, TILE):
+        side *= 2
+    return side
+
+
 def matmul(a: Any, b: Any) -> Any:
     """``a @ b`` with NumPy semantics: ``out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]``.
 
@@ -177,7 +193,7 @@ def matmul(a: Any, b: Any) -> Any:
     edges; after a ``syncthreads`` each thread adds the TILE products of its row of the A tile and its column of
     the B tile, then a second ``syncthreads`` lets the tiles be overwritten. Every element loaded from global
     memory is thus used TILE times from shared memory: global loads drop from ``2*M*N*K`` (naive) to about
-    ``M*K*ceil(N/TILE) + K*N*ceil(M/TILE)``.
+    ``M*K*ceil(N/TILE) + K*N*ceil(M/TILE)``. An output thinner than a tile gets smaller tiles (:func:`tile_side`).
     """
     a, b = _check_operands(a, b)
     _matmul_shapes(a, b)
@@ -211,8 +227,9 @@ def _matmul(a: Any, b: Any) -> Any:
         grid_batch = batch_shape or (1,)
         a_strides = tuple(s * m * k for s in broadcast_strides(a_matrix[:-2], grid_batch))
         b_strides = tuple(s * k * n for s in broadcast_strides(b_matrix[:-2], grid_batch))
-        blocks = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, min(batch_count, MAX_GRID_Z))
-        TILED_KERNELS[a.dtype][blocks, (TILE, TILE)](
+        side = tile_side(m, n)
+        blocks = ((n + side - 1) // side, (m + side - 1) // side, min(batch_count, MAX_GRID_Z))
+        TILED_KERNELS[a.dtype][blocks, (side, side)](
             flat_view(a),
             flat_view(b),
             flat_view(out),
@@ -243,6 +260,7 @@ def _matmul_naive(a: Any, b: Any) -> Any:
     (m, k), n = a.shape, b.shape[1]
     out = memory.empty((m, n), a.dtype)
     if m * n > 0:
-        blocks = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE)
-        NAIVE_KERNELS[a.dtype][blocks, (TILE, TILE)](flat_view(a), flat_view(b), flat_view(out), m, k, n)
+        side = tile_side(m, n)
+        blocks = ((n + side - 1) // side, (m + side - 1) // side)
+        NAIVE_KERNELS[a.dtype][blocks, (side, side)](flat_view(a), flat_view(b), flat_view(out), m, k, n)
     return out

@@ -73,25 +73,27 @@ def _make_swap_last_two_kernel(bits_dtype: np.dtype) -> Any:
 
     @cuda.jit
     def swap_last_two_kernel(x, out, rows, cols):
-        # Block (bx, by, bz) moves the TILE_DIM x TILE_DIM tile at rows by*TILE_DIM..., columns bx*TILE_DIM... of
-        # matrix bz (and bz + gridDim.z, ...); each thread moves TILE_DIM / BLOCK_ROWS elements of the tile.
+        # Block (bx, by, bz) moves the side x side tile at rows by*side..., columns bx*side... of matrix bz (and
+        # bz + gridDim.z, ...), side = blockDim.x (TILE_DIM, or less for thin matrices, a multiple of blockDim.y);
+        # each thread moves side / blockDim.y elements of the tile.
         tile = cuda.shared.array((TILE_DIM, PADDED_TILE_DIM), element)
+        side = cuda.blockDim.x
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         batch_count = x.size // (rows * cols)
         for batch in range(cuda.blockIdx.z, batch_count, cuda.gridDim.z):
             base = batch * rows * cols
             # Read: consecutive tx on consecutive columns of x.
-            col = cuda.blockIdx.x * TILE_DIM + tx
-            for j in range(0, TILE_DIM, BLOCK_ROWS):
-                row = cuda.blockIdx.y * TILE_DIM + ty + j
+            col = cuda.blockIdx.x * side + tx
+            for j in range(0, side, cuda.blockDim.y):
+                row = cuda.blockIdx.y * side + ty + j
                 if row < rows and col < cols:
                     tile[ty + j, tx] = x[base + row * cols + col]
             cuda.syncthreads()
             # Write: consecutive tx on consecutive columns of out, which are rows of x.
-            out_col = cuda.blockIdx.y * TILE_DIM + tx
-            for j in range(0, TILE_DIM, BLOCK_ROWS):
-                out_row = cuda.blockIdx.x * TILE_DIM + ty + j
+            out_col = cuda.blockIdx.y * side + tx
+            for j in range(0, side, cuda.blockDim.y):
+                out_row = cuda.blockIdx.x * side + ty + j
                 if out_row < cols and out_col < rows:
                     out[base + out_row * rows + out_col] = tile[tx, ty + j]
             cuda.syncthreads()  # the tile is free again before the next batch overwrites it
@@ -142,6 +144,20 @@ def _is_last_two_swap(axes: tuple[int, ...]) -> bool:
     return ndim >= 2 and axes == tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
 
 
+def swap_block(rows: int, cols: int) -> tuple[int, int]:
+    """The tile side and the rows of threads for swapping (rows, cols) matrices: (TILE_DIM, BLOCK_ROWS), or less.
+
+    A thin matrix gets a smaller tile, the power of two that covers its shorter side (at least 4): a (59, 4)
+    matrix takes 15 blocks of 4 x 4 threads rather than 2 blocks of 32 x 8, most of them idle. On a GPU that
+    changes little; on the simulator, which runs every launched thread in Python, it is most of the time of a
+    small transpose.
+    """
+    side = 4
+    while side < min(rows, cols, TILE_DIM):
+        side *= 2
+    return side, min(BLOCK_ROWS, side)
+
+
 def _bits(x: Any) -> Any:
     """``x`` flattened and viewed as unsigned integers of its element width."""
     return flat_view(x).view(_BIT_TYPES[x.dtype.itemsize])
@@ -171,8 +187,9 @@ def _permute(x: Any, order: tuple[int, ...]) -> Any:
     if _is_last_two_swap(order):
         rows, cols = shape[-2:]
         batch_count = count // (rows * cols)
-        blocks = ((cols + TILE_DIM - 1) // TILE_DIM, (rows + TILE_DIM - 1) // TILE_DIM, min(batch_count, MAX_GRID_Z))
-        SWAP_KERNELS[x.dtype.itemsize][blocks, (TILE_DIM, BLOCK_ROWS)](_bits(x), _bits(out), rows, cols)
+        side, block_rows = swap_block(rows, cols)
+        blocks = ((cols + side - 1) // side, (rows + side - 1) // side, min(batch_count, MAX_GRID_Z))
+        SWAP_KERNELS[x.dtype.itemsize][blocks, (side, block_rows)](_bits(x), _bits(out), rows, cols)
         return out
     strides = contiguous_strides(shape)
     source_strides = tuple(strides[a] for a in order) or (0,)
