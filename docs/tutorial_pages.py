@@ -233,10 +233,14 @@ def write_stubs(app) -> None:
     """One stub page per tutorial; stale stubs of removed tutorials go."""
     PAGES.mkdir(exist_ok=True)
     wanted = {}
+    # The stub names the run and this file's version, so that a new run or a new page layout changes the stub and
+    # Sphinx reads the page again (a page depends on its tutorial, not on this file or on RUN_FORMAT).
+    layout = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
     for tutorial in tutorials():
         heading = f"{tutorial.number} · {tutorial.short_title}"
         wanted[f"{tutorial.name}.rst"] = (
-            f"{STUB_MARKER}\n\n{heading}\n{'=' * len(heading)}\n\n.. nbcoll-tutorial:: {tutorial.path.name}\n"
+            f"{STUB_MARKER}\n.. run {tutorial.digest()}, layout {layout}\n\n{heading}\n{'=' * len(heading)}\n\n"
+            f".. nbcoll-tutorial:: {tutorial.path.name}\n"
         )
     for stub in PAGES.glob("*.rst"):
         if stub.name not in wanted and stub.read_text(encoding="utf-8").startswith(STUB_MARKER):

@@ -228,3 +228,13 @@ def test_a_tutorial_that_picks_numpy_for_itself_is_run_on_numpy_by_the_build(mon
     assert chosen, "no tutorial defaults to numpy any more: drop this test"
     for tutorial in chosen:
         assert tutorial.backend == "numpy", tutorial.name
+
+
+def test_a_new_run_or_page_layout_changes_the_stub_so_the_page_is_read_again(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    import tutorial_pages
+
+    tutorial_pages.write_stubs(None)
+    [first] = [t for t in tutorial_pages.tutorials() if t.number == "01"]
+    stub = (tutorial_pages.PAGES / f"{first.name}.rst").read_text(encoding="utf-8")
+    assert f".. run {first.digest()}, layout " in stub  # the digest holds the tutorial, its backend and RUN_FORMAT
