@@ -166,10 +166,14 @@ class RankResult:
         return self
 
     def in_rank_order(self) -> str:
-        """Each rank's output as one block headed by ``[rank r]``, ranks in order: what :func:`relaunch` prints."""
+        """Each rank's output as one block headed by ``[rank r]``, ranks in order: what :func:`relaunch` prints.
+
+        A rank that printed nothing says so, rather than leaving a bare heading (often rank 0 narrates alone).
+        """
         blocks = []
         for rank, output in enumerate(self.outputs):
-            blocks.append(f"[rank {rank}]\n{output}" + ("" if output.endswith("\n") or not output else "\n"))
+            output = output or "(printed nothing)\n"
+            blocks.append(f"[rank {rank}]\n{output}" + ("" if output.endswith("\n") else "\n"))
         return "".join(blocks)
 
 

@@ -34,8 +34,13 @@ def test_tutorial_06_moves_a_message_through_the_fifo_step_by_step():
     out = _run("06_point_to_point_and_ipc.py", "sim")
     sender, receiver = out.split("[rank 1]")
     assert "2. my IPC handle: kind='shm'" in sender and "rank 0 reads its own buffer: [ 7  8  9 10]" in sender
-    assert "step 10: chunk 9 written into slot 1 and published" in sender
-    assert "waiting for a free FIFO slot (credit)" in sender
-    assert "step 9: chunk 9 read from slot 1 (64 bytes, last=True)" in receiver
-    assert "the message arrived whole" in receiver
+    # One log of both sides, in time order, whose counters agree: after chunk k, both say k + 1.
+    assert "sender    chunk 9 written into slot 1 and published (10 published)" in sender
+    assert "receiver  chunk 9 read from slot 1 (64 bytes, last=True)" in sender
+    assert "receiver  slot 1 handed back: a credit for the sender (10 consumed)" in sender
+    assert "sender    before chunk 4: waiting for a free FIFO slot (credit)" in sender
+    for k in range(10):
+        assert sender.index(f"sender    chunk {k} written") < sender.index(f"receiver  chunk {k} read")
+    assert sender.index("receiver  slot 0 handed back") < sender.index("sender    chunk 4 written")
+    assert "the message arrived whole" in sender
     assert "640 bytes sent" in sender and "640 received" in receiver

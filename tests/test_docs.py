@@ -81,8 +81,14 @@ def test_every_tutorial_has_a_page_with_its_code(html):
         page = html / "tutorials" / f"{path.stem}.html"
         assert page.is_file(), path.name
         text = page_text(page)
-        for section in ("What you will learn", "Run it", "The code", "Output", "What to try next"):
-            assert section in text, (path.name, section)
+        sections = ("What you will learn", "Run it", "Output", "The code", "What to try next")
+        positions = [text.find(section) for section in sections]
+        assert -1 not in positions and positions == sorted(positions), (path.name, positions)
+        # The page opens with what the reader will learn (not an empty heading) and ends with where to go next.
+        learn = text[positions[0] + len(sections[0]) : positions[1]]
+        assert len(learn.split()) >= 20, (path.name, learn)
+        ending = text[positions[-1] :]
+        assert "Go on to the next tutorial" in ending or "exercises" in ending.lower(), (path.name, ending[:300])
 
 
 def test_one_tutorial_is_executed_and_its_real_output_shown(html):
@@ -210,3 +216,25 @@ def test_browser_search_finds_all_reduce(html):
     found = re.search(r"found (\d+) page", text)
     assert found and int(found.group(1)) > 0, text[-2000:]
     assert "nbcoll.comm.collectives" in text
+
+
+def test_a_tutorial_that_picks_numpy_for_itself_is_run_on_numpy_by_the_build(monkeypatch):
+    """The site shows the run a reader gets: a tutorial whose plain run defaults to numpy is built on numpy."""
+    monkeypatch.syspath_prepend(str(DOCS))
+    import tutorial_pages
+
+    defaults_to_numpy = re.compile(r"""environ\.get\(\s*["']NBCOLL_BACKEND["']\s*,\s*["']numpy["']\s*\)""")
+    chosen = [t for t in tutorial_pages.tutorials() if defaults_to_numpy.search(t.path.read_text(encoding="utf-8"))]
+    assert chosen, "no tutorial defaults to numpy any more: drop this test"
+    for tutorial in chosen:
+        assert tutorial.backend == "numpy", tutorial.name
+
+
+def test_a_new_run_or_page_layout_changes_the_stub_so_the_page_is_read_again(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    import tutorial_pages
+
+    tutorial_pages.write_stubs(None)
+    [first] = [t for t in tutorial_pages.tutorials() if t.number == "01"]
+    stub = (tutorial_pages.PAGES / f"{first.name}.rst").read_text(encoding="utf-8")
+    assert f".. run {first.digest()}, layout " in stub  # the digest holds the tutorial, its backend and RUN_FORMAT

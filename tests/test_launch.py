@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nbcoll import launch as launch_module
-from nbcoll.launch import LaunchError, MPIRuntimeNotFound, find_mpiexec, launch, relaunch, under_mpi
+from nbcoll.launch import LaunchError, MPIRuntimeNotFound, RankResult, find_mpiexec, launch, relaunch, under_mpi
 from nbcoll.testing import run_ranks
 
 MPI_SCRIPTS = Path(__file__).parent / "mpi_scripts"
@@ -187,3 +187,8 @@ def test_rank_environment_drops_an_enclosing_job(monkeypatch):
     assert "PMI_RANK" not in environ and "OMPI_COMM_WORLD_SIZE" not in environ
     assert environ["EXTRA"] == "1" and environ["PYTHONUNBUFFERED"] == "1"
     assert os.environ["PMI_RANK"] == "3"
+
+
+def test_a_rank_that_printed_nothing_says_so_in_rank_order():
+    result = RankResult(nprocs=3, command=[], returncode=0, outputs=["narration\n", "", "no newline"], statuses=[0] * 3)
+    assert result.in_rank_order() == "[rank 0]\nnarration\n[rank 1]\n(printed nothing)\n[rank 2]\nno newline\n"

@@ -99,5 +99,7 @@ def test_tutorial_10_all_gather_reduce_scatter_all_to_all():
         assert "reduce-scatter + all-gather: sent 120 + 120 = 240 B" in out
         assert "the traffic is the same, byte for byte: ok" in out
         assert "my column of the matrix: ok" in out
+        assert f"my block: {[100 * rank + i for i in range(10)]}" in out  # the inputs are shown, not only results
+        assert f"my 4 blocks start with {[100 * rank + 1000 * b for b in range(4)]}" in out
         assert f"I receive {[10 * p + rank for p in range(NRANKS)]}" in out
         assert f"Done: rank {rank} ok" in out

@@ -136,3 +136,102 @@ def test_no_single_rank_warning_under_mpiexec():
 
     result = run_ranks(1, code="import nbcoll; c = nbcoll.init(); c.destroy(); print('done')")
     assert "SingleRankWarning" not in result.outputs[0]
+
+
+# A real trace: a tree all-reduce and a ring broadcast on a loopback world of 4 ranks, with a FIFO small enough
+# that the tree pipelines several chunks. The tree is the trace whose arrows used to run backwards.
+TREE_CONFIG = {"buffsize": 256, "steps": 8, "timeout": 60.0}
+
+
+@pytest.fixture(scope="module")
+def tree_trace(tmp_path_factory):
+    import numpy as np
+
+    import nbcoll
+    from nbcoll.comm import loopback
+    from nbcoll.comm.config import CommConfig
+
+    directory = tmp_path_factory.mktemp("tree") / "trace"
+    directory.mkdir()
+
+    def collectives(comm):
+        comm.all_reduce(np.arange(96, dtype=np.float32) + comm.rank, algo="tree")
+        comm.broadcast(np.arange(8, dtype=np.float32), root=0, algo="ring")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NBCOLL_TRACE", str(directory))
+        with nbcoll.use_backend("numpy"):
+            loopback.run(4, collectives, config=CommConfig(**TREE_CONFIG))
+    return directory
+
+
+def test_every_arrow_of_a_tree_all_reduce_trace_points_forward(tree_trace):
+    records = trace_view.load(tree_trace)
+    assert {rec["algo"] for rec in records if rec["collective"] == "all_reduce"} == {"tree"}
+    column = trace_view.columns(records)
+    pairs = trace_view.arrows(records)
+    assert len(pairs) > 12
+    backwards = [(src, dst) for src, dst in pairs if column[id(dst)] <= column[id(src)]]
+    assert not backwards, backwards[:3]
+
+
+def _drawn_figure(monkeypatch, directory, output, **options):
+    """Draw the trace and keep the matplotlib figure that ``draw`` closes, to look at what it shows."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    kept = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (kept.append(fig), close(fig)))
+    trace_view.draw(directory, output, **options)
+    [figure] = kept
+    FigureCanvasAgg(figure).draw()  # closing detached it from its canvas; text extents need one
+    return figure
+
+
+def test_a_trace_picture_has_a_legend_whole_steps_and_labels_inside_their_boxes(tree_trace, tmp_path, monkeypatch):
+    figure = _drawn_figure(monkeypatch, tree_trace, tmp_path / "tree.png", seq=1)
+    [ax] = figure.axes
+    primitives = {rec["primitive"] for rec in trace_view.load(tree_trace) if rec["seq"] == 1}
+    legend = ax.get_legend()
+    assert legend is not None and {text.get_text() for text in legend.get_texts()} == primitives
+    ticks = [tick for tick in ax.get_xticks() if 0 <= tick <= ax.get_xlim()[1]]
+    assert ticks and all(float(tick).is_integer() for tick in ticks), ticks  # no step 0.5
+    renderer = figure.canvas.get_renderer()
+    to_data = ax.transData.inverted()
+    labels = [text for text in ax.texts if text.get_text() and not text.get_text().startswith("#")]
+    assert len(labels) == len([rec for rec in trace_view.load(tree_trace) if rec["seq"] == 1])
+    for text in labels:
+        box = text.get_window_extent(renderer).transformed(to_data)
+        assert box.width <= 0.9 and abs(box.height) <= 0.6, (text.get_text(), box)  # a step's box is 0.9 x 0.6
+
+
+def test_trace_view_without_seq_draws_each_collective_in_its_own_columns(tree_trace, tmp_path, monkeypatch):
+    records = trace_view.load(tree_trace)
+    column = trace_view.columns(records)
+    for rank in range(4):
+        mine = [rec for rec in records if rec["rank"] == rank]
+        tree_end = max(column[id(rec)] for rec in mine if rec["seq"] == 1)
+        assert min(column[id(rec)] for rec in mine if rec["seq"] == 2) > tree_end, rank  # after, not on top
+        assert len({column[id(rec)] for rec in mine}) == len(mine), rank  # one box per column on each rank
+    figure = _drawn_figure(monkeypatch, tree_trace, tmp_path / "all.png")
+    shaded = {text.get_text() for text in figure.axes[0].texts if text.get_text().startswith("#")}
+    assert shaded == {"#1", "#2"}
+
+
+@pytest.mark.parametrize("typed", ["all_reduce", "allreduce", "reduce_scatter", "reducescatter", "all_to_all"])
+def test_nbcoll_algo_and_perf_accept_a_collective_with_or_without_its_underscore(typed):
+    from nbcoll.comm.algorithms import parse_algo_setting
+    from nbcoll.perf.__main__ import _collective_name
+
+    name = _collective_name(typed)
+    assert name == {"allreduce": "all_reduce", "reducescatter": "reduce_scatter"}.get(typed, typed)
+    algo = next(iter(parse_algo_setting(None)[name]))
+    assert parse_algo_setting(f"{typed}:{algo}")[name] == {algo}
+
+
+def test_perf_takes_the_underscored_name_too():
+    proc = _run(["-m", "nbcoll", "perf", "all_reduce", "-b", "8", "-e", "8", "-n", "1", "--backend", "numpy"])
+    assert proc.returncode == 0, proc.stderr
+    assert "all_reduce" in proc.stdout

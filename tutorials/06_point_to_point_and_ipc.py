@@ -82,16 +82,21 @@ print(
     f"3. FIFO of {small.steps} slots x {small.chunk_bytes} bytes; a message of {message.nbytes} bytes "
     f"= {message.nbytes // small.chunk_bytes} chunks"
 )
+# Both sides log what they do with a clock all processes of a machine share, and rank 0 prints the two logs as
+# one, in time order: each counter counts whole chunks, so after chunk k both sides say k + 1.
+log: list[tuple[float, str]] = []
 if rank == 0:
     conn = fifo_comm.send_connection(peer)
     data = nbcoll.to_device(message)
     for k in range(10):
         if not conn.ready():
-            print(f"   step {conn.step}: waiting for {conn.waiting_for()}")
+            log.append((time.monotonic(), f"sender    before chunk {k}: waiting for {conn.waiting_for()}"))
             while not conn.ready():
                 time.sleep(0.001)
+        slot = k % small.steps
+        written = time.monotonic()  # read before publishing, so it sorts before the receiver's read of it
         conn.send_chunk(data[k * chunk_floats : (k + 1) * chunk_floats], last=k == 9)
-        print(f"   step {conn.step}: chunk {k} written into slot {k % small.steps} and published")
+        log.append((written, f"sender    chunk {k} written into slot {slot} and published ({conn.step} published)"))
 else:
     conn = fifo_comm.recv_connection(peer)
     out = nbcoll.zeros(message.size, np.float32)
@@ -99,14 +104,18 @@ else:
     for k in range(10):
         while not conn.ready():
             time.sleep(0.001)
+        slot = k % small.steps
         with conn.recv_chunk() as chunk:
             copy_kernels.copy(out[k * chunk_floats : (k + 1) * chunk_floats], chunk.view(np.float32))
-            print(
-                f"   step {conn.step}: chunk {k} read from slot {k % small.steps} ({chunk.nbytes} bytes, "
-                f"last={chunk.last})"
-            )
-        print(f"   step {conn.step}: slot {k % small.steps} handed back: one more credit for the sender")
+            read = f"receiver  chunk {k} read from slot {slot} ({chunk.nbytes} bytes, last={chunk.last})"
+            log.append((time.monotonic(), read))
+            handed_back = time.monotonic()  # read before the slot is freed, so it sorts before the sender's use of it
+        log.append((handed_back, f"receiver  slot {slot} handed back: a credit for the sender ({conn.step} consumed)"))
     assert np.array_equal(nbcoll.to_host(out), message)
+logs = MPI.COMM_WORLD.gather(log, root=0)
+if rank == 0:
+    for _, line in sorted(logs[0] + logs[1]):
+        print(f"   {line}")
     print("   the message arrived whole")
 
 # comm.send does all of this for you, for any size, and counts what it moved.

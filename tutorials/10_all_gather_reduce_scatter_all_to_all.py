@@ -53,6 +53,7 @@ def bytes_sent_since_reset() -> int:
 #         last, so every link carries one block per step.
 # direct: each rank sends its block to every peer at once; fewer steps, the same bytes.
 print("1. all-gather")
+print(f"   my block: {block_of(rank).tolist()}")
 expected = np.concatenate([block_of(r) for r in range(n)])
 for algo in ("ring", "direct"):
     full = nbcoll.zeros(n * BLOCK, np.int32)
@@ -74,6 +75,7 @@ print()
 # block r starts at rank r+1, collects every rank's part on its way round and ends, complete, at rank r.
 print("2. reduce-scatter")
 inputs = [np.concatenate([block_of(r) + 1000 * b for b in range(n)]) for r in range(n)]  # rank r's n blocks
+print(f"   my {n} blocks start with {inputs[rank][::BLOCK].tolist()} (block b is my block + 1000 b)")
 mine = nbcoll.zeros(BLOCK, np.int32)
 comm.reduce_scatter(nbcoll.to_device(inputs[rank]), mine, op="sum")
 expected_block = np.sum(inputs, axis=0)[rank * BLOCK : (rank + 1) * BLOCK]

@@ -160,7 +160,8 @@ if rank == 0:
         done = ("all_reduce done", bucket.index)
         end = events.index(done) if done in events else len(events) - 1
         row = bucket.index + 1
-        axes.barh(row, max(end - start, 0.3), left=start, height=0.6, color="tab:blue")
+        in_flight = "a bucket's all-reduce, from its launch (L) until seen done" if row == 1 else None
+        axes.barh(row, max(end - start, 0.3), left=start, height=0.6, color="tab:blue", label=in_flight)
         axes.text(start, row, " L", va="center", color="white")
     synchronized = max(t for t, (kind, _) in enumerate(events) if kind == "synchronized")
     axes.axvline(synchronized, color="tab:red", linestyle="--", label="all buckets waited for")
@@ -169,7 +170,7 @@ if rank == 0:
     axes.invert_yaxis()
     axes.set_xlabel("event number (order of events, not time)")
     axes.set_title(f"DDP on {n} ranks: bucket all-reduces launch during backward")
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize="small")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize="small")
     path = Path(args.out) / "bucket_timeline.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()

@@ -11,7 +11,9 @@ What you learn here:
 - how ``nbcoll.perf`` does all of this in a sweep, and prints the same table as nccl-tests.
 
 Run it with ``python tutorials/17_benchmarking_like_nccl_tests.py``: it re-launches itself on 4 ranks on the
-``numpy`` backend (``NBCOLL_BACKEND=sim`` works too, slowly). The same table from a shell::
+``numpy`` backend unless ``NBCOLL_BACKEND`` names another (``NBCOLL_BACKEND=sim`` works too, slowly, at toy
+sizes). Its tests and the docs build run it as a plain run does, with ``NBCOLL_BACKEND=numpy``. The same table
+from a shell::
 
     mpiexec -n 4 python -m nbcoll.perf all_reduce -b 8 -e 8M -f 4 --backend numpy
 """
