@@ -220,15 +220,23 @@ def test_trace_view_without_seq_draws_each_collective_in_its_own_columns(tree_tr
     assert shaded == {"#1", "#2"}
 
 
-@pytest.mark.parametrize("typed", ["all_reduce", "allreduce", "reduce_scatter", "reducescatter", "all_to_all"])
-def test_nbcoll_algo_and_perf_accept_a_collective_with_or_without_its_underscore(typed):
+@pytest.mark.parametrize(
+    "typed", ["all_reduce", "allreduce", "All-Reduce", "reduce_scatter", "reducescatter", "all_to_all"]
+)
+def test_nbcoll_algo_perf_and_estimate_accept_every_spelling_of_a_collective(typed):
+    import nbcoll
     from nbcoll.comm.algorithms import parse_algo_setting
     from nbcoll.perf.__main__ import _collective_name
 
     name = _collective_name(typed)
-    assert name == {"allreduce": "all_reduce", "reducescatter": "reduce_scatter"}.get(typed, typed)
+    canonical = {"allreduce": "all_reduce", "All-Reduce": "all_reduce", "reducescatter": "reduce_scatter"}
+    assert name == canonical.get(typed, typed)
     algo = next(iter(parse_algo_setting(None)[name]))
     assert parse_algo_setting(f"{typed}:{algo}")[name] == {algo}
+    with nbcoll.comm.loopback(2) as world:
+        assert world[0].estimate(typed, 1 << 10, algo=algo) == world[0].estimate(name, 1 << 10, algo=algo) > 0
+        with pytest.raises(ValueError, match="collective: unknown 'allreduse'"):
+            world[0].estimate("allreduse", 1 << 10)
 
 
 def test_perf_takes_the_underscored_name_too():

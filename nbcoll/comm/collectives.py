@@ -387,8 +387,10 @@ class Collectives:
         True
         >>> comm.destroy()
         """
-        if collective not in algorithms.ALGORITHMS:
+        name = algorithms.canonical_collective(collective) if isinstance(collective, str) else None
+        if name is None:
             raise ValueError(f"collective: unknown {collective!r}; expected one of {', '.join(algorithms.ALGORITHMS)}")
+        collective = name
         algo = algo or self.engine.choose(collective, nbytes)
         algorithms.check_algo(collective, algo)
         return tuner.estimate(collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.link_model())

@@ -47,12 +47,18 @@ ALGORITHMS: dict[str, dict[str, Callable]] = {
 ALGO_NAMES = ("ring", "tree", "direct", "halving_doubling", "pairwise")
 
 
+def canonical_collective(text: str) -> str | None:
+    """The collective ``text`` names, spelt as nbcoll spells it, or ``None``: ``allreduce``, ``All-Reduce`` and
+    ``all_reduce`` all give ``"all_reduce"`` (NCCL's and MPI's spellings, and nbcoll's)."""
+    key = text.strip().lower().replace("_", "").replace("-", "")
+    return next((name for name in ALGORITHMS if name.replace("_", "") == key), None)
+
+
 def _collective_name(text: str) -> str:
-    key = text.strip().lower().replace("_", "")
-    for name in ALGORITHMS:
-        if name.replace("_", "") == key:
-            return name
-    raise ValueError(f"NBCOLL_ALGO: unknown collective {text!r}; expected one of {', '.join(ALGORITHMS)}")
+    name = canonical_collective(text)
+    if name is None:
+        raise ValueError(f"NBCOLL_ALGO: unknown collective {text!r}; expected one of {', '.join(ALGORITHMS)}")
+    return name
 
 
 def _algo_list(text: str) -> tuple[bool, set[str]]:
