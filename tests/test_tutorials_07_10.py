@@ -94,10 +94,15 @@ def test_tutorial_09_algorithm_choice():
 def test_tutorial_10_all_gather_reduce_scatter_all_to_all():
     outputs = _run("10_all_gather_reduce_scatter_all_to_all.py")
     for rank, out in enumerate(outputs):
-        for check in ("ring: sent 120 B", "direct: sent 120 B", "in place", "the same 40 sums either way"):
+        for check in ("ring: sent 120 B", "direct: sent 120 B", "in place"):
             assert re.search(rf"{re.escape(check)}.*: ok", out), (rank, check, out)
-        assert "reduce-scatter + all-gather: sent 120 + 120 = 240 B" in out
-        assert "the traffic is the same, byte for byte: ok" in out
+        if rank == 0:  # section 3's figures are the same on every rank: shown once
+            assert "the same 40 sums either way: ok" in out
+            assert "reduce-scatter + all-gather: sent 120 + 120 = 240 B" in out
+            assert "the traffic is the same, byte for byte: ok" in out
+        else:
+            assert "the same sums and the same traffic as rank 0 shows: ok" in out
+            assert " sent " not in out.split("3. all-reduce")[1].split("4. all-to-all")[0]
         assert "my column of the matrix: ok" in out
         assert f"my block: {[100 * rank + i for i in range(10)]}" in out  # the inputs are shown, not only results
         assert f"my 4 blocks start with {[100 * rank + 1000 * b for b in range(4)]}" in out
