@@ -155,6 +155,20 @@ def test_messages_match_in_order_and_synchronous_sends_wait_for_a_receive():
         too_small.Test()
 
 
+def test_a_cancelled_receive_completes_and_leaves_the_message_to_the_next_one():
+    """The MPI transport cancels its unmatched receives when a connection closes, as MPI allows."""
+    fabric = Fabric(nranks=2, timeout=5)
+    a, b = (ThreadComm(fabric, ("t",), rank, 2) for rank in range(2))
+    twin, other = np.zeros(2, np.int64), np.zeros(2, np.int64)  # equal buffers: cancel must pick by identity
+    cancelled, kept = b.Irecv([twin, None], source=0), b.Irecv([other, None], source=0)
+    cancelled.Cancel()
+    assert cancelled.Test() and not kept.Test()
+    a.Isend([np.array([7, 8], np.int64), None], dest=1)
+    assert kept.Test() and other.tolist() == [7, 8] and twin.tolist() == [0, 0]
+    kept.Cancel()  # already matched: nothing changes
+    assert kept.Test() and other.tolist() == [7, 8]
+
+
 def test_local_buffers_live_by_handle_until_unlinked():
     owner = LocalBuffer.create(8, np.uint8, tag="t", host=True)
     peer = LocalBuffer.open(owner.handle)

@@ -57,6 +57,7 @@ class _Receive:
     tag: int
     message: _Message | None = None
     error: Exception | None = None
+    cancelled: bool = False
 
 
 class Fabric:
@@ -178,14 +179,22 @@ class ThreadRequest(MPI.Request):
     says True: only sends that complete at once (``isend``, ``Isend``) are tested that way.
     """
 
-    def __new__(cls, test: Callable[[MPI.Status | None], bool]) -> ThreadRequest:
+    def __new__(
+        cls, test: Callable[[MPI.Status | None], bool], cancel: Callable[[], None] | None = None
+    ) -> ThreadRequest:
         return super().__new__(cls)
 
-    def __init__(self, test: Callable[[MPI.Status | None], bool]) -> None:
+    def __init__(self, test: Callable[[MPI.Status | None], bool], cancel: Callable[[], None] | None = None) -> None:
         self._test = test
+        self._cancel = cancel
 
     def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802 (MPI's name)
         return bool(self._test(status))
+
+    def Cancel(self) -> None:  # noqa: N802 (MPI's name)
+        """As MPI's: a receive no message has matched yet completes, cancelled; anything else is unchanged."""
+        if self._cancel is not None:
+            self._cancel()
 
 
 def _done(status: MPI.Status | None = None) -> bool:
@@ -353,6 +362,8 @@ class ThreadComm:
             self.fabric.match(box)
 
         def test(status: MPI.Status | None = None) -> bool:
+            if receive.cancelled:
+                return True
             if receive.message is None:
                 return False
             if receive.error is not None:
@@ -360,7 +371,16 @@ class ThreadComm:
             _fill(status, receive.message)
             return True
 
-        return ThreadRequest(test)
+        def cancel() -> None:
+            with self.fabric.changed:
+                receives = self.fabric.posted.get(box, deque())
+                for k, posted in enumerate(receives):
+                    if posted is receive:  # by identity: two receives into equal buffers compare equal
+                        del receives[k]
+                        receive.cancelled = True
+                        break
+
+        return ThreadRequest(test, cancel)
 
     def Iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: MPI.Status | None = None) -> bool:  # noqa: N802
         with self.fabric.changed:
