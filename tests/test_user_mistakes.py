@@ -158,10 +158,8 @@ def tree_trace(tmp_path_factory):
         comm.all_reduce(np.arange(96, dtype=np.float32) + comm.rank, algo="tree")
         comm.broadcast(np.arange(8, dtype=np.float32), root=0, algo="ring")
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("NBCOLL_TRACE", str(directory))
-        with nbcoll.use_backend("numpy"):
-            loopback.run(4, collectives, config=CommConfig(**TREE_CONFIG))
+    with nbcoll.use_backend("numpy"):
+        loopback.run(4, collectives, config=CommConfig(**TREE_CONFIG, trace=str(directory)))
     return directory
 
 
