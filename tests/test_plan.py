@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import nbcoll
 from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.tuner import LinkModel
 from nbcoll.parallel.plan import (
@@ -74,14 +75,21 @@ def test_fixed_costs_land_on_their_stage_and_the_update_once_per_step():
     assert tp_calls == pytest.approx((4 * 4 + 1 + 4) / 4)  # blocks, embedding and head + loss against one block
 
 
-def test_rates_are_timed_at_the_sizes_the_layouts_use():
+@pytest.fixture
+def numpy_backend():
+    """Timing a block is tested on numpy: on the simulator one block's forward takes seconds."""
+    with nbcoll.use_backend("numpy"):
+        yield
+
+
+def test_rates_are_timed_at_the_sizes_the_layouts_use(numpy_backend):
     tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)
     assert token_range(tiny, 2) == (4, 16)  # pp=2 with 4 micro-batches: one sequence; tp=2: the whole batch
     rates = measure_rates(tiny, repeats=1, tokens=token_range(tiny, 2))
     assert rates.flops_per_second > 0 and rates.block_overhead >= 0 and rates.update_overhead > 0
 
 
-def test_costs_are_timed_on_every_rank_and_rank_0s_returned():
+def test_costs_are_timed_on_every_rank_and_rank_0s_returned(numpy_backend):
     tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)
     given = dataclasses.replace(RATES, embed_overhead=1e-3)
 
@@ -97,6 +105,17 @@ def test_costs_are_timed_on_every_rank_and_rank_0s_returned():
     assert fixed.call_latency > 0 and fixed.partner_wait == 0
     with pytest.raises(ValueError, match="busy"):
         loopback.run(1, lambda comm: measure_costs(tiny, comm, busy=-1.0))
+
+
+def test_on_the_simulator_costs_time_the_calls_with_the_compute_given():
+    """As tutorial 20 does on ``sim``: the compute rates are given, the calls' fixed cost is timed there."""
+    tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)
+    with nbcoll.use_backend("sim"):
+        fixed = loopback.run(
+            2, lambda comm: measure_costs(tiny, comm, busy=0.0, compute=RATES, partner_wait=False), config=CommConfig()
+        )
+    assert fixed[0] == fixed[1] and fixed[0].call_latency > 0 and fixed[0].partner_wait == 0
+    assert fixed[0].flops_per_second == RATES.flops_per_second
 
 
 def test_plan_ranks_fastest_first_and_explains_the_winner():
