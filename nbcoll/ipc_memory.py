@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
@@ -430,18 +431,7 @@ def unlink_names_of(pid: int, prefix: str = NAME_PREFIX) -> list[str]:
     A peer that dies between creating a buffer and unlinking it (``os._exit``, ``SIGKILL``) cannot remove the name
     itself; the communicator that notices the death does it for it.
     """
-    if not os.path.isdir(SHM_DIR):
-        return []
-    removed = []
-    for name in sorted(os.listdir(SHM_DIR)):
-        if creator_pid(name, prefix) != pid:
-            continue
-        try:
-            os.unlink(os.path.join(SHM_DIR, name))
-        except (FileNotFoundError, PermissionError):
-            continue
-        removed.append(name)
-    return removed
+    return _unlink_names(prefix, lambda creator: creator == pid)
 
 
 def cleanup_stale(prefix: str = NAME_PREFIX) -> list[str]:
@@ -450,12 +440,16 @@ def cleanup_stale(prefix: str = NAME_PREFIX) -> list[str]:
     Pids are those of this machine's (or container's) process namespace. Where there is no ``/dev/shm`` to list
     (macOS), nothing is done.
     """
+    return _unlink_names(prefix, lambda creator: creator is not None and not _process_alive(creator))
+
+
+def _unlink_names(prefix: str, remove: Callable[[int | None], bool]) -> list[str]:
+    """Unlink each ``/dev/shm`` name for whose creator pid ``remove`` says yes (``None``: not one of ours)."""
     if not os.path.isdir(SHM_DIR):
         return []
     removed = []
     for name in sorted(os.listdir(SHM_DIR)):
-        pid = creator_pid(name, prefix)
-        if pid is None or _process_alive(pid):
+        if not remove(creator_pid(name, prefix)):
             continue
         try:
             os.unlink(os.path.join(SHM_DIR, name))
