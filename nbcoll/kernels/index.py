@@ -45,7 +45,7 @@ from numba import cuda, int64
 from nbcoll import memory
 from nbcoll.kernels import index_args
 from nbcoll.kernels.dispatch import dispatch
-from nbcoll.kernels.index_args import check_indices, index_input, positive_axis, value_input
+from nbcoll.kernels.index_args import check_indices, index_input, positive_axis
 from nbcoll.kernels.indexing import contiguous_strides, flat_view, offset_of_device, size_of
 from nbcoll.kernels.lookup import (  # noqa: F401  (the row lookups, importable from here as before)
     embedding,
@@ -214,7 +214,7 @@ def gather(x: Any, index: Any, axis: int = 0) -> Any:
 
     ``index`` has ``x``'s number of dimensions and is no larger than ``x`` on every other axis.
     """
-    x, index = value_input(x, "x"), index_input(index, "index")
+    x, index = memory.contiguous_input(x, "x"), index_input(index, "index")
     axis = _check_index_args(x, index, axis, None)
     return _gather(x, index, axis)
 
@@ -242,7 +242,7 @@ def scatter(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
     Where ``index`` repeats a position, one of the competing writes wins and which one is not defined (threads
     run in no fixed order). Use :func:`scatter_add` to combine duplicates.
     """
-    x, index, src = value_input(x, "x"), index_input(index, "index"), value_input(src, "src")
+    x, index, src = memory.contiguous_input(x, "x"), index_input(index, "index"), memory.contiguous_input(src, "src")
     axis = _check_index_args(x, index, axis, src)
     return _scatter(x, index, src, axis)
 
@@ -271,7 +271,7 @@ def scatter_add(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
     int8, uint8 and float16 accumulate in int32, uint32 and float32 (no GPU has atomics for them); integer
     results are exact (wrapping around as NumPy's do), float results depend on the order of the additions.
     """
-    x, index, src = value_input(x, "x"), index_input(index, "index"), value_input(src, "src")
+    x, index, src = memory.contiguous_input(x, "x"), index_input(index, "index"), memory.contiguous_input(src, "src")
     axis = _check_index_args(x, index, axis, src)
     return _scatter_add(x, index, src, axis)
 
@@ -300,7 +300,7 @@ def scatter_nd(indices: Any, updates: Any, shape: Sequence[int]) -> Any:
     ``indices`` has shape ``(..., K)``: each row names a position in the first ``K`` dimensions of ``shape``,
     and ``updates`` has shape ``indices.shape[:-1] + shape[K:]``. Duplicate rows add up.
     """
-    indices, updates = index_input(indices, "indices"), value_input(updates, "updates")
+    indices, updates = index_input(indices, "indices"), memory.contiguous_input(updates, "updates")
     shape = tuple(int(n) for n in shape)
     if any(n < 0 for n in shape):
         raise ValueError(f"shape: dimensions must be >= 0, got {shape}")

@@ -28,14 +28,6 @@ def launch(kernel: Any, n: int, *args: Any) -> None:
     launch_1d(kernel, n, *args)
 
 
-def value_input(x: Any, arg: str) -> Any:
-    """``x`` as a C-contiguous device array of a supported dtype, or an error naming ``arg``."""
-    x = memory.as_device_array(x, arg)
-    memory.check_dtype(x.dtype, f"{arg}.dtype")
-    memory.require_contiguous(x, arg)
-    return x
-
-
 def index_input(index: Any, arg: str) -> Any:
     """``index`` as a C-contiguous device array of an integer dtype, or an error naming ``arg``."""
     index = memory.as_device_array(index, arg)

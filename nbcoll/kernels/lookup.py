@@ -38,7 +38,7 @@ from numba import cuda, int64
 from nbcoll import memory
 from nbcoll.kernels import index_args
 from nbcoll.kernels.dispatch import dispatch
-from nbcoll.kernels.index_args import check_indices, index_input, positive_axis, value_input
+from nbcoll.kernels.index_args import check_indices, index_input, positive_axis
 from nbcoll.kernels.indexing import flat_view, size_of
 from nbcoll.kernels.registry import register
 from nbcoll.kernels.widen import accumulate_dtype, copy_as
@@ -118,7 +118,7 @@ def embedding_backward_kernel(grad_out, ids, dim, acc):
 
 def index_select(x: Any, axis: int, index: Any) -> Any:
     """``np.take(x, index, axis)`` for a 1-D ``index``; negative indices count from the end."""
-    x, index = value_input(x, "x"), index_input(index, "index")
+    x, index = memory.contiguous_input(x, "x"), index_input(index, "index")
     if x.ndim == 0:
         raise ValueError("x: index_select needs at least one dimension, got a 0-d array")
     axis = positive_axis(axis, x.ndim)
@@ -141,7 +141,7 @@ def _index_select(x: Any, axis: int, index: Any) -> Any:
 
 def embedding(weight: Any, ids: Any) -> Any:
     """``weight[ids]``: for every position of ``ids`` (any shape), the row of ``weight`` (V, D) it names."""
-    weight, ids = value_input(weight, "weight"), index_input(ids, "ids")
+    weight, ids = memory.contiguous_input(weight, "weight"), index_input(ids, "ids")
     if weight.ndim != 2:
         raise ValueError(f"weight: expected shape (num_embeddings, dim), got {tuple(weight.shape)}")
     check_indices(ids, weight.shape[0], "ids")
@@ -161,7 +161,7 @@ def embedding_backward(grad_out: Any, ids: Any, num_embeddings: int) -> Any:
 
     Rows that appear several times in ``ids`` receive the sum of their gradients (atomic adds).
     """
-    grad_out, ids = value_input(grad_out, "grad_out"), index_input(ids, "ids")
+    grad_out, ids = memory.contiguous_input(grad_out, "grad_out"), index_input(ids, "ids")
     grad_shape = tuple(grad_out.shape)
     if grad_out.ndim != ids.ndim + 1 or grad_shape[:-1] != tuple(ids.shape):
         raise ValueError(
