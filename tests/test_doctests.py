@@ -54,6 +54,7 @@ MORE_MODULES = [
     "nbcoll.kernels.matmul",
     "nbcoll.kernels.reduce_axes",
     "nbcoll.kernels.reduction",
+    "nbcoll.kernels.scale",
     "nbcoll.kernels.softmax",
     "nbcoll.kernels.stencil",
     "nbcoll.kernels.transpose",
