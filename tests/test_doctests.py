@@ -81,8 +81,11 @@ def public_names() -> dict[str, object]:
                 classes.append((f"{package}.{name}", obj))
     public_classes = {obj for _, obj in classes}
     for qualified, cls in classes:
+        # A member inherited through a public base (even from that base's own mixin) is listed under that base.
+        public_bases = [base for base in cls.__mro__[1:] if base in public_classes]
         for owner in cls.__mro__:
-            if not owner.__module__.startswith("nbcoll") or (owner is not cls and owner in public_classes):
+            inherited = any(owner in base.__mro__ for base in public_bases)
+            if not owner.__module__.startswith("nbcoll") or (owner is not cls and inherited):
                 continue
             for name, member in vars(owner).items():
                 routine = isinstance(member, property | staticmethod | classmethod) or inspect.isfunction(member)
