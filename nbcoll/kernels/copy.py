@@ -209,6 +209,11 @@ def strided_copy(src: Any) -> Any:
     return strided_copy_into(memory.empty(tuple(src.shape), src.dtype), src)
 
 
+def contiguous(x: Any) -> Any:
+    """``x`` itself when it is C-contiguous, else :func:`strided_copy` of it: what a kernel or a send can take."""
+    return x if memory.is_contiguous(x) else strided_copy(x)
+
+
 def cast_into(dst: Any, src: Any) -> Any:
     """``for i: dst[i] = dst.dtype(src[i])``, NumPy's ``astype`` for values that fit. Returns ``dst``.
 
