@@ -44,6 +44,7 @@ from numba import cuda, int64
 
 from nbcoll import memory
 from nbcoll.kernels import index_args
+from nbcoll.kernels.copy import cast
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.index_args import check_indices, index_input, positive_axis
 from nbcoll.kernels.indexing import contiguous_strides, flat_view, offset_of_device, size_of
@@ -56,7 +57,7 @@ from nbcoll.kernels.lookup import (  # noqa: F401  (the row lookups, importable 
     index_select_reference,
 )
 from nbcoll.kernels.registry import register
-from nbcoll.kernels.widen import ACCUMULATE_DTYPE, accumulate_dtype, copy_as  # noqa: F401
+from nbcoll.kernels.widen import ACCUMULATE_DTYPE, accumulate_dtype  # noqa: F401
 
 # ---------------------------------------------------------------------------------------------------------------
 # NumPy references.
@@ -249,7 +250,7 @@ def scatter(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
 
 @dispatch(reference=scatter_reference)
 def _scatter(x: Any, index: Any, src: Any, axis: int) -> Any:
-    out = copy_as(x, x.dtype)
+    out = cast(x, x.dtype)
     strides, axis_stride = _strides_off_axis(x.shape, axis)
     index_args.launch(
         scatter_kernel,
@@ -278,7 +279,7 @@ def scatter_add(x: Any, index: Any, src: Any, axis: int = 0) -> Any:
 
 @dispatch(reference=scatter_add_reference)
 def _scatter_add(x: Any, index: Any, src: Any, axis: int) -> Any:
-    acc = copy_as(x, accumulate_dtype(x.dtype))
+    acc = cast(x, accumulate_dtype(x.dtype))
     strides, axis_stride = _strides_off_axis(x.shape, axis)
     index_args.launch(
         scatter_add_kernel,
@@ -291,7 +292,7 @@ def _scatter_add(x: Any, index: Any, src: Any, axis: int) -> Any:
         flat_view(src),
         contiguous_strides(src.shape),
     )
-    return acc if acc.dtype == x.dtype else copy_as(acc, x.dtype)
+    return acc if acc.dtype == x.dtype else cast(acc, x.dtype)
 
 
 def scatter_nd(indices: Any, updates: Any, shape: Sequence[int]) -> Any:
@@ -337,4 +338,4 @@ def _scatter_nd(indices: Any, updates: Any, shape: tuple[int, ...]) -> Any:
         size_of(shape[depth:]),
         flat_view(acc),
     )
-    return acc if acc.dtype == updates.dtype else copy_as(acc, updates.dtype)
+    return acc if acc.dtype == updates.dtype else cast(acc, updates.dtype)

@@ -37,11 +37,12 @@ from numba import cuda, int64
 
 from nbcoll import memory
 from nbcoll.kernels import index_args
+from nbcoll.kernels.copy import cast
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.index_args import check_indices, index_input, positive_axis
 from nbcoll.kernels.indexing import flat_view, size_of
 from nbcoll.kernels.registry import register
-from nbcoll.kernels.widen import accumulate_dtype, copy_as
+from nbcoll.kernels.widen import accumulate_dtype
 
 # ---------------------------------------------------------------------------------------------------------------
 # NumPy references.
@@ -180,4 +181,4 @@ def _embedding_backward(grad_out: Any, ids: Any, num_embeddings: int) -> Any:
     index_args.launch(
         embedding_backward_kernel, grad_out.size, flat_view(grad_out), flat_view(ids), dim, flat_view(acc)
     )
-    return acc if acc.dtype == grad_out.dtype else copy_as(acc, grad_out.dtype)
+    return acc if acc.dtype == grad_out.dtype else cast(acc, grad_out.dtype)
