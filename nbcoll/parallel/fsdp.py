@@ -50,7 +50,7 @@ from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter
 from nbcoll.parallel.data_parallel import check_same_parameters
-from nbcoll.parallel.fsdp_state import Shard, gathered_parameters, sharded_state_dict  # noqa: F401
+from nbcoll.parallel.fsdp_state import Shard, gathered_parameters, sharded_state_dict  # noqa: F401 (as before)
 from nbcoll.tensors import Tensor, enable_grad, no_grad
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
@@ -318,12 +318,4 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
     return module
 
 
-__all__ = [
-    "Shard",
-    "ShardedAway",
-    "ShardedForward",
-    "Unit",
-    "fully_shard",
-    "gathered_parameters",
-    "sharded_state_dict",
-]
+__all__ = ["ShardedAway", "ShardedForward", "Unit", "fully_shard"]
