@@ -21,10 +21,6 @@ Writes ``kernels_<backend>.json`` and ``.rst`` into ``--out`` (default ``benchma
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -34,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from report import environment, list_table, write_json
 
-import nbcoll
 from nbcoll import backend, memory
 from nbcoll.kernels import combine, copy, elementwise, matmul, reduction, softmax, transpose
 
@@ -199,40 +195,20 @@ def format_rst(results: list[Result], ceilings: dict, env: dict, command: str) -
         f"copy {ceilings['copy GB/s']:.2f} GB/s, {ceilings['library']} matmul "
         f"{ceilings['library matmul GFLOP/s']:.2f} GFLOP/s.",
         "",
-        ".. list-table::",
-        "   :header-rows: 1",
-        "",
-        "   * - kernel",
-        "     - rate",
-        "     - % of ceiling",
-        "     - plain NumPy",
-        "     - median (ms)",
     ]
-    for r in results:
-        plain = f"{r.numpy_rate:.4g} {r.what}" if r.numpy_rate is not None else "-"
-        out += [
-            f"   * - {r.kernel}",
-            f"     - {r.rate:.4g} {r.what}",
-            f"     - {r.percent:.1f}",
-            f"     - {plain}",
-            f"     - {r.seconds * 1e3:.3f}",
+    header = ["kernel", "rate", "% of ceiling", "plain NumPy", "median (ms)"]
+    rows = [
+        [
+            r.kernel,
+            f"{r.rate:.4g} {r.what}",
+            f"{r.percent:.1f}",
+            f"{r.numpy_rate:.4g} {r.what}" if r.numpy_rate is not None else "-",
+            f"{r.seconds * 1e3:.3f}",
         ]
+        for r in results
+    ]
+    out += list_table(header, rows)
     return "\n".join(out) + "\n"
-
-
-def environment() -> dict:
-    import numba
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "nbcoll": nbcoll.__version__,
-        "backend": backend.get_backend(),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,26 +220,26 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "cpu" and backend.get_backend() == "sim":
         print("kernels.py: the simulator runs ~150 us per thread; use --tiny, or NBCOLL_BACKEND=numpy", file=sys.stderr)
         return 2
-    env = environment()
+    import numba
+
+    env = environment(numba=numba.__version__)
     command = f"NBCOLL_BACKEND={env['backend']} python benchmarks/kernels.py" + (" --tiny" if args.tiny else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"kernels_{env['backend']}{'_tiny' if args.tiny else ''}"
 
-    def write_json(results: list[Result], ceilings: dict, complete: bool = False) -> None:
+    def save(results: list[Result], ceilings: dict, complete: bool = False) -> None:
         """Rewritten after every kernel, so that a run stopped early still leaves what it measured."""
         if not complete:
             r = results[-1]
             print(f"# {r.kernel}: {r.rate:.4g} {r.what}, {r.percent:.1f}% of the ceiling", flush=True)
         report = {"env": env, "sizes": asdict(SIZES[kind]), "ceilings": ceilings, "complete": complete}
         report["results"] = [asdict(r) for r in results]
-        partial = stem.with_suffix(".json.partial")
-        partial.write_text(json.dumps(report, indent=2))
-        partial.replace(stem.with_suffix(".json"))
+        write_json(stem.with_suffix(".json"), report)
 
-    results, ceilings = benchmark(SIZES[kind], on_result=write_json)
+    results, ceilings = benchmark(SIZES[kind], on_result=save)
     print(format_table(results, ceilings), flush=True)
-    write_json(results, ceilings, complete=True)
+    save(results, ceilings, complete=True)
     stem.with_suffix(".rst").write_text(format_rst(results, ceilings, env, command))
     print(f"# wrote {stem}.json, .rst")
     return 0

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from report import list_table, write_json
 from vs_mpi import HERE, buffers, environment, nbcoll_call, run_on_ranks, sample
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
@@ -158,23 +159,15 @@ def format_rst(all_rows: dict[str, list[dict]], totals: dict, env: dict, nranks:
     ]
     for collective, rows in all_rows.items():
         algos = list(rows[0]["measured"])
-        out += [
-            f".. list-table:: {collective}, {nranks} ranks: measured / predicted time in us (error)",
-            "   :header-rows: 1",
-            "",
-            "   * - size (B)",
-            *[f"     - {a}" for a in algos],
-            "     - tuner's choice",
-            "     - fastest",
-        ]
+        header = ["size (B)", *algos, "tuner's choice", "fastest"]
+        cells = []
         for r in rows:
-            out.append(f"   * - {r['nbytes']}")
-            for a in algos:
-                out.append(
-                    f"     - {r['measured'][a] * 1e6:.0f} / {r['predicted'][a] * 1e6:.0f} ({r['error'][a]:+.0%})"
-                )
+            times = [
+                f"{r['measured'][a] * 1e6:.0f} / {r['predicted'][a] * 1e6:.0f} ({r['error'][a]:+.0%})" for a in algos
+            ]
             lost = "" if r["choice_is_fastest"] else f" ({r['lost']:+.0%} time)"
-            out += [f"     - {r['choice']}{lost}", f"     - {r['fastest']}"]
+            cells.append([str(r["nbytes"]), *times, f"{r['choice']}{lost}", r["fastest"]])
+        out += list_table(header, cells, f"{collective}, {nranks} ranks: measured / predicted time in us (error)")
         out.append("")
     return "\n".join(out)
 
@@ -231,7 +224,7 @@ def run_rank(args: argparse.Namespace) -> int:
             out / f"model_fit_{comm.size}ranks{'_calibrated' if args.calibrate else ''}{'_quick' if args.quick else ''}"
         )
         report = {"env": env, "nranks": comm.size, "model": model, "summary": totals, "results": all_rows}
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+        write_json(stem.with_suffix(".json"), report)
         stem.with_suffix(".rst").write_text(
             format_rst(all_rows, totals, env, comm.size, model, " --calibrate" if args.calibrate else "")
         )

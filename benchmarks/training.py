@@ -28,15 +28,13 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from report import environment, list_table, write_json  # noqa: E402
 
 import nbcoll  # noqa: E402
 from nbcoll import backend, nn, optim  # noqa: E402
@@ -159,36 +157,22 @@ def format_rst(rows: list[dict], env: dict, command: str) -> str:
         f"NumPy {env['numpy']}. Command: ``{command}``. Digits MLP 64-{rows[0]['hidden']}-10 with Adam; median "
         "milliseconds per training step, nbcoll and plain NumPy alternating in the same run.",
         "",
-        ".. list-table::",
-        "   :header-rows: 1",
-        "",
-        "   * - batch",
-        "     - nbcoll (ms)",
-        "     - NumPy (ms)",
-        "     - ratio",
-        "     - max parameter difference",
     ]
-    for r in rows:
-        out += [
-            f"   * - {r['batch']}",
-            f"     - {r['nbcoll_ms']:.3f}",
-            f"     - {r['numpy_ms']:.3f}",
-            f"     - {r['ratio']:.2f}",
-            f"     - {r['max_param_difference']:.1e}",
-        ]
+    header = ["batch", "nbcoll (ms)", "NumPy (ms)", "ratio", "max parameter difference"]
+    out += list_table(
+        header,
+        [
+            [
+                str(r["batch"]),
+                f"{r['nbcoll_ms']:.3f}",
+                f"{r['numpy_ms']:.3f}",
+                f"{r['ratio']:.2f}",
+                f"{r['max_param_difference']:.1e}",
+            ]
+            for r in rows
+        ],
+    )
     return "\n".join(out) + "\n"
-
-
-def environment() -> dict:
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "nbcoll": nbcoll.__version__,
-        "backend": backend.get_backend(),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"training_{env['backend']}{'_tiny' if args.tiny else ''}"
-    stem.with_suffix(".json").write_text(json.dumps({"env": env, "settings": settings, "results": rows}, indent=2))
+    write_json(stem.with_suffix(".json"), {"env": env, "settings": settings, "results": rows})
     stem.with_suffix(".rst").write_text(format_rst(rows, env, command))
     print(f"# wrote {stem}.json, .rst")
     return 0

@@ -22,16 +22,14 @@ It writes ``vs_mpi_<n>ranks.json`` and ``.rst`` (the tables of the docs' Perform
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import report
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -160,22 +158,11 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None) 
 
 
 def environment() -> dict:
+    """:func:`report.environment` with the versions of mpi4py and of the MPI library."""
     import mpi4py
     from mpi4py import MPI
 
-    import nbcoll
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "mpi4py": mpi4py.__version__,
-        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
-        "nbcoll": nbcoll.__version__,
-        "backend": nbcoll.get_backend(),
-    }
+    return report.environment(mpi4py=mpi4py.__version__, mpi=MPI.Get_library_version().splitlines()[0].strip())
 
 
 def format_table(rows: list[dict], nranks: int) -> str:
@@ -247,26 +234,17 @@ def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command:
         "",
     ]
     for collective, rows in all_rows.items():
-        out += [
-            f".. list-table:: {collective}, {nranks} ranks (busbw in GB/s; ratio = nbcoll busbw / peer busbw)",
-            "   :header-rows: 1",
-            "",
-            "   * - size (B)",
-            "     - MPI busbw",
-            "     - nbcoll best",
-            "     - algorithm",
-            "     - ratio to MPI",
-        ]
         gloo = "gloo_ratio" in rows[0]
-        if gloo:
-            out[-3:-3] = ["     - gloo busbw"]
-            out += ["     - ratio to gloo"]
+        header = ["size (B)", "MPI busbw", *(["gloo busbw"] if gloo else []), "nbcoll best", "algorithm"]
+        header += ["ratio to MPI", *(["ratio to gloo"] if gloo else [])]
+        cells = []
         for r in rows:
             flag = " (results differ)" if not r["agree"] else ""
-            out += [f"   * - {r['nbytes']}", f"     - {r['mpi_busbw']:.4f}"]
-            out += [f"     - {r['gloo_busbw']:.4f}"] if gloo else []
-            out += [f"     - {r['best_busbw']:.4f}", f"     - {r['best']}", f"     - {r['ratio']:.2f}{flag}"]
-            out += [f"     - {r['gloo_ratio']:.2f}"] if gloo else []
+            row = [str(r["nbytes"]), f"{r['mpi_busbw']:.4f}", *([f"{r['gloo_busbw']:.4f}"] if gloo else [])]
+            row += [f"{r['best_busbw']:.4f}", r["best"], f"{r['ratio']:.2f}{flag}"]
+            cells.append(row + ([f"{r['gloo_ratio']:.2f}"] if gloo else []))
+        title = f"{collective}, {nranks} ranks (busbw in GB/s; ratio = nbcoll busbw / peer busbw)"
+        out += report.list_table(header, cells, title)
         out.append("")
     return "\n".join(out)
 
@@ -329,7 +307,7 @@ def run_rank(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stem = out / f"vs_mpi_{n}ranks{'_quick' if args.quick else ''}"
-        stem.with_suffix(".json").write_text(json.dumps({"env": env, "nranks": n, "results": all_rows}, indent=2))
+        report.write_json(stem.with_suffix(".json"), {"env": env, "nranks": n, "results": all_rows})
         stem.with_suffix(".rst").write_text(format_rst(all_rows, env, n, command))
         if not args.no_plot:
             Path(args.plot_dir).mkdir(parents=True, exist_ok=True)

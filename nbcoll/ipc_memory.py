@@ -18,27 +18,17 @@ The lifetime of a name in ``/dev/shm``, and how nothing leaks:
 4. Until step 3, the owner unlinks its names when it closes a buffer, when the buffer is garbage-collected, at
    interpreter exit, and on ``SIGTERM`` (Python runs the handler between bytecodes, so not while the process is
    blocked in a C call such as an MPI wait: the ``SIGKILL`` that launchers send next is why step 3 matters).
-   A process killed outright before step 3 leaves its names behind; :func:`cleanup_stale` removes those whose
-   creator is dead (the creator's pid is part of every name).
+   A process killed outright before step 3 leaves its names behind; :func:`~nbcoll.shm_names.cleanup_stale`
+   removes those whose creator is dead (the creator's pid is part of every name).
 """
 
 from __future__ import annotations
 
-import atexit
-import gc
-import itertools
 import math
 import os
 import pickle
-import re
-import signal
-import sys
-import threading
-import warnings
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -46,12 +36,19 @@ import numpy as np
 
 from nbcoll import backend, memory
 from nbcoll.cuda_ipc import CudaIpcHandle, export_array, open_array
-
-NAME_PREFIX = "nbcoll_"
-MAX_NAME_LENGTH = 30
-"""macOS allows 31 characters including the leading slash; Linux allows more. Names stay within both."""
-
-SHM_DIR = "/dev/shm"
+from nbcoll.shm_names import (  # noqa: F401  (the names and sweeps, importable from here as before)
+    MAX_NAME_LENGTH,
+    NAME_PREFIX,
+    SHM_DIR,
+    attach,
+    cleanup_stale,
+    creator_pid,
+    new_name,
+    release,
+    track_created,
+    unlink,
+    unlink_names_of,
+)
 
 KINDS = ("shm", "cuda")
 
@@ -76,144 +73,6 @@ class IpcHandleInfo:
     """True when the buffer is a NumPy array on every backend (a shared host page)."""
     cuda_handle: CudaIpcHandle | None = None
     """For ``"cuda"``: the allocation's CUDA IPC handle as bytes, size and offset (no Numba object)."""
-
-
-# -------------------------------------------------------------------------------------------------------------
-# Names, and the owner's duty to unlink them.
-
-_counter = itertools.count()
-_linked_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while this thread holds it
-_linked: dict[str, SharedMemory] = {}  # names this process created and has not unlinked yet
-_previous_sigterm_handler: Any = None
-_sigterm_handler_installed = False
-
-
-def _new_name(tag: str) -> str:
-    name = f"{NAME_PREFIX}{os.getpid()}_{next(_counter)}"
-    tag = re.sub(r"[^A-Za-z0-9]", "", tag)
-    return f"{name}_{tag}"[:MAX_NAME_LENGTH] if tag else name
-
-
-def creator_pid(name: str, prefix: str = NAME_PREFIX) -> int | None:
-    """The pid written into a buffer name by its creator (``nbcoll_<pid>_<counter>[_tag]``), or ``None``."""
-    if not name.startswith(prefix):
-        return None
-    head = name[len(prefix) :].split("_", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def _unlink(shm: SharedMemory) -> None:
-    """Remove the name of a segment this process created; the memory stays mapped where it is mapped."""
-    with _linked_lock:
-        if _linked.pop(shm.name, None) is None:
-            return
-    try:
-        shm.unlink()  # also tells the resource tracker that the name is gone
-    except FileNotFoundError:
-        # Removed already (cleanup_stale in another process, or by hand); the tracker must forget it too.
-        resource_tracker.unregister(shm._name, "shared_memory")
-
-
-def _unlink_all_created_here() -> None:
-    with _linked_lock:
-        segments = [shm for shm in _linked.values() if creator_pid(shm.name) == os.getpid()]
-    for shm in segments:
-        _unlink(shm)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """Unlink this process's names, then do what SIGTERM would have done without this handler."""
-    _unlink_all_created_here()
-    if callable(_previous_sigterm_handler):
-        _previous_sigterm_handler(signum, frame)
-        return
-    # Die of SIGTERM itself, so that the parent sees the real cause of death.
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _install_sigterm_handler() -> None:
-    """Once per process, from the main thread only (Python allows no other), unless SIGTERM is ignored."""
-    global _previous_sigterm_handler, _sigterm_handler_installed
-    if _sigterm_handler_installed or threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous in (signal.SIG_IGN, None):  # None: a handler installed from C; leave it alone
-        return
-    _previous_sigterm_handler = previous
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    _sigterm_handler_installed = True
-
-
-atexit.register(_unlink_all_created_here)
-
-
-_attach_lock = threading.Lock()
-
-
-def _attach(name: str) -> SharedMemory:
-    """Map an existing segment without registering it with this process's resource tracker.
-
-    A registered name is unlinked by the tracker when this process exits, from under its owner and the other
-    peers. Python 3.13 says so with ``track=False``. Before, every attach registers; unregistering afterwards
-    is not enough, because the tracker may be shared (with the owner itself, or with a multiprocessing parent),
-    and would then forget the owner's own registration. So registration is switched off around the attach.
-    """
-    if sys.version_info >= (3, 13):
-        return SharedMemory(name=name, track=False)
-    with _attach_lock:
-        register = resource_tracker.register
-        resource_tracker.register = _register_nothing
-        try:
-            return SharedMemory(name=name)
-        finally:
-            resource_tracker.register = register
-
-
-def _register_nothing(name: str, rtype: str) -> None:
-    pass
-
-
-def _close_mapping(shm: SharedMemory) -> None:
-    """Unmap a segment, unless arrays over it are still in use; then leave the mapping to them.
-
-    ``SharedMemory.close()`` refuses ("cannot close exported pointers exist") while any array still views the
-    memory. The arrays nbcoll made are dropped before this is called; views the caller still holds keep the
-    mapping alive, and it is unmapped when the last of them is freed.
-    """
-    try:
-        shm.close()
-        return
-    except BufferError:
-        gc.collect()  # views caught in reference cycles (a traceback, a kernel's argument list)
-    try:
-        shm.close()
-        return
-    except BufferError:
-        pass
-    warnings.warn(
-        f"IpcBuffer {shm.name!r} closed while arrays over its memory are still referenced; "
-        "the memory stays mapped until they are freed",
-        ResourceWarning,
-        stacklevel=5,  # the caller of IpcBuffer.close()
-    )
-    # SharedMemory keeps the mapping in these attributes (unchanged since Python 3.8): hand the mapping to the
-    # remaining views by dropping SharedMemory's references, and close only the file descriptor.
-    shm._buf = None
-    shm._mmap = None
-    if getattr(shm, "_fd", -1) >= 0:
-        os.close(shm._fd)
-        shm._fd = -1
-
-
-def _release(shm: SharedMemory | None, owner_pid: int | None, cuda_mapping: Any) -> None:
-    """What closing a buffer does; also run when the buffer is garbage-collected and at interpreter exit."""
-    if shm is not None:
-        if owner_pid == os.getpid():  # never in a forked child, which shares the owner's objects
-            _unlink(shm)
-        _close_mapping(shm)
-    if cuda_mapping is not None:
-        cuda_mapping.close()
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -270,7 +129,7 @@ class IpcBuffer:
         self._array = array
         self._shm = shm
         self._owner = owner
-        self._release = weakref.finalize(self, _release, shm, os.getpid() if owner else None, cuda_mapping)
+        self._release = weakref.finalize(self, release, shm, os.getpid() if owner else None, cuda_mapping)
 
     @classmethod
     def create(cls, shape: Any, dtype: Any, tag: str = "", host: bool = False) -> IpcBuffer:
@@ -280,7 +139,7 @@ class IpcBuffer:
             return cls._create_cuda(shape, dt, tag)
         nbytes = max(math.prod(shape) * dt.itemsize, 1)  # a segment cannot be empty
         for _attempt in range(1000):
-            name = _new_name(tag)
+            name = new_name(tag)
             try:
                 shm = SharedMemory(name=name, create=True, size=nbytes)
                 break
@@ -288,16 +147,14 @@ class IpcBuffer:
                 continue  # left behind by a dead process that had this pid: take the next number
         else:
             raise FileExistsError(f"IpcBuffer.create: no free name {NAME_PREFIX}{os.getpid()}_*; run cleanup_stale()")
-        with _linked_lock:
-            _linked[shm.name] = shm
-        _install_sigterm_handler()
+        track_created(shm)
         handle = IpcHandleInfo("shm", shm.name, shape, dt.name, host)
         return cls(handle, _wrap_shared(shm, shape, dt, host), shm, owner=True, cuda_mapping=None)
 
     @classmethod
     def _create_cuda(cls, shape: tuple[int, ...], dtype: np.dtype, tag: str) -> IpcBuffer:
         flat = backend.cuda().device_array(max(math.prod(shape), 1), dtype)
-        handle = IpcHandleInfo("cuda", _new_name(tag), shape, dtype.name, False, export_array(flat))
+        handle = IpcHandleInfo("cuda", new_name(tag), shape, dtype.name, False, export_array(flat))
         return cls(handle, _shaped(flat, shape), None, owner=True, cuda_mapping=None)
 
     @classmethod
@@ -317,7 +174,7 @@ class IpcBuffer:
             flat, mapping = open_array(handle.cuda_handle, max(math.prod(handle.shape), 1), dtype)
             return cls(handle, _shaped(flat, handle.shape), None, owner=False, cuda_mapping=mapping)
         try:
-            shm = _attach(handle.name)
+            shm = attach(handle.name)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"handle: no shared memory named {handle.name!r}; its owner has closed or unlinked it "
@@ -354,7 +211,7 @@ class IpcBuffer:
         if not self._owner:
             raise ValueError(f"IpcBuffer {self.name!r}: only its owner unlinks it (this process opened it)")
         if self._shm is not None:
-            _unlink(self._shm)
+            unlink(self._shm)
 
     def close(self) -> None:
         """Unmap the memory (the owner unlinks the name first, if it has not yet). Safe to call twice."""
@@ -413,47 +270,3 @@ def share(
             buffer.close()
         raise RuntimeError("share: " + "; ".join(problems))
     return buffer
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
-def unlink_names_of(pid: int, prefix: str = NAME_PREFIX) -> list[str]:
-    """Remove every ``/dev/shm`` name that process ``pid`` created; return them. Only once ``pid`` has exited.
-
-    A peer that dies between creating a buffer and unlinking it (``os._exit``, ``SIGKILL``) cannot remove the name
-    itself; the communicator that notices the death does it for it.
-    """
-    return _unlink_names(prefix, lambda creator: creator == pid)
-
-
-def cleanup_stale(prefix: str = NAME_PREFIX) -> list[str]:
-    """Remove ``/dev/shm`` segments named ``<prefix><pid>_...`` whose creator process is dead; return their names.
-
-    Pids are those of this machine's (or container's) process namespace. Where there is no ``/dev/shm`` to list
-    (macOS), nothing is done.
-    """
-    return _unlink_names(prefix, lambda creator: creator is not None and not _process_alive(creator))
-
-
-def _unlink_names(prefix: str, remove: Callable[[int | None], bool]) -> list[str]:
-    """Unlink each ``/dev/shm`` name for whose creator pid ``remove`` says yes (``None``: not one of ours)."""
-    if not os.path.isdir(SHM_DIR):
-        return []
-    removed = []
-    for name in sorted(os.listdir(SHM_DIR)):
-        if not remove(creator_pid(name, prefix)):
-            continue
-        try:
-            os.unlink(os.path.join(SHM_DIR, name))
-        except (FileNotFoundError, PermissionError):
-            continue
-        removed.append(name)
-    return removed

@@ -21,6 +21,8 @@ does not depend on the MPI implementation's output forwarding. ``mpiexec``'s own
 
 The wrapper imports the ``nbcoll`` package before the target runs, so the backend is chosen from the environment
 the ranks are started with: set ``NBCOLL_BACKEND`` through ``env=``, not from inside the script.
+
+The wrapper is :mod:`nbcoll.launch_rank`; starting and stopping the ``mpiexec`` job is :mod:`nbcoll.launch_job`.
 """
 
 from __future__ import annotations
@@ -28,37 +30,30 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
-import importlib
 import os
-import runpy
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nbcoll.launch_job import run_job
+from nbcoll.launch_rank import run_as_rank
 
 NO_MPI_MESSAGE = "no MPI runtime: install the 'mpi' extra (pip install -e '.[mpi]') or a system MPI"
 
 LAUNCHED_FLAG = "NBCOLL_LAUNCHED"
 """Set to ``1`` in every rank started here, so that :func:`relaunch` knows not to launch again."""
 
-# Variables through which MPI implementations tell a process its rank; the first one present wins.
-RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 # Their presence means "this process is already a rank of an MPI job".
 UNDER_MPI_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", LAUNCHED_FLAG)
 # Inherited from an enclosing MPI job, these would confuse a nested mpiexec.
 _ENCLOSING_JOB_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCAL")
-
-KILL_GRACE_SECONDS = 3.0
-"""After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""
 
 
 class MPIRuntimeNotFound(RuntimeError):
@@ -296,7 +291,7 @@ def launch(
         environ[LAUNCHED_FLAG] = "1"
         launcher_log = os.path.join(output_dir, "mpiexec.out")
         started = time.monotonic()
-        returncode, timed_out = _run_job(command, environ, launcher_log, output_dir, timeout)
+        returncode, timed_out = run_job(command, environ, launcher_log, output_dir, timeout)
         elapsed = time.monotonic() - started
         result = _collect(nprocs, returncode, timed_out, timeout, elapsed, output_dir, target[0])
     result.launcher_command = command
@@ -306,84 +301,6 @@ def launch(
         as_python_args = target[1:] if target[0] == "script" else ["-c", *target[1:]]
         result.command = [mpiexec, "-n", str(nprocs), sys.executable, *as_python_args]
     return result
-
-
-def _run_job(
-    command: list[str], environ: dict[str, str], log_path: str, output_dir: str, timeout: float | None
-) -> tuple[int | None, bool]:
-    """Run ``mpiexec`` in a session of its own; on timeout (or Ctrl-C here) kill it and every rank it started."""
-    with open(log_path, "wb") as log:
-        job = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            returncode = job.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _stop_job(job, output_dir)
-            return None, True
-        except BaseException:
-            _stop_job(job, output_dir)
-            raise
-    if _alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
-        _stop_job(job, output_dir)
-    return returncode, False
-
-
-def _stop_job(job: subprocess.Popen, output_dir: str) -> None:
-    """SIGTERM, a grace period, then SIGKILL: first to mpiexec's process group, then to every rank's own.
-
-    MPICH's hydra starts each rank in a session of its own, so killing mpiexec's group alone can leave ranks
-    running; each rank wrote its pid, and is the leader of its group, so its children go with it.
-    """
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        _signal_group(job.pid, signum)
-        for pid in _alive_ranks(output_dir):
-            _signal_group(pid, signum)
-        deadline = time.monotonic() + KILL_GRACE_SECONDS
-        while time.monotonic() < deadline and (job.poll() is None or _alive_ranks(output_dir)):
-            time.sleep(0.05)
-    job.wait()
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    """Signal the process group led by ``pid``, or the process alone where it leads none."""
-    try:
-        os.killpg(pid, signum)
-    except ProcessLookupError:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-    except PermissionError:
-        pass
-
-
-def _rank_pids(output_dir: str) -> list[int]:
-    texts = (path.read_text().strip() for path in Path(output_dir).glob("rank*.pid"))
-    return [int(text) for text in texts if text.isdigit()]
-
-
-def _alive_ranks(output_dir: str) -> list[int]:
-    return [pid for pid in _rank_pids(output_dir) if _is_running_rank(pid, output_dir)]
-
-
-def _is_running_rank(pid: int, output_dir: str) -> bool:
-    """Whether ``pid`` still runs a rank of this job.
-
-    Pids are reused, so where ``/proc`` exists the process's command line must also name this job's output folder
-    (a zombie's command line is empty: it counts as ended).
-    """
-    if os.path.isdir("/proc/self"):
-        try:
-            return output_dir.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _collect(
@@ -473,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nbcoll.launch -n N script.py args...``: run a script on N ranks, print outputs in rank order."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--as-rank"]:
-        return _run_as_rank(argv[1:])
+        return run_as_rank(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m nbcoll.launch", description="Run a Python script on N MPI ranks; print each rank's output."
     )
@@ -484,105 +401,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     result = launch(options.nprocs, options.script, args=options.args, timeout=options.timeout)
     return _print_in_rank_order(result)
-
-
-# -------------------------------------------------------------------------------------------------------------
-# Inside each rank: redirect the output to this rank's file, record pid and exit status, run the target.
-
-
-def _rank_number() -> int:
-    for name in RANK_VARIABLES:
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    raise RuntimeError(f"nbcoll.launch --as-rank: none of {', '.join(RANK_VARIABLES)} is set; run under mpiexec")
-
-
-def _run_as_rank(argv: list[str]) -> int:
-    output_dir, kind, target, *args = argv
-    rank = _rank_number()
-    prefix = os.path.join(output_dir, f"rank{rank}")
-    output = os.open(prefix + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    # At the descriptor level, so that C extensions and child processes write there too.
-    os.dup2(output, 1)
-    os.dup2(output, 2)
-    os.close(output)
-    Path(prefix + ".pid").write_text(str(os.getpid()))
-    try:
-        result = _run_target(kind, target, args)
-        if kind == "function":
-            Path(prefix + ".return").write_text(_literal_return(result))
-        status = 0
-    except SystemExit as stop:
-        status = _exit_status(stop.code)
-        if not isinstance(stop.code, (int, type(None))):
-            print(stop.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    Path(prefix + ".status").write_text(str(status))
-    if status:
-        _abort_mpi_job(status)
-    return status
-
-
-def _abort_mpi_job(status: int) -> None:
-    """End the whole job when this rank fails after starting MPI, as ``python -m mpi4py`` does.
-
-    Otherwise the other ranks wait for this one in their next collective until the timeout, and the report
-    shows a hang instead of the error.
-    """
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.COMM_WORLD.Abort(status)
-
-
-def _exit_status(code: Any) -> int:
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1
-
-
-def _literal_return(value: Any) -> str:
-    if hasattr(value, "tolist"):  # NumPy arrays and scalars
-        value = value.tolist()
-    text = repr(value)
-    try:
-        ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        raise TypeError(
-            f"the launched function returned {type(value).__name__}, which cannot travel back; "
-            "return numbers, strings, bools, None, NumPy values, or tuples/lists/dicts of them"
-        ) from None
-    return text
-
-
-def _run_target(kind: str, target: str, args: list[str]) -> Any:
-    if kind == "script":
-        sys.argv = [target, *args]
-        sys.path[0] = os.path.dirname(target)
-        runpy.run_path(target, run_name="__main__")
-        return None
-    if kind == "code":
-        sys.argv = ["-c", *args]
-        sys.path[0] = ""
-        main_module = types.ModuleType("__main__")
-        sys.modules["__main__"] = main_module
-        exec(compile(target, "<string>", "exec"), main_module.__dict__)
-        return None
-    module_name, qualname = target.rsplit(":", 1)
-    if module_name.endswith(".py"):
-        # A function of a main script: load the script under another name, so its `if __name__ == "__main__"`
-        # block does not run again (multiprocessing's spawn does the same).
-        namespace = runpy.run_path(module_name, run_name="__mp_main__")
-        holder: Any = types.SimpleNamespace(**namespace)
-    else:
-        holder = importlib.import_module(module_name)
-    function = holder
-    for part in qualname.split("."):
-        function = getattr(function, part)
-    return function(*(ast.literal_eval(arg) for arg in args))
 
 
 if __name__ == "__main__":

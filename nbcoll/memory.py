@@ -291,6 +291,17 @@ def require_contiguous(x: Any, arg: str) -> None:
         raise ValueError(f"{arg}: must be C-contiguous (got strides {x.strides} for shape {x.shape}); copy it first")
 
 
+def contiguous_input(x: Any, arg: str, allow_bool: bool = False) -> Any:
+    """``x`` as a C-contiguous device array of a supported dtype: the check every kernel's entry makes.
+
+    Errors name ``arg``: ``TypeError`` for what is not an array or has another dtype, ``ValueError`` for strides.
+    """
+    x = as_device_array(x, arg)
+    check_dtype(x.dtype, f"{arg}.dtype", allow_bool=allow_bool)
+    require_contiguous(x, arg)
+    return x
+
+
 def require_writable(x: Any, arg: str) -> None:
     """Raise ``ValueError`` naming ``arg`` when the device array ``x`` cannot be written (an output buffer)."""
     host = x if isinstance(x, np.ndarray) else getattr(x, "_ary", None)  # the simulator's arrays wrap an ndarray

@@ -11,8 +11,28 @@ it is part of nbcoll's ``dev`` extra.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping, Sequence
+
+FIGURES_VARIABLE = "NBCOLL_FIGURES_DIR"
+"""Set by the docs build to the folder whose pictures the site shows."""
+
+
+def add_figures_option(parser: argparse.ArgumentParser, picture: str) -> None:
+    """Add ``--out DIR`` (where a script writes ``picture``) to ``parser``: by default ``$NBCOLL_FIGURES_DIR``,
+    so that the docs build finds the picture and shows it on the site, else the current folder.
+
+    Example::
+
+        >>> import argparse
+        >>> from nbcoll.plotting import add_figures_option
+        >>> parser = argparse.ArgumentParser()
+        >>> add_figures_option(parser, "memory_per_rank.png")
+        >>> parser.parse_args(["--out", "pictures"]).out
+        'pictures'
+    """
+    parser.add_argument("--out", default=os.environ.get(FIGURES_VARIABLE, "."), help=f"where to write {picture}")
 
 
 def plot_curves(
@@ -60,4 +80,4 @@ def plot_curves(
     return os.fspath(path)
 
 
-__all__ = ["plot_curves"]
+__all__ = ["add_figures_option", "plot_curves"]

@@ -1,10 +1,13 @@
 """Shared fixtures: every single-process kernel test runs on the device backend (sim or cuda) and on numpy."""
 
+import subprocess
+
 import numpy as np
 import pytest
 
 import nbcoll
 from nbcoll.backend import device_backend
+from nbcoll.launch import find_mpiexec
 
 DEVICE = device_backend()
 
@@ -37,3 +40,17 @@ def pytest_collection_modifyitems(config, items):
         if sim_only is not None and runs_on_cuda(item):
             reason = sim_only.kwargs.get("reason") or (sim_only.args[0] if sim_only.args else "")
             item.add_marker(pytest.mark.skip(reason=f"simulator semantics only: {reason}"))
+
+
+@pytest.fixture
+def mpiexec_keeping_survivors(tmp_path, monkeypatch):
+    """MPICH's mpiexec kills every rank as soon as one exits early; a test of a peer's death must see what the
+    others do."""
+    mpiexec = find_mpiexec()
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    if "HYDRA" not in version:
+        pytest.skip("needs MPICH's mpiexec (hydra) to keep the other ranks alive when one exits")
+    wrapper = tmp_path / "mpiexec"
+    wrapper.write_text(f'#!/bin/sh\nexec "{mpiexec}" -disable-auto-cleanup "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("NBCOLL_MPIEXEC", str(wrapper))

@@ -7,12 +7,10 @@ those ranks may be left.
 import glob
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-from nbcoll.launch import find_mpiexec
 from nbcoll.testing import run_ranks
 
 pytestmark = pytest.mark.mpi
@@ -119,19 +117,6 @@ def test_a_receive_never_posted_makes_the_sender_time_out(transport):
     result = run(2, FAULTS, "norecv", NBCOLL_BACKEND="numpy", **env)
     assert "norecv ok" in result.outputs[0]
     assert "CommTimeoutError" in result.outputs[0] and "flight recorder" in result.outputs[0]
-
-
-@pytest.fixture
-def mpiexec_keeping_survivors(tmp_path, monkeypatch):
-    """MPICH's mpiexec kills every rank as soon as one exits early; the test must see what the others do."""
-    mpiexec = find_mpiexec()
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
-    if "HYDRA" not in version:
-        pytest.skip("needs MPICH's mpiexec (hydra) to keep the other ranks alive when one exits")
-    wrapper = tmp_path / "mpiexec"
-    wrapper.write_text(f'#!/bin/sh\nexec "{mpiexec}" -disable-auto-cleanup "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("NBCOLL_MPIEXEC", str(wrapper))
 
 
 @pytest.mark.parametrize("transport", ["ipc", "mpi"])

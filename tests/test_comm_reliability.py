@@ -11,14 +11,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from nbcoll.launch import find_mpiexec, launch
+from nbcoll.launch import launch
 from nbcoll.testing import run_ranks
 
 pytestmark = pytest.mark.mpi
@@ -42,19 +41,6 @@ def run(nprocs, section, *args, timeout=120, **env):
     result = run_ranks(nprocs, SCRIPT, section, *args, env=env, timeout=timeout)
     assert_no_shared_memory_left(result.outputs)
     return result
-
-
-@pytest.fixture
-def mpiexec_keeping_survivors(tmp_path, monkeypatch):
-    """MPICH's mpiexec kills every rank as soon as one exits early; these tests must see what the others do."""
-    mpiexec = find_mpiexec()
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
-    if "HYDRA" not in version:
-        pytest.skip("needs MPICH's mpiexec (hydra) to keep the other ranks alive when one exits")
-    wrapper = tmp_path / "mpiexec"
-    wrapper.write_text(f'#!/bin/sh\nexec "{mpiexec}" -disable-auto-cleanup "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("NBCOLL_MPIEXEC", str(wrapper))
 
 
 # -- every rank chooses the same algorithm ----------------------------------------------------------------------

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import nbcoll
+from nbcoll.kernels import batched_copy as batched
 from nbcoll.kernels import copy as cp
 
 DTYPES = [dt.name for dt in nbcoll.DTYPES]
@@ -171,7 +172,7 @@ def test_copy_descriptors_drop_empty_segments_and_prefix_sum_the_rest():
     np.testing.assert_array_equal(table.src_offsets, [0, 10])
     assert table.total == 7 and table.starts.dtype == np.int64
     starts = np.array([0, 3, 4, 9])
-    assert [cp._segment_of(starts, i) for i in range(12)] == [0, 0, 0, 1, 2, 2, 2, 2, 2, 3, 3, 3]
+    assert [batched._segment_of(starts, i) for i in range(12)] == [0, 0, 0, 1, 2, 2, 2, 2, 2, 3, 3, 3]
 
 
 def test_flatten_and_unflatten_round_trip(backend, rng):

@@ -44,16 +44,21 @@ PUBLIC_PACKAGES = [
 MORE_MODULES = [
     "nbcoll.memory",
     "nbcoll.seed",
+    "nbcoll.kernels.batched_copy",
     "nbcoll.kernels.combine",
     "nbcoll.kernels.copy",
     "nbcoll.kernels.elementwise",
     "nbcoll.kernels.index",
+    "nbcoll.kernels.index_args",
+    "nbcoll.kernels.lookup",
     "nbcoll.kernels.matmul",
     "nbcoll.kernels.reduce_axes",
     "nbcoll.kernels.reduction",
+    "nbcoll.kernels.scale",
     "nbcoll.kernels.softmax",
     "nbcoll.kernels.stencil",
     "nbcoll.kernels.transpose",
+    "nbcoll.kernels.widen",
     "nbcoll.tensors.grad_mode",
     "nbcoll.comm.loopback",
 ]
@@ -76,8 +81,11 @@ def public_names() -> dict[str, object]:
                 classes.append((f"{package}.{name}", obj))
     public_classes = {obj for _, obj in classes}
     for qualified, cls in classes:
+        # A member inherited through a public base (even from that base's own mixin) is listed under that base.
+        public_bases = [base for base in cls.__mro__[1:] if base in public_classes]
         for owner in cls.__mro__:
-            if not owner.__module__.startswith("nbcoll") or (owner is not cls and owner in public_classes):
+            inherited = any(owner in base.__mro__ for base in public_bases)
+            if not owner.__module__.startswith("nbcoll") or (owner is not cls and inherited):
                 continue
             for name, member in vars(owner).items():
                 routine = isinstance(member, property | staticmethod | classmethod) or inspect.isfunction(member)

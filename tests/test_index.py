@@ -5,6 +5,7 @@ import pytest
 
 import nbcoll
 from nbcoll.kernels import index as ix
+from nbcoll.kernels import index_args
 
 DTYPES = nbcoll.DTYPES
 INDEX_DTYPES = [np.int64, np.int32, np.uint8, np.uint64]
@@ -38,7 +39,7 @@ def no_launch(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel was launched although the arguments were invalid")
 
-    monkeypatch.setattr(ix, "_launch", refuse)
+    monkeypatch.setattr(index_args, "launch", refuse)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """Tutorial 01 runs, narrates what it shows, and its kernels are real CUDA (they compile to PTX for sm_90)."""
 
-import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import run_python
+from helpers import compile_tutorial_kernels, run_python
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "01_first_kernel.py"
 
@@ -77,35 +76,6 @@ def test_tutorial_01_on_a_gpu_does_not_launch_the_unchecked_kernel():
 
 
 def test_tutorial_01_kernels_compile_to_ptx_for_sm90():
-    # The tutorial cannot be imported on the cuda backend without a GPU (it launches kernels at once), so its
-    # registered kernels are read from the source and compiled one by one, in a process without the simulator.
-    code = textwrap.dedent(
-        """
-        import ast, sys
-        from numba import cuda
-
-        tree = ast.parse(open(sys.argv[1]).read())
-        compiled = 0
-        for node in tree.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
-            if "cuda.jit" not in names:
-                continue
-            assert "register" in names, node.name + " is a kernel without @register"
-            register = node.decorator_list[names.index("register")]
-            signatures = [ast.literal_eval(arg) for arg in register.args]
-            node.decorator_list = []
-            namespace = {"cuda": cuda}
-            exec(compile(ast.Module(body=[node], type_ignores=[]), sys.argv[1], "exec"), namespace)
-            for signature in signatures:
-                ptx, _ = cuda.compile_ptx(namespace[node.name], signature, cc=(9, 0))
-                assert ".entry" in ptx, node.name
-                compiled += 1
-                print("ok", node.name, signature)
-        print("compiled", compiled)
-        """
-    )
-    proc = run_python(["-c", code, str(TUTORIAL)], "cuda")
+    proc = compile_tutorial_kernels(TUTORIAL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compiled 3" in proc.stdout, proc.stdout

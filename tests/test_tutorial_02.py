@@ -1,10 +1,9 @@
 """Tutorial 02 runs, shows each communication pattern, and its kernels are real CUDA (they compile for sm_90)."""
 
-import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import run_python
+from helpers import compile_tutorial_kernels, run_python
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "02_communication_patterns.py"
 
@@ -57,40 +56,6 @@ def test_tutorial_02_on_a_gpu():
 
 
 def test_tutorial_02_kernels_compile_to_ptx_for_sm90():
-    # The tutorial launches kernels as soon as it is imported, so its kernels are read from the source: the
-    # module's upper-case constants are evaluated, then each registered kernel is compiled, with no simulator.
-    code = textwrap.dedent(
-        """
-        import ast, sys
-        import numpy as np
-        from numba import cuda
-
-        tree = ast.parse(open(sys.argv[1]).read())
-        namespace = {"cuda": cuda, "np": np}
-        compiled = 0
-        for node in tree.body:
-            constant = isinstance(node, ast.Assign) and all(
-                isinstance(t, ast.Name) and t.id.isupper() and t.id != "BACKEND" for t in node.targets
-            )
-            if constant:
-                exec(compile(ast.Module(body=[node], type_ignores=[]), sys.argv[1], "exec"), namespace)
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
-            if "cuda.jit" not in names:
-                continue
-            assert "register" in names, node.name + " is a kernel without @register"
-            signatures = [ast.literal_eval(arg) for arg in node.decorator_list[names.index("register")].args]
-            node.decorator_list = []
-            exec(compile(ast.Module(body=[node], type_ignores=[]), sys.argv[1], "exec"), namespace)
-            for signature in signatures:
-                ptx, _ = cuda.compile_ptx(namespace[node.name], signature, cc=(9, 0))
-                assert ".entry" in ptx, node.name
-                compiled += 1
-                print("ok", node.name, signature)
-        print("compiled", compiled)
-        """
-    )
-    proc = run_python(["-c", code, str(TUTORIAL)], "cuda")
+    proc = compile_tutorial_kernels(TUTORIAL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compiled 4" in proc.stdout, proc.stdout

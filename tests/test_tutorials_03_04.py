@@ -1,10 +1,9 @@
 """Tutorials 03 (reductions) and 04 (tiled matmul) run, print their counts, and their kernels compile to PTX."""
 
-import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import run_python
+from helpers import compile_tutorial_kernels, run_python
 
 TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
 REDUCTIONS = TUTORIALS / "03_reductions.py"
@@ -57,45 +56,6 @@ def test_tutorial_04_counts_match_the_formulas(matmul_output):
 
 @pytest.mark.parametrize("tutorial, kernels", [(REDUCTIONS, 3), (TILED_MATMUL, 2)], ids=["03", "04"])
 def test_tutorial_kernels_compile_to_ptx_for_sm90(tutorial, kernels):
-    # The tutorials launch kernels as soon as they are imported, so their registered kernels are read from the
-    # source and compiled one by one, with the module's constants, in a process without the simulator.
-    code = textwrap.dedent(
-        """
-        import ast, sys
-        import numpy as np
-        from numba import cuda
-
-        tree = ast.parse(open(sys.argv[1]).read())
-        constants = {}
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                name = node.targets[0].id
-                if name.isupper():
-                    try:
-                        constants[name] = ast.literal_eval(node.value)
-                    except ValueError:
-                        pass
-        compiled = 0
-        for node in tree.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
-            if "cuda.jit" not in names:
-                continue
-            assert "register" in names, node.name + " is a kernel without @register"
-            register = node.decorator_list[names.index("register")]
-            signatures = [ast.literal_eval(arg) for arg in register.args]
-            node.decorator_list = []
-            namespace = {"cuda": cuda, "np": np, **constants}
-            exec(compile(ast.Module(body=[node], type_ignores=[]), sys.argv[1], "exec"), namespace)
-            for signature in signatures:
-                ptx, _ = cuda.compile_ptx(namespace[node.name], signature, cc=(9, 0))
-                assert ".entry" in ptx, node.name
-                compiled += 1
-                print("ok", node.name, signature)
-        print("compiled", compiled)
-        """
-    )
-    proc = run_python(["-c", code, str(tutorial)], "cuda")
+    proc = compile_tutorial_kernels(tutorial)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"compiled {kernels}" in proc.stdout, proc.stdout

@@ -16,7 +16,6 @@ Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches
 """
 
 import argparse
-import os
 from pathlib import Path
 
 import nbcoll.launch
@@ -30,12 +29,10 @@ import nbcoll  # noqa: E402
 from nbcoll import nn  # noqa: E402
 from nbcoll.parallel import DistributedDataParallel  # noqa: E402
 from nbcoll.parallel import functional as F  # noqa: E402
+from nbcoll.plotting import add_figures_option  # noqa: E402
 
 parser = argparse.ArgumentParser()
-# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder: the picture then shows on the site.
-parser.add_argument(
-    "--out", default=os.environ.get("NBCOLL_FIGURES_DIR", "."), help="where to write bucket_timeline.png"
-)
+add_figures_option(parser, "bucket_timeline.png")  # by default $NBCOLL_FIGURES_DIR (the docs build) or "."
 args = parser.parse_args()
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size

@@ -20,7 +20,6 @@ nbcoll.launch.relaunch(4)
 # Everything below runs on each of the 4 ranks.
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -33,12 +32,10 @@ from nbcoll.parallel import (  # noqa: E402
     fully_shard,
     gathered_parameters,
 )
+from nbcoll.plotting import add_figures_option  # noqa: E402
 
 parser = argparse.ArgumentParser()
-# NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder for the picture.
-parser.add_argument(
-    "--out", default=os.environ.get("NBCOLL_FIGURES_DIR", "."), help="where to write memory_per_rank.png"
-)
+add_figures_option(parser, "memory_per_rank.png")  # by default $NBCOLL_FIGURES_DIR (the docs build) or "."
 args = parser.parse_args()
 comm = nbcoll.init()
 rank, n = comm.rank, comm.size

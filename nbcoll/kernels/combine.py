@@ -9,9 +9,9 @@ same with its children's chunks. That fold is this file::
 The reduction ops are NCCL's: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"`` and the pre-multiplied sum
 ``premul_sum(scalar)``. The last two are a sum plus one extra elementwise step, again as in NCCL:
 
-* ``avg`` sums, and the rank that holds the final value divides it by the number of ranks (:func:`divide`:
-  floor division for integers, true division for floats);
-* ``premul_sum(s)`` multiplies every rank's input by ``s`` (:func:`premul`) and then sums.
+* ``avg`` sums, and the rank that holds the final value divides it by the number of ranks
+  (:func:`~nbcoll.kernels.scale.divide`: floor division for integers, true division for floats);
+* ``premul_sum(s)`` multiplies every rank's input by ``s`` (:func:`~nbcoll.kernels.scale.premul`) and then sums.
 
 :func:`pre_op` and :func:`post_op` apply those extra steps for any op, so a collective can be written once.
 
@@ -49,6 +49,15 @@ from nbcoll import memory
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
+from nbcoll.kernels.scale import (  # noqa: F401  (importable from here as before)
+    accumulation_dtype,
+    divide,
+    divide_in_place,
+    divide_reference,
+    premul,
+    scale,
+    scale_reference,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Describing a reduction op.
@@ -155,12 +164,6 @@ _NUMPY_RULES = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np
 # NumPy references.
 
 
-def accumulation_dtype(dtype: Any) -> np.dtype:
-    """The dtype the arithmetic runs in: float32 for float16, the dtype itself otherwise."""
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
-
-
 def combine_reference(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16 through float32).
 
@@ -176,22 +179,6 @@ def combine_reference(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | N
             out[...] = result
             return out
         return rule(a, b, out=out)
-
-
-def scale_reference(x: np.ndarray, factor: Any) -> np.ndarray:
-    """``for i: out[i] = x[i] * factor``, with ``factor`` first converted to ``x.dtype``."""
-    acc = accumulation_dtype(x.dtype)
-    with np.errstate(all="ignore"):
-        return (x.astype(acc) * acc.type(x.dtype.type(factor))).astype(x.dtype)
-
-
-def divide_reference(x: np.ndarray, n: int) -> np.ndarray:
-    """``for i: out[i] = x[i] // n`` for integers (NumPy's floor division), ``x[i] / n`` for floats."""
-    if x.dtype.kind == "f":
-        acc = accumulation_dtype(x.dtype)
-        return (x.astype(acc) / acc.type(n)).astype(x.dtype)
-    wide = np.dtype(np.uint64) if x.dtype == np.uint64 else np.dtype(np.int64)
-    return np.floor_divide(x.astype(wide), wide.type(n)).astype(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,65 +215,8 @@ COMBINE_HALF_KERNELS = {
 }
 
 
-@register(
-    "void(float32[::1], float32)",
-    "void(int8[::1], int8)",
-    "void(uint64[::1], uint64)",
-    "void(float64[::1], float64)",
-)
-@cuda.jit
-def scale_kernel(x, factor):
-    # One thread scales one element in place; factor has x's dtype.
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = x[i] * factor
-
-
-@register("void(float16[::1], float32)")
-@cuda.jit
-def scale_float16_kernel(x, factor):
-    # One thread scales one float16 element, in float32.
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = float16(float32(x[i]) * factor)
-
-
-@register("void(int8[::1], int64)", "void(int32[::1], int64)", "void(uint64[::1], uint64)")
-@cuda.jit
-def floor_divide_kernel(x, n):
-    # One thread divides one integer element in place, rounding toward minus infinity like NumPy's //.
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = x[i] // n
-
-
-@register("void(float32[::1], float32)", "void(float64[::1], float64)")
-@cuda.jit
-def true_divide_kernel(x, n):
-    # One thread divides one floating element in place.
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = x[i] / n
-
-
-@register("void(float16[::1], float32)")
-@cuda.jit
-def true_divide_float16_kernel(x, n):
-    # One thread divides one float16 element, in float32.
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = float16(float32(x[i]) / n)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Launch functions: check the arguments, then run the kernel or, on the numpy backend, the reference.
-
-
-def _operand(x: Any, arg: str) -> Any:
-    x = memory.as_device_array(x, arg)
-    memory.check_dtype(x.dtype, f"{arg}.dtype")
-    memory.require_contiguous(x, arg)
-    return x
 
 
 def _same_layout(first: Any, first_arg: str, other: Any, other_arg: str) -> None:
@@ -309,7 +239,7 @@ def combine_into(op: Any, out: Any, a: Any, b: Any) -> Any:
     :func:`pre_op` and :func:`post_op`). All three arrays are C-contiguous, of one shape and one dtype.
     """
     name = kernel_op(op)
-    out, a, b = _operand(out, "out"), _operand(a, "a"), _operand(b, "b")
+    out, a, b = memory.contiguous_input(out, "out"), memory.contiguous_input(a, "a"), memory.contiguous_input(b, "b")
     _same_layout(out, "out", a, "a")
     _same_layout(out, "out", b, "b")
     return _combine_into(name, out, a, b)
@@ -342,94 +272,9 @@ def combine(op: Any, dst: Any, src: Any) -> Any:
     ``dst`` and ``src`` are C-contiguous device arrays of one shape and dtype; pass slices to combine a part.
     """
     name = kernel_op(op)
-    dst, src = _operand(dst, "dst"), _operand(src, "src")
+    dst, src = memory.contiguous_input(dst, "dst"), memory.contiguous_input(src, "src")
     _same_layout(dst, "dst", src, "src")
     return _combine_into(name, dst, dst, src)
-
-
-def _scalar_in_dtype(value: Any, dtype: np.dtype, arg: str) -> Any:
-    """``value`` converted to ``dtype``; an integer dtype accepts only a whole number it can hold."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{arg}: expected a real number, got {type(value).__name__}")
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if float(value) != math.floor(float(value)) or not info.min <= int(value) <= info.max:
-            raise ValueError(f"{arg}: {value} cannot be represented exactly as {dtype}")
-        return dtype.type(int(value))
-    return dtype.type(value)
-
-
-def scale(dst: Any, factor: float) -> Any:
-    """``for i: dst[i] = dst[i] * factor``, in place, with ``factor`` converted to ``dst.dtype`` first.
-
-    For an integer dtype ``factor`` must be a whole number the dtype can hold (a ``ValueError`` otherwise);
-    products wrap around like NumPy's.
-    """
-    return _scale(dst, factor, "factor")
-
-
-def premul(dst: Any, scalar: float) -> Any:
-    """``for i: dst[i] = dst[i] * scalar`` in ``dst.dtype``: the first step of ``premul_sum(scalar)``."""
-    return _scale(dst, scalar, "scalar")
-
-
-def _scale(dst: Any, factor: float, arg: str) -> Any:
-    dst = _operand(dst, "dst")
-    return _scale_in_place(dst, _scalar_in_dtype(factor, dst.dtype, arg))
-
-
-def _scale_in_place_reference(dst: Any, factor: Any) -> Any:
-    dst[...] = scale_reference(dst, factor)
-    return dst
-
-
-@dispatch(reference=_scale_in_place_reference)
-def _scale_in_place(dst: Any, factor: Any) -> Any:
-    if dst.dtype == np.float16:
-        launch_1d(scale_float16_kernel, dst.size, flat_view(dst), np.float32(factor))
-    else:
-        launch_1d(scale_kernel, dst.size, flat_view(dst), factor)
-    return dst
-
-
-def divide(dst: Any, n: int) -> Any:
-    """``for i: dst[i] = dst[i] // n`` for integers, ``dst[i] / n`` for floats, in place: avg's last step.
-
-    Integer division rounds toward minus infinity, as NumPy's ``//`` does; with the non-negative sums of
-    counts that avg usually sees, that is the plain quotient.
-    """
-    dst = _operand(dst, "dst")
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n: expected a positive integer (a number of ranks), got {type(n).__name__}")
-    if n < 1:
-        raise ValueError(f"n: expected a positive integer (a number of ranks), got {n}")
-    return _divide_in_place(dst, int(n))
-
-
-def _divide_in_place_reference(dst: Any, n: int) -> Any:
-    dst[...] = divide_reference(dst, n)
-    return dst
-
-
-@dispatch(reference=_divide_in_place_reference)
-def _divide_in_place(dst: Any, n: int) -> Any:
-    if dst.dtype == np.float16:
-        launch_1d(true_divide_float16_kernel, dst.size, flat_view(dst), np.float32(n))
-    elif dst.dtype.kind == "f":
-        launch_1d(true_divide_kernel, dst.size, flat_view(dst), dst.dtype.type(n))
-    else:
-        # uint64 // int64 would be computed in float64 by Numba's type rules; keep uint64 in uint64.
-        divisor = np.uint64(n) if dst.dtype == np.uint64 else np.int64(n)
-        launch_1d(floor_divide_kernel, dst.size, flat_view(dst), divisor)
-    return dst
-
-
-def divide_in_place(dst: Any, n: int) -> None:
-    """:func:`divide` on a 1-D contiguous array and a positive ``int``, without checks.
-
-    avg's last step in the collectives, once per final chunk: they check their buffers once, when they are called.
-    """
-    _divide_in_place(dst, n)
 
 
 def pre_op(op: Any, x: Any) -> Any:

@@ -1,16 +1,14 @@
-"""Data movement: contiguous copy, strided gather, dtype cast, and a batched copy driven by a descriptor table.
+"""Data movement: contiguous copy, strided gather, dtype cast, and packing arrays into one flat buffer.
 
 Every kernel here gives one thread one destination element; they differ only in where that element is read::
 
     copy:                for i: dst[i] = src[i]
     strided_copy_into:   for i: dst[i] = storage[base + offset_of(i, src.shape, src.strides)]
     cast_into:           for i: dst[i] = convert(src[i])
-    batched_copy:        for i: k = segment holding i; dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
-                                (j = i - start of segment k)
 
-:func:`batched_copy` is how a scatter-gather DMA engine works: it walks a table of (source offset, destination
-offset, length) descriptors, so many small copies cost one launch. :func:`flatten` and :func:`unflatten` pack
-several arrays into one buffer and back, as gradient buckets do before and after an all-reduce.
+:func:`flatten` and :func:`unflatten` pack several arrays into one buffer and back, as gradient buckets do before
+and after an all-reduce. Many small copies in one launch, driven by a table of descriptors, are
+:func:`~nbcoll.kernels.batched_copy.batched_copy` (importable from here too).
 
 Example::
 
@@ -34,93 +32,20 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
 from nbcoll import backend, memory
+from nbcoll.kernels.batched_copy import (  # noqa: F401  (importable from here as before)
+    CopyDescriptors,
+    batched_copy,
+    batched_copy_reference,
+)
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import flat_view, launch_1d, offset_of_device, size_of
 from nbcoll.kernels.registry import register
-
-# ---------------------------------------------------------------------------------------------------------------
-# Descriptor table for batched_copy: built on the host, read by every thread of the kernel.
-
-
-@dataclass(frozen=True)
-class CopyDescriptors:
-    """The segments of a batched copy, as int64 arrays, with empty segments dropped.
-
-    Example::
-
-        >>> table = CopyDescriptors.build([0, 10], [5, 0], [3, 4])
-        >>> table.starts        # segment k covers elements starts[k] .. starts[k] + lengths[k] - 1
-        array([0, 3])
-        >>> table.total         # elements to copy, one thread each
-        7
-    """
-
-    src_offsets: np.ndarray
-    dst_offsets: np.ndarray
-    lengths: np.ndarray
-    starts: np.ndarray
-    """Exclusive prefix sums of ``lengths``: where each segment begins in the concatenation of all segments."""
-
-    @property
-    def total(self) -> int:
-        return int(self.lengths.sum())
-
-    @classmethod
-    def build(cls, src_offsets: Any, dst_offsets: Any, lengths: Any) -> CopyDescriptors:
-        columns = [
-            _int_column(src_offsets, "src_offsets"),
-            _int_column(dst_offsets, "dst_offsets"),
-            _int_column(lengths, "lengths"),
-        ]
-        if len({c.size for c in columns}) != 1:
-            raise ValueError(
-                "src_offsets, dst_offsets, lengths: must have one entry per segment, got "
-                f"{columns[0].size}, {columns[1].size} and {columns[2].size} entries"
-            )
-        src_off, dst_off, length = columns
-        keep = length > 0
-        src_off, dst_off, length = src_off[keep], dst_off[keep], length[keep]
-        starts = np.zeros(length.size, np.int64)
-        np.cumsum(length[:-1], out=starts[1:])
-        return cls(src_off, dst_off, length, starts)
-
-
-def _int_column(values: Any, arg: str) -> np.ndarray:
-    column = np.asarray(values)
-    if column.size == 0:
-        return np.zeros(0, np.int64)
-    if column.ndim != 1 or column.dtype.kind not in "iu":
-        raise TypeError(f"{arg}: expected a 1-D sequence of integers, got {column.dtype} of shape {column.shape}")
-    if (column < 0).any():
-        raise ValueError(f"{arg}: entries must be >= 0, got {int(column.min())} at index {int(column.argmin())}")
-    return column.astype(np.int64)
-
-
-def _check_bounds(table: CopyDescriptors, src_size: int, dst_size: int) -> None:
-    for offsets, size, name, arg in (
-        (table.src_offsets, src_size, "src", "src_offsets"),
-        (table.dst_offsets, dst_size, "dst", "dst_offsets"),
-    ):
-        ends = offsets + table.lengths
-        if ends.size and ends.max() > size:
-            k = int(ends.argmax())
-            raise ValueError(f"{arg}: a segment covers {name}[{offsets[k]}:{ends[k]}], beyond {name}.size={size}")
-    order = np.argsort(table.dst_offsets, kind="stable")
-    begins, ends = table.dst_offsets[order], (table.dst_offsets + table.lengths)[order]
-    clash = np.nonzero(begins[1:] < ends[:-1])[0]
-    if clash.size:
-        k = int(clash[0])
-        raise ValueError(
-            f"dst_offsets: segments overlap in dst: dst[{begins[k]}:{ends[k]}] and dst[{begins[k + 1]}:{ends[k + 1]}]"
-        )
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # NumPy references.
@@ -139,34 +64,8 @@ def cast_reference(src: np.ndarray, dtype: Any) -> np.ndarray:
         return src.astype(dtype)
 
 
-def batched_copy_reference(dst: np.ndarray, src: np.ndarray, table: CopyDescriptors) -> np.ndarray:
-    """``for k: dst[dst_offsets[k] : +lengths[k]] = src[src_offsets[k] : +lengths[k]]``."""
-    for s, d, n in zip(table.src_offsets, table.dst_offsets, table.lengths, strict=True):
-        dst[d : d + n] = src[s : s + n]
-    return dst
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels.
-
-
-def _segment_of(starts, i):
-    """The segment that holds element ``i`` of the concatenation: the largest ``k`` with ``starts[k] <= i``.
-
-    A binary search: ``starts`` is increasing because empty segments were dropped.
-    """
-    lo = 0
-    hi = starts.size - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if starts[mid] <= i:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-segment_of_device = cuda.jit(device=True)(_segment_of)
 
 
 @register(
@@ -199,23 +98,6 @@ def strided_copy_kernel(dst, storage, base, shape, strides):
         dst[i] = storage[base + offset_of_device(i, shape, strides)]
 
 
-@register(
-    "void(float32[::1], float32[::1], int64[::1], int64[::1], int64[::1], int64)",
-    "void(float16[::1], float16[::1], int64[::1], int64[::1], int64[::1], int64)",
-    "void(int8[::1], int8[::1], int64[::1], int64[::1], int64[::1], int64)",
-    "void(uint64[::1], uint64[::1], int64[::1], int64[::1], int64[::1], int64)",
-    "void(float64[::1], float64[::1], int64[::1], int64[::1], int64[::1], int64)",
-)
-@cuda.jit
-def batched_copy_kernel(dst, src, src_offsets, dst_offsets, starts, total):
-    # One thread copies one element of the concatenated segments: it finds its segment, then its place in it.
-    i = cuda.grid(1)
-    if i < total:
-        k = segment_of_device(starts, i)
-        j = i - starts[k]
-        dst[dst_offsets[k] + j] = src[src_offsets[k] + j]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Launch functions: check the arguments, then run the kernel or, on the numpy backend, the reference.
 
@@ -223,12 +105,6 @@ def batched_copy_kernel(dst, src, src_offsets, dst_offsets, starts, total):
 def _device(x: Any, arg: str, allow_bool: bool = False) -> Any:
     x = memory.as_device_array(x, arg)
     memory.check_dtype(x.dtype, f"{arg}.dtype", allow_bool=allow_bool)
-    return x
-
-
-def _contiguous(x: Any, arg: str, allow_bool: bool = False) -> Any:
-    x = _device(x, arg, allow_bool)
-    memory.require_contiguous(x, arg)
     return x
 
 
@@ -252,7 +128,10 @@ def copy(dst: Any, src: Any) -> Any:
     A kernel rather than a driver memcpy, so that it runs the same way on every backend.
     For a strided ``src`` use :func:`strided_copy_into`.
     """
-    dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
+    dst, src = (
+        memory.contiguous_input(dst, "dst", allow_bool=True),
+        memory.contiguous_input(src, "src", allow_bool=True),
+    )
     _check_same_dtype(dst, src)
     _check_same_shape(dst, src)
     return _copy(dst, src)
@@ -307,7 +186,7 @@ def strided_copy_into(dst: Any, src: Any) -> Any:
     ``src`` may be any view (``x[::2]``, ``x[:, 1:3]``, a transpose); ``dst`` is C-contiguous with ``src``'s
     shape and dtype. Returns ``dst``. On ``cuda`` ``src`` may not have negative strides (see :func:`storage_view`).
     """
-    dst, src = _contiguous(dst, "dst"), _device(src, "src")
+    dst, src = memory.contiguous_input(dst, "dst"), _device(src, "src")
     _check_same_dtype(dst, src)
     _check_same_shape(dst, src)
     return _strided_copy_into(dst, src)
@@ -330,6 +209,11 @@ def strided_copy(src: Any) -> Any:
     return strided_copy_into(memory.empty(tuple(src.shape), src.dtype), src)
 
 
+def contiguous(x: Any) -> Any:
+    """``x`` itself when it is C-contiguous, else :func:`strided_copy` of it: what a kernel or a send can take."""
+    return x if memory.is_contiguous(x) else strided_copy(x)
+
+
 def cast_into(dst: Any, src: Any) -> Any:
     """``for i: dst[i] = dst.dtype(src[i])``, NumPy's ``astype`` for values that fit. Returns ``dst``.
 
@@ -339,7 +223,10 @@ def cast_into(dst: Any, src: Any) -> Any:
     (including NaN, inf and a negative value into an unsigned type) gives whatever the hardware gives: the GPU
     saturates, NumPy on a CPU usually returns the smallest integer. Do not rely on either.
     """
-    dst, src = _contiguous(dst, "dst", allow_bool=True), _contiguous(src, "src", allow_bool=True)
+    dst, src = (
+        memory.contiguous_input(dst, "dst", allow_bool=True),
+        memory.contiguous_input(src, "src", allow_bool=True),
+    )
     _check_same_shape(dst, src)
     return _cast_into(dst, src)
 
@@ -370,51 +257,15 @@ def _keeps_low_bytes(src: np.dtype, dst: np.dtype) -> bool:
 
 def cast(src: Any, dtype: Any) -> Any:
     """A new device array with ``src``'s values converted to ``dtype`` (see :func:`cast_into`)."""
-    src = _contiguous(src, "src", allow_bool=True)
+    src = memory.contiguous_input(src, "src", allow_bool=True)
     dtype = memory.check_dtype(dtype, "dtype", allow_bool=True)
     return cast_into(memory.empty(tuple(src.shape), dtype), src)
-
-
-def batched_copy(dst: Any, src: Any, src_offsets: Any, dst_offsets: Any, lengths: Any) -> Any:
-    """``for k: dst[dst_offsets[k] : +lengths[k]] = src[src_offsets[k] : +lengths[k]]`` in one kernel launch.
-
-    ``dst`` and ``src`` are 1-D C-contiguous device arrays of one dtype and must not share memory. Segments may
-    read overlapping parts of ``src`` but must write disjoint parts of ``dst``. The launch builds a
-    :class:`CopyDescriptors` table and gives one thread to each element of all segments together; each thread
-    finds its segment by binary search over the segments' starts. Returns ``dst``.
-    """
-    dst, src = _contiguous(dst, "dst"), _contiguous(src, "src")
-    _check_same_dtype(dst, src)
-    for x, arg in ((dst, "dst"), (src, "src")):
-        if x.ndim != 1:
-            raise ValueError(f"{arg}: expected a 1-D array, got shape {tuple(x.shape)}; pass a flat view")
-    table = CopyDescriptors.build(src_offsets, dst_offsets, lengths)
-    _check_bounds(table, src.size, dst.size)
-    return _batched_copy(dst, src, table)
-
-
-@dispatch(reference=batched_copy_reference)
-def _batched_copy(dst: Any, src: Any, table: CopyDescriptors) -> Any:
-    if table.total == 0:
-        return dst
-    to_device = backend.cuda().to_device
-    launch_1d(
-        batched_copy_kernel,
-        table.total,
-        dst,
-        src,
-        to_device(table.src_offsets),
-        to_device(table.dst_offsets),
-        to_device(table.starts),
-        table.total,
-    )
-    return dst
 
 
 def _check_pieces(arrays: Sequence[Any], dtype: Any) -> list[Any]:
     pieces = []
     for k, x in enumerate(arrays):
-        x = _contiguous(x, f"arrays[{k}]")
+        x = memory.contiguous_input(x, f"arrays[{k}]")
         if dtype is not None and x.dtype != dtype:
             raise TypeError(f"arrays[{k}]: dtype must be {dtype} like the others, got {x.dtype}")
         dtype = x.dtype
@@ -423,7 +274,7 @@ def _check_pieces(arrays: Sequence[Any], dtype: Any) -> list[Any]:
 
 
 def _check_flat(flat: Any, pieces: Sequence[Any], arg: str) -> Any:
-    flat = _contiguous(flat, arg)
+    flat = memory.contiguous_input(flat, arg)
     total = sum(x.size for x in pieces)
     if flat.ndim != 1 or flat.size != total:
         raise ValueError(

@@ -34,9 +34,9 @@ from numba import cuda
 
 from nbcoll import memory
 from nbcoll.kernels.dispatch import dispatch
-from nbcoll.kernels.index import accumulate_dtype
 from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
+from nbcoll.kernels.widen import accumulate_dtype
 
 Pair = tuple[int, int]
 

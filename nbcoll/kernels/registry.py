@@ -39,7 +39,7 @@ class KernelEntry:
 
         >>> from nbcoll.kernels import all_kernels
         >>> all_kernels()[0].py_func.__name__
-        'combine_max'
+        'batched_copy_kernel'
         """
         return self.dispatcher.py_func
 
@@ -59,7 +59,7 @@ def register(*signatures: str, name: str | None = None) -> Callable[[Any], Any]:
 
     >>> from nbcoll.kernels import all_kernels, register
     >>> [e.name for e in all_kernels() if e.name.startswith("kernels.copy.")][:2]
-    ['kernels.copy.batched_copy_kernel', 'kernels.copy.copy_kernel']
+    ['kernels.copy.copy_kernel', 'kernels.copy.strided_copy_kernel']
     >>> register()
     Traceback (most recent call last):
         ...
@@ -96,7 +96,7 @@ def all_kernels() -> list[KernelEntry]:
     >>> from nbcoll.kernels import all_kernels
     >>> kernels = all_kernels()                # imports every module of nbcoll first
     >>> len(kernels) > 50, kernels[0].name
-    (True, 'kernels.combine.combine_max')
+    (True, 'kernels.batched_copy.batched_copy_kernel')
     """
     import_all_modules()
     return [_REGISTRY[key] for key in sorted(_REGISTRY)]

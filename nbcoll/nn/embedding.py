@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 import nbcoll.functional as F
-from nbcoll.kernels.index import check_indices
+from nbcoll.kernels.index_args import check_indices
 from nbcoll.nn import init
 from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.module import Module

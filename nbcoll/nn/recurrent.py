@@ -215,16 +215,18 @@ class GRUCell(_Cell):
 class _Recurrent(Module):
     """What RNN, LSTM and GRU share: per-layer parameters named as PyTorch's, the shape checks, the time loop."""
 
+    mode = ""
+    """A key of :data:`GATES`: how many gates' rows each weight stacks."""
+
     def __init__(
         self,
         input_size: int,
         hidden_size: int,
-        num_layers: int,
-        bias: bool,
-        batch_first: bool,
-        dropout: float,
-        mode: str,
-        dtype: Any,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
         self.input_size = positive_int(input_size, "input_size")
@@ -233,7 +235,7 @@ class _Recurrent(Module):
         self.bias, self.batch_first = bool(bias), bool(batch_first)
         # Between layers, not after the last one (PyTorch's rule); a Dropout has no parameters to save.
         self.dropout = Dropout(dropout)
-        rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
+        rows, bound = GATES[self.mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
         for layer in range(num_layers):
             width = input_size if layer == 0 else hidden_size
             setattr(self, f"weight_ih_l{layer}", _uniform_parameter((rows, width), bound, dtype))
@@ -327,6 +329,8 @@ class RNN(_Recurrent):
     An unbatched input (seq, features) gives (seq, hidden) and (layers, hidden).
     """
 
+    mode = "RNN_TANH"  # RNN_RELU has as many rows: one gate
+
     def __init__(
         self,
         input_size: int,
@@ -340,8 +344,7 @@ class RNN(_Recurrent):
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity: expected 'tanh' or 'relu', got {nonlinearity!r}")
-        mode = "RNN_" + nonlinearity.upper()
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, mode, dtype)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, dtype)
         self.nonlinearity = nonlinearity
 
     def extra_repr(self) -> str:
@@ -364,17 +367,7 @@ class GRU(_Recurrent):
         ((4, 7, 20), (1, 4, 20))
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "GRU", dtype)
+    mode = "GRU"
 
     def _step(self, gi: Tensor, h: Tensor, weight_hh_t: Tensor, bias_hh: Tensor | None) -> Tensor:
         return gru_step(gi, h, weight_hh_t, bias_hh)
@@ -395,17 +388,7 @@ class LSTM(_Recurrent):
         >>> output, (h_n, c_n) = lstm(x, (h_n, c_n))              # continue from a state
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, "LSTM", dtype)
+    mode = "LSTM"
 
     def _step(
         self, gi: Tensor, state: tuple[Tensor, Tensor], weight_hh_t: Tensor, bias_hh: Tensor | None

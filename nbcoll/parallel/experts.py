@@ -42,7 +42,7 @@ import nbcoll.functional as F
 from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import FeedForward, Linear, Module, ModuleList
-from nbcoll.parallel.functional import _all_gather, _contiguous
+from nbcoll.parallel.functional import _all_gather
 from nbcoll.tensors import Tensor
 from nbcoll.tensors.function import Context, Function
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 def _exchange_rows(comm: Communicator, x: Any, send_counts: np.ndarray, recv_counts: np.ndarray) -> Any:
     """Uneven all-to-all of rows: ``send_counts[p]`` rows of ``x`` (in rank order) go to rank ``p``;
     ``recv_counts[p]`` rows come from rank ``p``, stacked in rank order."""
-    x = _contiguous(x)
+    x = copy_kernels.contiguous(x)
     y = memory.empty((int(recv_counts.sum()),) + tuple(x.shape[1:]), x.dtype)
     send_at, recv_at = np.concatenate([[0], np.cumsum(send_counts)]), np.concatenate([[0], np.cumsum(recv_counts)])
     with comm.group():
@@ -228,7 +228,7 @@ def all_reduce_shared_gradients(moe_model: Module, comm: Communicator) -> None:
     for p in moe_model.parameters():
         if id(p) not in expert_ids and p.grad is not None:
             total = memory.empty(tuple(p.grad.shape), p.grad.dtype)
-            comm.all_reduce(_contiguous(p.grad.data), total, op="sum")
+            comm.all_reduce(copy_kernels.contiguous(p.grad.data), total, op="sum")
             p.grad = Tensor(total)
 
 

@@ -25,7 +25,7 @@ instead of two, and every rank holds the whole model from forward to backward, a
 
 ``model.state_dict()`` of a sharded model moves nothing: it maps each parameter's name to a :class:`Shard`, this
 rank's rows and where they sit in the whole parameter; buffers stay plain arrays. The shards of all ranks put
-back together (:meth:`Shard.place`) give the one-process state.
+back together (:meth:`Shard.place`) give the one-process state (both in :mod:`nbcoll.parallel.fsdp_state`).
 
 Example::
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +50,7 @@ from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter
 from nbcoll.parallel.data_parallel import check_same_parameters
+from nbcoll.parallel.fsdp_state import Shard, gathered_parameters, sharded_state_dict  # noqa: F401 (as before)
 from nbcoll.tensors import Tensor, enable_grad, no_grad
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
@@ -131,7 +131,7 @@ class Unit:
         self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
         self.flat_shards = memory.zeros(sum(self.sizes), params[0][1].dtype)
         for (name, p), size, offset in zip(params, self.sizes, self.offsets, strict=True):
-            data = p.data if memory.is_contiguous(p.data) else copy_kernels.strided_copy(p.data)
+            data = copy_kernels.contiguous(p.data)
             comm.broadcast(data, root=0)  # the ranks start from rank 0's parameters
             padded = memory.zeros(size * n, p.dtype)
             copy_kernels.copy(padded[: p.size], data.reshape(p.size))
@@ -197,7 +197,7 @@ class Unit:
         for grad, offset, shape in zip(grads, self.offsets, self.shapes, strict=True):
             if grad is not None:
                 size = int(np.prod(shape))
-                copy_kernels.copy(whole[n * offset : n * offset + size], _contiguous(grad).reshape(size))
+                copy_kernels.copy(whole[n * offset : n * offset + size], copy_kernels.contiguous(grad).reshape(size))
         by_rank = memory.empty(whole.size, whole.dtype)
         copy_kernels.batched_copy(by_rank, whole, self.param_major, self.rank_major, self.lengths)
         mine = memory.empty(self.flat_shards.size, whole.dtype)
@@ -265,89 +265,6 @@ class ShardedForward(Function):
         return (dx, None, None, *shard_grads)
 
 
-def _contiguous(x: Any) -> Any:
-    return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
-
-
-@dataclass
-class Shard:
-    """One rank's piece of a sharded parameter, as ``state_dict()`` of a fully sharded model gives it.
-
-    ``local`` is this rank's rows, padding included (the last ranks' shards may be partly or wholly padding);
-    they are rows ``[row_offset, row_offset + valid_rows)`` of the whole parameter of shape ``shape``.
-    ``numpy.asarray(shard)`` is ``local``, so ``load_state_dict`` takes a state dict of shards back unchanged.
-
-    Example::
-
-        >>> import numpy as np, nbcoll
-        >>> from nbcoll import nn
-        >>> from nbcoll.parallel import fully_shard
-        >>> comm = nbcoll.init()
-        >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
-        >>> shard = model.state_dict()["0.weight"]
-        >>> whole = np.zeros(shard.shape)
-        >>> shard.place(whole)           # whole[row_offset : row_offset + valid_rows] = local[:valid_rows]
-        >>> shard.shape, whole.shape
-        ((2, 3), (2, 3))
-        >>> comm.destroy()
-    """
-
-    local: np.ndarray
-    row_offset: int
-    valid_rows: int
-    shape: tuple[int, ...]
-
-    def place(self, whole: np.ndarray) -> None:
-        """Write this rank's rows, without padding, into ``whole`` (an array of the whole parameter's shape).
-
-        >>> import numpy as np, nbcoll
-        >>> from nbcoll import nn
-        >>> from nbcoll.parallel import fully_shard
-        >>> comm = nbcoll.init()
-        >>> model = fully_shard(nn.Sequential(nn.Linear(2, 2, bias=False)), comm)
-        >>> _ = nn.init.ones_(model[0].weight)
-        >>> whole = np.zeros((2, 2))
-        >>> model.state_dict()["0.weight"].place(whole)     # on one rank, the shard is every row
-        >>> whole
-        array([[1., 1.],
-               [1., 1.]])
-        >>> comm.destroy()
-        """
-        if tuple(whole.shape) != self.shape:
-            raise ValueError(f"whole: expected an array of the whole parameter's shape {self.shape}, got {whole.shape}")
-        whole[self.row_offset : self.row_offset + self.valid_rows] = self.local[: self.valid_rows]
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.local if dtype is None else self.local.astype(dtype)
-
-
-def sharded_state_dict(module: Module) -> dict[str, Any]:
-    """Name -> :class:`Shard` of each sharded parameter, name -> array of each persistent buffer; no communication.
-
-    ``fully_shard`` makes this the model's ``state_dict()``.
-
-    >>> import nbcoll
-    >>> from nbcoll import nn
-    >>> from nbcoll.parallel import fully_shard, sharded_state_dict
-    >>> comm = nbcoll.init()
-    >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
-    >>> {name: type(value).__name__ for name, value in sharded_state_dict(model).items()}
-    {'0.weight': 'Shard', '0.bias': 'Shard'}
-    >>> comm.destroy()
-    """
-    state = {name: tensor.numpy() for name, tensor in Module.state_dict(module, keep_vars=True).items()}
-    for prefix, layer in module.named_modules():
-        unit = getattr(layer, "_fully_sharded", None)
-        if unit is None:
-            continue
-        for name, shard, shape in zip(unit.names, unit.shards, unit.shapes, strict=True):
-            rows = unit.rows(shape)
-            offset = unit.comm.rank * rows
-            key = f"{prefix}.{name}" if prefix else name
-            state[key] = Shard(shard.numpy(), offset, max(0, min(rows, shape[0] - offset)), tuple(shape))
-    return state
-
-
 def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool = True) -> Module:
     """Shard every parameter of ``module`` along dim 0 over ``comm``, one unit per layer that owns parameters.
 
@@ -401,34 +318,4 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
     return module
 
 
-def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
-    """Collective: name -> the whole parameter (a NumPy array) of a fully sharded module, on every rank.
-
-    >>> import nbcoll
-    >>> from nbcoll import nn
-    >>> from nbcoll.parallel import fully_shard, gathered_parameters
-    >>> comm = nbcoll.init()
-    >>> model = fully_shard(nn.Sequential(nn.Linear(3, 2)), comm)
-    >>> {name: array.shape for name, array in gathered_parameters(model).items()}
-    {'0.weight': (2, 3), '0.bias': (2,)}
-    >>> comm.destroy()
-    """
-    result = {}
-    for prefix, layer in module.named_modules():
-        unit = getattr(layer, "_fully_sharded", None)
-        if unit is None:
-            continue
-        for name, full in zip(unit.names, unit.gather(), strict=True):
-            result[f"{prefix}.{name}" if prefix else name] = memory.to_host(full)
-    return result
-
-
-__all__ = [
-    "Shard",
-    "ShardedAway",
-    "ShardedForward",
-    "Unit",
-    "fully_shard",
-    "gathered_parameters",
-    "sharded_state_dict",
-]
+__all__ = ["ShardedAway", "ShardedForward", "Unit", "fully_shard"]

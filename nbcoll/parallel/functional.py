@@ -49,10 +49,6 @@ LINEAR_OPS = ("sum", "avg")
 """The reductions with a gradient: ``max``, ``min`` and ``prod`` are not linear in each rank's input."""
 
 
-def _contiguous(x: Any) -> Any:
-    return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
-
-
 def _linear_op(op: Any) -> str:
     if op not in LINEAR_OPS:
         raise ValueError(f"op: a differentiable collective reduces with one of {', '.join(LINEAR_OPS)}, got {op!r}")
@@ -88,50 +84,50 @@ def _scale(x: Any, factor: float) -> Any:
 
 def _all_reduce(comm: Communicator, x: Any, op: str) -> Any:
     y = memory.empty(tuple(x.shape), x.dtype)
-    comm.all_reduce(_contiguous(x), y, op=op)
+    comm.all_reduce(copy_kernels.contiguous(x), y, op=op)
     return y
 
 
 def _broadcast(comm: Communicator, x: Any, root: int) -> Any:
     y = memory.empty(tuple(x.shape), x.dtype)
-    comm.broadcast(_contiguous(x), y, root=root)
+    comm.broadcast(copy_kernels.contiguous(x), y, root=root)
     return y
 
 
 def _reduce(comm: Communicator, x: Any, op: str, root: int) -> Any:
     y = _zeros_like(x)  # stays zero off the root
-    comm.reduce(_contiguous(x), y, op=op, root=root)
+    comm.reduce(copy_kernels.contiguous(x), y, op=op, root=root)
     return y
 
 
 def _all_gather(comm: Communicator, x: Any) -> Any:
     y = memory.empty(_stacked_shape(tuple(x.shape), comm, "x"), x.dtype)
-    comm.all_gather(_contiguous(x), y)
+    comm.all_gather(copy_kernels.contiguous(x), y)
     return y
 
 
 def _reduce_scatter(comm: Communicator, x: Any, op: str) -> Any:
     y = memory.empty(_blocks_shape(tuple(x.shape), comm, "x"), x.dtype)
-    comm.reduce_scatter(_contiguous(x), y, op=op)
+    comm.reduce_scatter(copy_kernels.contiguous(x), y, op=op)
     return y
 
 
 def _scatter(comm: Communicator, x: Any, root: int) -> Any:
     y = memory.empty(_blocks_shape(tuple(x.shape), comm, "x"), x.dtype)
-    comm.scatter(_contiguous(x) if comm.rank == root else None, y, root=root)
+    comm.scatter(copy_kernels.contiguous(x) if comm.rank == root else None, y, root=root)
     return y
 
 
 def _gather(comm: Communicator, x: Any, root: int) -> Any:
     y = memory.zeros(_stacked_shape(tuple(x.shape), comm, "x"), x.dtype)  # stays zero off the root
-    comm.gather(_contiguous(x), y if comm.rank == root else None, root=root)
+    comm.gather(copy_kernels.contiguous(x), y if comm.rank == root else None, root=root)
     return y
 
 
 def _all_to_all(comm: Communicator, x: Any) -> Any:
     _blocks_shape(tuple(x.shape), comm, "x")
     y = memory.empty(tuple(x.shape), x.dtype)
-    comm.all_to_all(_contiguous(x), y)
+    comm.all_to_all(copy_kernels.contiguous(x), y)
     return y
 
 

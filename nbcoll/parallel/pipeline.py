@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbcoll import memory
+from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter
-from nbcoll.parallel.functional import _contiguous
 from nbcoll.parallel.pipeline_schedule import Action, peak_in_flight, schedule_actions
 from nbcoll.tensors import Tensor
 
@@ -189,7 +189,7 @@ class Pipeline:
                     output_shapes[i] = (tuple(y.shape), y.dtype)
                     if i == 0:
                         self._send_header(y.data)
-                    outgoing = (_contiguous(y.data), self.comm.rank + 1)
+                    outgoing = (copy_kernels.contiguous(y.data), self.comm.rank + 1)
                 saved[i] = (x, y)
                 held += 1
             else:
@@ -197,7 +197,7 @@ class Pipeline:
                 with self._gradient_sync(final=n == len(self.actions) - 1):
                     y.backward(None if self.last else Tensor(incoming[0]))
                 if not self.first:
-                    outgoing = (_contiguous(x.grad.data), self.comm.rank - 1)
+                    outgoing = (copy_kernels.contiguous(x.grad.data), self.comm.rank - 1)
                 held -= 1
             self.actions_run.append((kind, i))
             self.peak_in_flight = max(self.peak_in_flight, held)

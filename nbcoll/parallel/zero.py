@@ -81,7 +81,7 @@ class ZeroRedundancyOptimizer:
         self.total = total
         self.shard_size = -(-total // comm.size)  # ceil: the last shards carry the padding
         self.flat = memory.zeros(self.shard_size * comm.size, dtype)
-        copy_kernels.flatten([_contiguous(p.data) for p in self.params], out=self.flat[:total])
+        copy_kernels.flatten([copy_kernels.contiguous(p.data) for p in self.params], out=self.flat[:total])
         comm.broadcast(self.flat, root=0)  # the replicas start equal, wrapped by DDP or not
         for p, offset in zip(self.params, self.offsets, strict=True):
             p.data = self.flat[offset : offset + p.size].reshape(p.shape)  # the parameter lives in the flat buffer
@@ -162,7 +162,7 @@ class ZeroRedundancyOptimizer:
             lo, hi = max(start, offset), min(stop, offset + p.size)
             if lo >= hi or p.grad is None:
                 continue
-            grad = _contiguous(p.grad.data).reshape(p.size)
+            grad = copy_kernels.contiguous(p.grad.data).reshape(p.size)
             copy_kernels.copy(grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
         return grad_shard
 
@@ -171,7 +171,9 @@ class ZeroRedundancyOptimizer:
         flat_grad = memory.zeros(self.flat.size, self.flat.dtype)
         for p, offset in zip(self.params, self.offsets, strict=True):
             if p.grad is not None:
-                copy_kernels.copy(flat_grad[offset : offset + p.size], _contiguous(p.grad.data).reshape(p.size))
+                copy_kernels.copy(
+                    flat_grad[offset : offset + p.size], copy_kernels.contiguous(p.grad.data).reshape(p.size)
+                )
             p.grad = None  # from here on this rank holds only its gradient shard
         self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
         return self.grad_shard
@@ -182,10 +184,6 @@ class ZeroRedundancyOptimizer:
             f"ZeroRedundancyOptimizer(stage={self.stage}, rank {self.comm.rank} of {self.comm.size} updates "
             f"[{start}, {stop}) of {self.total} elements, {self.optimizer!r})"
         )
-
-
-def _contiguous(x: Any) -> Any:
-    return x if memory.is_contiguous(x) else copy_kernels.strided_copy(x)
 
 
 def _check_params(params: Iterable[Tensor]) -> list[Tensor]:

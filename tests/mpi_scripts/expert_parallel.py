@@ -7,9 +7,8 @@ communicator (``comm.split(rank)``); the spread layer holds ``num_experts / n`` 
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
+from reference_checks import close, compare_states, expect_error, main
 
 import nbcoll
 from nbcoll import nn
@@ -21,10 +20,6 @@ from nbcoll.parallel.experts import (
 )
 
 DIM, HIDDEN, TOKENS = 6, 8, (2, 5)
-
-
-def close(got, want, what):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=what)
 
 
 def grad_of(p):
@@ -102,19 +97,7 @@ def check_training(comm, solo, steps) -> None:
         all_reduce_shared_gradients(spread, comm)
         for opt in optimizers:
             opt.step()
-    want, got = reference.state_dict(), full_expert_state(spread, comm)
-    assert set(got) == set(want), sorted(set(got) ^ set(want))
-    for name in want:
-        close(got[name], want[name], f"{name} after {steps} steps")
-
-
-def expect_error(fn, words):
-    try:
-        fn()
-    except ValueError as exc:
-        assert all(word in str(exc) for word in words), (str(exc), words)
-    else:
-        raise AssertionError(f"no error for bad use ({words})")
+    compare_states(full_expert_state(spread, comm), reference.state_dict(), f"after {steps} steps")
 
 
 def check_toy_float32(comm) -> int:
@@ -175,16 +158,5 @@ def run(comm, steps: int = 3) -> int:
     return cases + 3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
-    nbcoll.set_default_dtype(np.float64)
-    comm = nbcoll.init()
-    cases = run(comm, args.steps)
-    comm.destroy()
-    print(f"rank {comm.rank}: expert parallel ok: {cases} cases", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    main("expert parallel", lambda comm, args: run(comm, args.steps))

@@ -9,9 +9,8 @@ python hybrid_parallel.py`` prints ``hybrid parallel ok: 3 cases`` on every rank
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
+from reference_checks import compare_states, main
 
 import nbcoll
 import nbcoll.functional as F
@@ -78,12 +77,6 @@ def reference_run(batches, steps):
 
 def substate(state, prefix):
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def compare(got, want, what):
-    assert set(got) == set(want), (what, sorted(set(got) ^ set(want)))
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=f"{what}: {name}")
 
 
 def run_layout(comm, sizes, schedule, batches, steps, start) -> dict:
@@ -179,10 +172,7 @@ def check_toy_float32(comm, layouts=TOY_LAYOUTS) -> int:
         opt.step()
         for s in mine:
             got, expected = full_state_dict(stages[s], tp), substate(want, f"stages.{s}.")
-            for name in expected:
-                np.testing.assert_allclose(
-                    got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=f"float32 {sizes} stage {s} {name}"
-                )
+            compare_states(got, expected, f"float32 {sizes} stage {s}", rtol=1e-5, atol=1e-6)
         mesh.destroy()
     nbcoll.set_default_dtype(np.float64)
     return len(layouts)
@@ -200,21 +190,10 @@ def run(comm, steps: int = 3) -> int:
     cases = 0
     for sizes, schedule in [({"dp": 2, "tp": 2}, None), ({"dp": 2, "pp": 2}, "gpipe"), ({"tp": 2, "pp": 2}, "1f1b")]:
         for s, state in run_layout(comm, sizes, schedule, batches, steps, start).items():
-            compare(state, substate(want, f"stages.{s}."), f"{sizes} stage {s} after {steps} steps")
+            compare_states(state, substate(want, f"stages.{s}."), f"{sizes} stage {s} after {steps} steps")
         cases += 1
     return cases
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
-    nbcoll.set_default_dtype(np.float64)
-    comm = nbcoll.init()
-    cases = run(comm, args.steps)
-    comm.destroy()
-    print(f"rank {comm.rank}: hybrid parallel ok: {cases} cases", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    main("hybrid parallel", lambda comm, args: run(comm, args.steps))

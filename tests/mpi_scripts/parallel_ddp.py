@@ -61,11 +61,16 @@ def check_matches_one_process(comm, make_optimizer, micro_batches: int, bucket_c
     train(reference, make_optimizer(reference.parameters()), n, None, micro_batches)
     ddp = DistributedDataParallel(make_model(seed=100 * r), comm, bucket_cap_mb=bucket_cap_mb)  # rank 0's wins
     train(ddp, make_optimizer(ddp.parameters()), n, r, micro_batches)
-    want = dict(reference.named_parameters())
-    for name, p in ddp.module.named_parameters():
-        error = np.max(np.abs(p.numpy() - want[name].numpy())) / np.max(np.abs(want[name].numpy()))
-        assert error <= TOLERANCE[DTYPE], f"rank {r}: {name} differs from one process by {error:.2e} (relative)"
+    assert_matches(reference, {name: p.numpy() for name, p in ddp.module.named_parameters()}, r)
     return f"{len(ddp.buckets)} buckets"
+
+
+def assert_matches(reference: nn.Module, got: dict[str, np.ndarray], rank: int, what: str = "") -> None:
+    """Every parameter in ``got`` within ``TOLERANCE`` of the reference's, relative to its largest value."""
+    for name, p in reference.named_parameters():
+        error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
+        message = f"rank {rank}: {what}{name} differs from one process by {error:.2e} (relative)"
+        assert error <= TOLERANCE[DTYPE], message
 
 
 def check_overlap(comm) -> list:
@@ -84,10 +89,10 @@ def check_overlap(comm) -> list:
     return events
 
 
-def expect_error(fn, *fragments: str) -> None:
+def expect_error(fn, *fragments: str, errors: tuple = (RuntimeError, ValueError, TypeError)) -> None:
     try:
         fn()
-    except (RuntimeError, ValueError, TypeError) as exc:
+    except errors as exc:
         for fragment in fragments:
             assert fragment in str(exc), f"{fragment!r} not in: {exc}"
         return
@@ -133,6 +138,14 @@ def check_errors(comm) -> None:
         hidden = 8 if comm.rank == comm.size - 1 else 7
         expect_error(lambda: DistributedDataParallel(make_model(0, hidden), comm), "'0.weight' differs across ranks")
     expect_error(lambda: DistributedDataParallel(make_model(0), comm, bucket_cap_mb=-1), "bucket_cap_mb")
+
+
+def print_checks(run_checks) -> None:
+    """The main of the sharding scripts: ``run_checks(comm)`` on every rank, then print the lines it returns."""
+    comm = nbcoll.init()
+    lines = run_checks(comm)
+    comm.destroy()
+    print("\n".join(lines))
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 import parallel_ddp as shared
-from parallel_ddp import STEPS, TOLERANCE, make_model, train
+from parallel_ddp import STEPS, expect_error, make_model, train
 
 import nbcoll
 from nbcoll import nn, optim
@@ -39,10 +39,7 @@ def check(comm, optimizer_class, micro_batches: int, **kwargs) -> str:
         ("prefetch", 0),
         ("backward", 0),
     ], model.fully_shard_schedule.events
-    got = gathered_parameters(model)
-    for name, p in reference.named_parameters():
-        error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
-        assert error <= TOLERANCE[shared.DTYPE], f"rank {r}: {name} differs from one process by {error:.2e}"
+    shared.assert_matches(reference, gathered_parameters(model), r)
     return f"{optimizer_class.__name__}: shards of {rows} rows"
 
 
@@ -89,10 +86,7 @@ def check_kept_after_forward(comm) -> str:
     # Unit 0's forward gathers, unit 1's finds its gather prefetched; backward uses what forward kept.
     events = model.fully_shard_schedule.events
     assert events == [("gather", 0), ("forward", 0), ("prefetch", 1), ("forward", 1), ("backward", 1), ("backward", 0)]
-    got = gathered_parameters(model)
-    for name, p in reference.named_parameters():
-        error = np.max(np.abs(got[name] - p.numpy())) / np.max(np.abs(p.numpy()))
-        assert error <= TOLERANCE[shared.DTYPE], f"rank {r}: {name} differs from one process by {error:.2e}"
+    shared.assert_matches(reference, gathered_parameters(model), r)
     kept = gathers_per_pass(comm, model)
     resharded = gathers_per_pass(comm, fully_shard(make_model(0, HIDDEN), comm))
     assert kept == (2, 0) and resharded == (2, 2), (kept, resharded)
@@ -120,7 +114,7 @@ def check_state_dict(comm) -> str:
         for rank in range(n):
             Shard(pieces[rank], int(places[rank, 0]), int(places[rank, 1]), mine.shape).place(whole)
         error = np.max(np.abs(whole - p.numpy())) / np.max(np.abs(p.numpy()))  # NaN if a row was never placed
-        assert error <= TOLERANCE[shared.DTYPE], f"rank {r}: {name} reassembled differs by {error:.2e}"
+        assert error <= shared.TOLERANCE[shared.DTYPE], f"rank {r}: {name} reassembled differs by {error:.2e}"
     model.load_state_dict(state)  # shards load back as they are
     return f"state_dict of {len(state)} shards, 0 collectives"
 
@@ -136,34 +130,17 @@ def run_checks(comm) -> list[str]:
     model = make_model(0)
     early = optim.SGD(model.parameters(), lr=0.1)
     fully_shard(model, comm)
-    try:
-        early.step()
-    except RuntimeError as exc:
-        assert "'Linear.weight' was replaced by its shard" in str(exc), exc
-    else:
-        raise AssertionError("an optimizer built before fully_shard was not refused")
+    expect_error(early.step, "'Linear.weight' was replaced by its shard", errors=(RuntimeError,))
     if comm.size > 1:  # a replica with another shape is named on every rank before any shard moves
-        try:
-            fully_shard(make_model(0, 8 if comm.rank == comm.size - 1 else 7), comm)
-        except RuntimeError as exc:
-            assert "fully_shard: parameter '0.weight' differs across ranks" in str(exc), exc
-        else:
-            raise AssertionError("parameters of different shapes were not refused")
-    try:
-        fully_shard(fully_shard(make_model(0), comm), comm)
-    except RuntimeError as exc:
-        assert "already sharded" in str(exc), exc
-    else:
-        raise AssertionError("sharding twice was not refused")
+        hidden = 8 if comm.rank == comm.size - 1 else 7
+        expect_error(
+            lambda: fully_shard(make_model(0, hidden), comm),
+            "fully_shard: parameter '0.weight' differs across ranks",
+            errors=(RuntimeError,),
+        )
+    expect_error(lambda: fully_shard(fully_shard(make_model(0), comm), comm), "already sharded", errors=(RuntimeError,))
     return [f"rank {comm.rank}: fully_shard ok after {STEPS} steps ({'; '.join(results)})"]
 
 
-def main() -> None:
-    comm = nbcoll.init()
-    lines = run_checks(comm)
-    comm.destroy()
-    print("\n".join(lines))
-
-
 if __name__ == "__main__":
-    main()
+    shared.print_checks(run_checks)

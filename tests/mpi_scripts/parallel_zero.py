@@ -10,7 +10,7 @@ import gc
 
 import numpy as np
 import parallel_ddp as shared
-from parallel_ddp import STEPS, TOLERANCE, make_model, train
+from parallel_ddp import STEPS, expect_error, make_model, train
 
 import nbcoll
 from nbcoll import memory, nn, optim
@@ -30,12 +30,8 @@ def check_stage(comm, stage: int, optimizer_class, micro_batches: int, **kwargs)
         model = DistributedDataParallel(model, comm, bucket_cap_mb=1e-4)
     zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class, comm, stage=stage, **kwargs)
     train(model, zero, n, r, micro_batches)
-    got = dict((model.module if stage == 1 else model).named_parameters())
-    for name, p in reference.named_parameters():
-        error = np.max(np.abs(got[name].numpy() - p.numpy())) / np.max(np.abs(p.numpy()))
-        assert error <= TOLERANCE[shared.DTYPE], (
-            f"rank {r}: stage {stage} {name} differs from one process by {error:.2e}"
-        )
+    got = {name: p.numpy() for name, p in (model.module if stage == 1 else model).named_parameters()}
+    shared.assert_matches(reference, got, r, f"stage {stage} ")
     state = zero.optimizer.state[zero.shard]
     sizes = {k: v.size for k, v in state.items() if hasattr(v, "size")}
     assert all(size == zero.shard_size for size in sizes.values()), sizes  # state for this shard only
@@ -108,24 +104,12 @@ def run_checks(comm) -> list[str]:
         (lambda: ZeroRedundancyOptimizer(make_model(0).parameters(), optim.SGD, comm, stage=3, lr=0.1), "stage"),
         (lambda: ZeroRedundancyOptimizer([], optim.SGD, comm, lr=0.1), "empty"),
     ]:
-        try:
-            bad()
-        except (TypeError, ValueError) as exc:
-            assert fragment in str(exc), exc
-        else:
-            raise AssertionError(f"no error for {fragment}")
+        expect_error(bad, fragment, errors=(TypeError, ValueError))
     return [
         f"rank {comm.rank}: zero ok after {STEPS} steps: {'; '.join(results)}",
         f"rank {comm.rank}: memory per rank of 43 float32 parameters with Adam: {memory_line}",
     ]
 
 
-def main() -> None:
-    comm = nbcoll.init()
-    lines = run_checks(comm)
-    comm.destroy()
-    print("\n".join(lines))
-
-
 if __name__ == "__main__":
-    main()
+    shared.print_checks(run_checks)

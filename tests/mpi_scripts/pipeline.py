@@ -6,10 +6,10 @@ reference) and compares its stage. Rank 0 draws the timelines into DIR. Prints `
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import numpy as np
+from reference_checks import expect_error, main
 
 import nbcoll
 from nbcoll import nn
@@ -24,16 +24,6 @@ def build_stages(p: int) -> list[nn.Module]:
     stages = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(p)]
     stages[-1].append(nn.Linear(WIDTH, CLASSES))
     return stages
-
-
-def expect_error(fn, words):
-    try:
-        fn()
-    except ValueError as exc:
-        for word in words:
-            assert word in str(exc), f"error message {str(exc)!r} lacks {word!r}"
-    else:
-        raise AssertionError(f"no error for bad use ({words})")
 
 
 def train_case(comm, schedule: str, chunks: int, steps: int) -> Pipeline:
@@ -93,17 +83,9 @@ def run(comm, steps: int = 3, out: str = "") -> int:
     return cases + 4
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--out", default="", help="a folder for the timelines rank 0 draws")
-    args = parser.parse_args()
-    nbcoll.set_default_dtype(np.float64)
-    comm = nbcoll.init()
-    cases = run(comm, args.steps, args.out)
-    comm.destroy()
-    print(f"rank {comm.rank}: pipeline ok: {cases} cases", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    main(
+        "pipeline",
+        lambda comm, args: run(comm, args.steps, args.out),
+        lambda parser: parser.add_argument("--out", default="", help="a folder for the timelines rank 0 draws"),
+    )

@@ -6,10 +6,10 @@ one-process reference) and compares. Prints ``tensor parallel ok: N cases`` on e
 
 from __future__ import annotations
 
-import argparse
 import gc
 
 import numpy as np
+from reference_checks import close, compare_states, expect_error, main
 
 import nbcoll
 import nbcoll.functional as F
@@ -24,22 +24,6 @@ from nbcoll.parallel.tensor_parallel import (
     vocab_parallel_cross_entropy,
 )
 from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock, tensor_parallel_block
-
-RTOL = 1e-10
-
-
-def close(got, want, what):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=1e-12, err_msg=what)
-
-
-def expect_error(fn, words, errors=(ValueError,)):
-    try:
-        fn()
-    except errors as exc:
-        for word in words:
-            assert word in str(exc), f"error message {str(exc)!r} lacks {word!r}"
-    else:
-        raise AssertionError(f"no error for bad use ({words})")
 
 
 def gather_ranks(comm, value: int) -> list[int]:
@@ -190,11 +174,7 @@ def check_training(comm, steps: int) -> int:
             opt.step()
             losses.append(loss.item())
         close(losses[1], losses[0], f"loss at step {step}")
-    want = full.state_dict()
-    got = full_state_dict(split, comm)
-    assert set(got) == set(want), sorted(set(got) ^ set(want))
-    for name in want:
-        close(got[name], want[name], f"{name} after {steps} steps")
+    compare_states(full_state_dict(split, comm), full.state_dict(), f"after {steps} steps")
     # A block built straight from a full block equals it.
     block = nn.TransformerBlock(dim, heads, causal=True)
     x = nbcoll.tensor(np.random.default_rng(9).standard_normal((2, 5, dim)))
@@ -254,17 +234,9 @@ def run(comm, steps: int = 3) -> int:
     return cases + check_bad_use(comm)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--toy", action="store_true", help="only the float32 toy case (for the simulator)")
-    args = parser.parse_args()
-    nbcoll.set_default_dtype(np.float64)
-    comm = nbcoll.init()
-    cases = check_toy_float32(comm) if args.toy else run(comm, args.steps)
-    comm.destroy()
-    print(f"rank {comm.rank}: tensor parallel ok: {cases} cases", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    main(
+        "tensor parallel",
+        lambda comm, args: check_toy_float32(comm) if args.toy else run(comm, args.steps),
+        lambda parser: parser.add_argument("--toy", action="store_true", help="only the float32 toy case (simulator)"),
+    )

@@ -1,0 +1,103 @@
+"""The ``mpiexec`` job of a launch: run it in a session of its own, and stop it and every rank it started.
+
+Each rank writes its pid to ``rank<r>.pid`` in the job's output folder (:mod:`nbcoll.launch_rank`); stopping the
+job signals mpiexec's process group and then each rank's own, because MPICH's hydra starts each rank in a session
+of its own.
+
+Example::
+
+    >>> import subprocess, sys, tempfile
+    >>> from nbcoll.launch_job import run_job
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     run_job([sys.executable, "-c", "print(1)"], {}, f"{folder}/log", folder, timeout=30)
+    (0, False)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+KILL_GRACE_SECONDS = 3.0
+"""After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""
+
+
+def run_job(
+    command: list[str], environ: dict[str, str], log_path: str, output_dir: str, timeout: float | None
+) -> tuple[int | None, bool]:
+    """Run ``mpiexec`` in a session of its own; on timeout (or Ctrl-C here) kill it and every rank it started."""
+    with open(log_path, "wb") as log:
+        job = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            returncode = job.wait(timeout)
+        except subprocess.TimeoutExpired:
+            stop_job(job, output_dir)
+            return None, True
+        except BaseException:
+            stop_job(job, output_dir)
+            raise
+    if alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
+        stop_job(job, output_dir)
+    return returncode, False
+
+
+def stop_job(job: subprocess.Popen, output_dir: str) -> None:
+    """SIGTERM, a grace period, then SIGKILL: first to mpiexec's process group, then to every rank's own.
+
+    MPICH's hydra starts each rank in a session of its own, so killing mpiexec's group alone can leave ranks
+    running; each rank wrote its pid, and is the leader of its group, so its children go with it.
+    """
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        _signal_group(job.pid, signum)
+        for pid in alive_ranks(output_dir):
+            _signal_group(pid, signum)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while time.monotonic() < deadline and (job.poll() is None or alive_ranks(output_dir)):
+            time.sleep(0.05)
+    job.wait()
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """Signal the process group led by ``pid``, or the process alone where it leads none."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+    except PermissionError:
+        pass
+
+
+def _rank_pids(output_dir: str) -> list[int]:
+    texts = (path.read_text().strip() for path in Path(output_dir).glob("rank*.pid"))
+    return [int(text) for text in texts if text.isdigit()]
+
+
+def alive_ranks(output_dir: str) -> list[int]:
+    return [pid for pid in _rank_pids(output_dir) if _is_running_rank(pid, output_dir)]
+
+
+def _is_running_rank(pid: int, output_dir: str) -> bool:
+    """Whether ``pid`` still runs a rank of this job.
+
+    Pids are reused, so where ``/proc`` exists the process's command line must also name this job's output folder
+    (a zombie's command line is empty: it counts as ended).
+    """
+    if os.path.isdir("/proc/self"):
+        try:
+            return output_dir.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
