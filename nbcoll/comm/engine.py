@@ -221,10 +221,15 @@ class Engine:
             counters=comm.peer_counters,
             windows=self.direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
         )
-        steps = _single_rank(ctx, single) if comm.size == 1 else build(algorithms.ALGORITHMS[name][algo], ctx)
+        if comm.size == 1:
+            channels = [_single_rank(ctx, single)]
+        else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
+            run = algorithms.ALGORITHMS[name][algo]
+            nch = algorithms.channels_for(name, algo, nbytes // dtype.itemsize, ctx.chunk_elems, comm.config.nchannels)
+            channels = [build(run, dataclasses.replace(ctx, channel=c, nchannels=nch)) for c in range(nch)]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
-        return CollectiveOp(name, algo, steps, record, self.tracer, seq)
+        return CollectiveOp(name, algo, channels, record, self.tracer, seq)
 
     def direct_windows(self) -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
