@@ -160,7 +160,9 @@ class Engine:
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
             transports = comm.topology.transports() or {"ipc"}
             windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
-            self._link_models[current] = dataclasses.replace(tuner.slowest(models, transports), window_bytes=windows)
+            self._link_models[current] = dataclasses.replace(
+                tuner.slowest(models, transports), window_bytes=windows, channels=comm.config.nchannels
+            )
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:
