@@ -228,7 +228,8 @@ class Engine:
         else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
             run = algorithms.ALGORITHMS[name][algo]
             nch = algorithms.channels_for(name, algo, nbytes // dtype.itemsize, ctx.chunk_elems, comm.config.nchannels)
-            channels = [build(run, dataclasses.replace(ctx, channel=c, nchannels=nch)) for c in range(nch)]
+            contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
+            channels = [build(run, channel_ctx) for channel_ctx in contexts]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
         return CollectiveOp(name, algo, channels, record, self.tracer, seq)
