@@ -32,12 +32,15 @@ def test_nchannels_is_read_once_and_checked_with_the_variable_named():
 
 
 def test_a_channel_is_used_only_with_a_chunk_of_its_own_except_for_the_two_trees():
-    assert channels_for("all_reduce", "ring", count=100, chunk_elems=10, nchannels=4) == 4
-    assert channels_for("all_reduce", "ring", count=15, chunk_elems=10, nchannels=4) == 2
-    assert channels_for("all_reduce", "ring", count=0, chunk_elems=10, nchannels=4) == 1
-    assert channels_for("all_reduce", "tree", count=1, chunk_elems=10, nchannels=4) == 2
-    assert channels_for("all_reduce", "tree", count=1, chunk_elems=10, nchannels=1) == 1
-    assert channels_for("all_reduce", "direct", count=100, chunk_elems=10, nchannels=4) == 1  # windows, not FIFOs
+    assert channels_for("broadcast", "ring", count=100, chunk_elems=10, nchannels=4, nranks=4) == 4
+    assert channels_for("all_gather", "ring", count=15, chunk_elems=10, nchannels=4, nranks=4) == 2
+    assert channels_for("reduce", "tree", count=0, chunk_elems=10, nchannels=4, nranks=4) == 1
+    # A ring all-reduce's unit is a round of one chunk per rank.
+    assert channels_for("all_reduce", "ring", count=79, chunk_elems=10, nchannels=4, nranks=4) == 2
+    assert channels_for("all_reduce", "ring", count=40, chunk_elems=10, nchannels=4, nranks=4) == 1
+    assert channels_for("all_reduce", "tree", count=1, chunk_elems=10, nchannels=4, nranks=4) == 2
+    assert channels_for("all_reduce", "tree", count=1, chunk_elems=10, nchannels=1, nranks=4) == 1
+    assert channels_for("all_reduce", "direct", 100, 10, 4, 4) == 1  # windows, not FIFOs
 
 
 CASES = [

@@ -163,7 +163,6 @@ def test_trace_records_every_step_and_draws(tmp_path, monkeypatch):
 
     records = [r for r in load(traces) if r["seq"] == 1]
     channels = {r["channel"] for r in records}
-    assert channels == {0, 1}  # 12 floats in chunks of 8: both channels have a chunk of their own
     assert len(arrows(records)) == len(channels) * 3 * 2 * (3 - 1)  # every rank sends 2(n-1) chunks per channel
 
 

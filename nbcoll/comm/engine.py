@@ -227,7 +227,8 @@ class Engine:
             channels = [_single_rank(ctx, single)]
         else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
             run = algorithms.ALGORITHMS[name][algo]
-            nch = algorithms.channels_for(name, algo, nbytes // dtype.itemsize, ctx.chunk_elems, comm.config.nchannels)
+            count = nbytes // dtype.itemsize
+            nch = algorithms.channels_for(name, algo, count, ctx.chunk_elems, comm.config.nchannels, comm.size)
             contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
             channels = [build(run, channel_ctx) for channel_ctx in contexts]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")

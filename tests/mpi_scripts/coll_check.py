@@ -166,7 +166,7 @@ def check_ring_traffic(comm, count: int) -> str:
         return ""
     dtype = np.dtype(np.float32)
     chunk_elems = comm.config.chunk_bytes // dtype.itemsize
-    nchannels = channels_for("all_reduce", "ring", count, chunk_elems, comm.config.nchannels)
+    nchannels = channels_for("all_reduce", "ring", count, chunk_elems, comm.config.nchannels, n)
     sends = receives = 0
     for lo, hi in blocks(0, count, nchannels):
         for block in rounds(hi - lo, n, chunk_elems, start=lo):

@@ -64,21 +64,23 @@ SPLIT_ACROSS_CHANNELS = {
 """(collective, algorithm) pairs whose generator runs once per channel on ``ctx.part`` of the buffer."""
 
 
-def channels_for(collective: str, algo: str, count: int, chunk_elems: int, nchannels: int) -> int:
+def channels_for(collective: str, algo: str, count: int, chunk_elems: int, nchannels: int, nranks: int) -> int:
     """How many of the ``nchannels`` channels a collective of ``count`` elements (per rank block) uses.
 
-    As NCCL lowers its channel count for small messages: a channel with less than a chunk of its own only adds
-    steps, so ``min(nchannels, ceil(count / chunk_elems))``, at least one. The double binary tree cuts its
-    buffer in two anyway, so its two trees always get a channel each when there are two.
+    As NCCL lowers its channel count for small messages: a channel with less than a unit of its own only adds
+    steps, so ``min(nchannels, ceil(count / unit))``, at least one. The unit is a chunk, and for the ring
+    all-reduce a round of ``nranks`` chunks (each round already moves ``nranks`` blocks). The double binary tree
+    cuts its buffer in two anyway, so its two trees always get a channel each when there are two.
 
-    >>> channels_for("all_reduce", "ring", count=1000, chunk_elems=100, nchannels=2)
+    >>> channels_for("all_reduce", "ring", count=1000, chunk_elems=100, nchannels=2, nranks=4)
     2
-    >>> channels_for("all_reduce", "ring", 10, 100, 2), channels_for("all_reduce", "tree", 10, 100, 2)
+    >>> channels_for("all_reduce", "ring", 500, 100, 2, 4), channels_for("all_reduce", "tree", 10, 100, 2, 4)
     (1, 2)
     """
     if (collective, algo) not in SPLIT_ACROSS_CHANNELS:
         return 1
-    worth = -(-count // chunk_elems)
+    unit = chunk_elems * nranks if (collective, algo) == ("all_reduce", "ring") else chunk_elems
+    worth = -(-count // unit)
     if (collective, algo) == ("all_reduce", "tree"):
         worth = max(worth, 2)
     return max(1, min(nchannels, worth))
