@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import nbcoll
+from nbcoll.backend import device_backend
 from nbcoll.comm import CommConfig, CommTimeoutError, loopback, trace_view
 from nbcoll.comm.algorithms import channels_for
 
@@ -104,6 +105,25 @@ def test_every_split_collective_is_exact_on_1_to_4_ranks(nchannels):
                 # The last channel carried chunks too: the buffer really was split.
                 last = world[0].send_connection(1, nchannels - 1)
                 assert last.step > 0, f"channel {nchannels - 1} to rank 1 never sent a chunk"
+
+
+@pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
+def test_channels_run_the_kernels_on_the_simulator():
+    """The same split on the simulator: copy and combine kernels write each channel's slots (2 ranks, 9 int64)."""
+
+    def both_algorithms(comm):
+        outs = []
+        for algo in ("tree", "ring"):
+            x = nbcoll.to_device(np.arange(9, dtype=np.int64) + comm.rank)
+            comm.all_reduce(x, algo=algo)
+            outs.append(nbcoll.to_host(x))
+        return outs, comm.send_connection(1 - comm.rank, 1).step
+
+    with nbcoll.use_backend("sim"):
+        results = loopback.run(2, both_algorithms, config=CommConfig(**TINY, nchannels=2))
+    for outs, channel_1_chunks in results:
+        assert all(np.array_equal(out, 2 * np.arange(9) + 1) for out in outs), outs
+        assert channel_1_chunks > 0
 
 
 def test_channels_run_over_the_mpi_transport_each_on_its_own_mpi_communicator():
