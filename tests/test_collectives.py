@@ -162,7 +162,8 @@ def test_trace_records_every_step_and_draws(tmp_path, monkeypatch):
     from nbcoll.comm.trace_view import arrows
 
     records = [r for r in load(traces) if r["seq"] == 1]
-    assert len(arrows(records)) == 3 * 2 * (3 - 1)  # every rank sends 2(n-1) chunks
+    channels = {r["channel"] for r in records}
+    assert len(arrows(records)) == len(channels) * 3 * 2 * (3 - 1)  # every rank sends 2(n-1) chunks per channel
 
 
 def test_a_rank_that_never_joins_makes_the_others_time_out(monkeypatch, capsys):

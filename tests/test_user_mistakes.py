@@ -191,9 +191,11 @@ def _drawn_figure(monkeypatch, directory, output, **options):
 def test_a_trace_picture_has_a_legend_whole_steps_and_labels_inside_their_boxes(tree_trace, tmp_path, monkeypatch):
     figure = _drawn_figure(monkeypatch, tree_trace, tmp_path / "tree.png", seq=1)
     [ax] = figure.axes
-    primitives = {rec["primitive"] for rec in trace_view.load(tree_trace) if rec["seq"] == 1}
+    steps = [rec for rec in trace_view.load(tree_trace) if rec["seq"] == 1]
+    primitives = {rec["primitive"] for rec in steps}
+    channels = {f"channel {rec['channel']}" for rec in steps}  # the two trees run at once, on channels 0 and 1
     legend = ax.get_legend()
-    assert legend is not None and {text.get_text() for text in legend.get_texts()} == primitives
+    assert legend is not None and {text.get_text() for text in legend.get_texts()} == primitives | channels
     ticks = [tick for tick in ax.get_xticks() if 0 <= tick <= ax.get_xlim()[1]]
     assert ticks and all(float(tick).is_integer() for tick in ticks), ticks  # no step 0.5
     renderer = figure.canvas.get_renderer()

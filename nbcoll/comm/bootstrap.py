@@ -5,8 +5,9 @@ run it among the survivors only):
 
 0. wait, polling, until every rank has arrived (:func:`rendezvous`): the MPI calls below block inside MPI, where
    neither ``NBCOLL_TIMEOUT`` nor a ``SIGTERM`` handler could end the wait for a rank that never comes;
-1. duplicate the MPI communicator twice: ``data`` carries chunks, ``ctrl`` carries abort messages and the
-   collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
+1. duplicate the MPI communicator: ``data`` carries chunks (one duplicate per channel, so that the chunks of
+   two channels between the same ranks never match each other's receives), ``ctrl`` carries abort messages and
+   the collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
 2. check that every rank runs with the same FIFO settings and backend, and hand rank 0's tuner calibration to
    every rank, so that all of them choose the same algorithms;
 3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
@@ -14,8 +15,8 @@ run it among the survivors only):
    ``cuda``, each rank uses GPU ``local rank % device count`` (:mod:`nbcoll.device`);
 4. map one control page per machine (created by the machine's first rank, attached by the others, unlinked
    as soon as all have it);
-5. for every ipc pair, the receiver allocates the FIFO, the handles are exchanged, the sender opens the
-   receiver's FIFO, and the receiver unlinks it when everybody has it mapped.
+5. for every ipc pair and every channel, the receiver allocates the FIFO, the handles are exchanged, the
+   sender opens the receiver's FIFO, and the receiver unlinks it when everybody has it mapped.
 
 After step 5 no ``/dev/shm`` name of this communicator is left: the memory lives exactly as long as the
 mappings, whatever happens to the processes.
@@ -69,8 +70,11 @@ class Wiring:
     """backend -> transport -> rank 0's calibration, the same on every rank (see :mod:`nbcoll.comm.tuner`)."""
     uid: int = 0
     """A number drawn by rank 0 for this communicator alone: its control messages carry it (see :func:`release`)."""
-    send: dict[int, SendConnection] = field(default_factory=dict)
-    recv: dict[int, RecvConnection] = field(default_factory=dict)
+    data_channels: list[MPI.Comm] = field(default_factory=list)
+    """The MPI communicator of each channel's chunks; the first is ``data``."""
+    send: dict[tuple[int, int], SendConnection] = field(default_factory=dict)
+    """(peer, channel) -> the connection this rank sends to the peer through, on that channel."""
+    recv: dict[tuple[int, int], RecvConnection] = field(default_factory=dict)
 
 
 _PENDING: list[MPI.Request] = []
@@ -113,7 +117,7 @@ def release(wiring: Wiring, failed: bool) -> None:
     new one. So what has arrived is received and dropped, and after a failure, when more may still come, the
     communicators are kept, unused, for as long as the process lives.
     """
-    for comm in (wiring.data, wiring.ctrl):
+    for comm in (*(wiring.data_channels or [wiring.data]), wiring.ctrl):
         status = MPI.Status()
         while (message := comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)) is not None:
             message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
@@ -137,11 +141,11 @@ def shared_memory_of(comm: MPI.Comm) -> type:
 
 
 def _map_control_page(machine: MPI.Comm, config: CommConfig) -> ControlPage:
-    words = ControlPage.words_needed(machine.Get_size(), config.steps)
+    words = ControlPage.words_needed(machine.Get_size(), config.steps, config.nchannels)
     page = share(machine, words, np.int64, tag="ctl", host=True, kind=shared_memory_of(machine))
     page.array[:] = 0
     machine.Barrier()  # zeroed before anyone reads a counter
-    return ControlPage(page, machine.Get_size(), config.steps)
+    return ControlPage(page, machine.Get_size(), config.steps, config.nchannels)
 
 
 def _choose_gpu(local_rank: int, log: Logger, world_order: bool) -> None:
@@ -167,9 +171,10 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
     rank = data.Get_rank()
     _agree(
         data,
-        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
-        (config.buffsize, config.steps, config.transport, backend.get_backend()),
+        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, backend",
+        (config.buffsize, config.steps, config.nchannels, config.transport, backend.get_backend()),
     )
+    data_channels = [data] + [parent.Dup() for _ in range(config.nchannels - 1)]  # as many on every rank: agreed
     mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)
 
@@ -187,7 +192,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
         machine_index = {r: i for i, r in enumerate(machine_ranks)}
         control = _map_control_page(machine, config)
         pids = [e[2] for e in everyone]
-        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models, uid)
+        wiring = Wiring(data, ctrl, topology, node_key, pids, control, machine_index, link_models, uid, data_channels)
         _connect_ipc(wiring, machine, config, log)
     finally:
         machine.Free()
@@ -199,21 +204,27 @@ def _connect_ipc(wiring: Wiring, machine: MPI.Comm, config: CommConfig, log: Log
     topology, rank = wiring.topology, wiring.topology.rank
     ipc_peers = [p for p in topology.machine_ranks if p != rank and topology.transport_to(p) == "ipc"]
     fifo_bytes = config.steps * config.chunk_bytes
-    # Each rank owns the FIFOs it receives into, one per ipc peer.
+    links = [(p, c) for p in ipc_peers for c in range(config.nchannels)]
+    # Each rank owns the FIFOs it receives into, one per ipc peer and channel.
     memory = shared_memory_of(machine)
-    incoming = {p: memory.create((fifo_bytes,), np.uint8, tag=f"f{p}to{rank}") for p in ipc_peers}
-    handles = machine.allgather({p: fifo.handle for p, fifo in incoming.items()})
-    outgoing = {p: memory.open(handles[wiring.machine_index[p]][rank]) for p in ipc_peers}
+    incoming = {(p, c): memory.create((fifo_bytes,), np.uint8, tag=f"f{p}to{rank}c{c}") for p, c in links}
+    handles = machine.allgather({link: fifo.handle for link, fifo in incoming.items()})
+    outgoing = {(p, c): memory.open(handles[wiring.machine_index[p]][(rank, c)]) for p, c in links}
     machine.Barrier()  # every FIFO is mapped by its sender: the names can go
     for fifo in incoming.values():
         fifo.unlink()
     me = wiring.machine_index[rank]
-    for p in ipc_peers:
+    for p, c in links:
         peer = wiring.machine_index[p]
-        wiring.send[p] = IpcSendConnection(
-            p, outgoing[p], wiring.control.pair(me, peer), config.steps, config.chunk_bytes
+        wiring.send[(p, c)] = IpcSendConnection(
+            p, outgoing[(p, c)], wiring.control.pair(me, peer, c), config.steps, config.chunk_bytes
         )
-        wiring.recv[p] = IpcRecvConnection(
-            p, incoming[p], wiring.control.pair(peer, me), config.steps, config.chunk_bytes
+        wiring.recv[(p, c)] = IpcRecvConnection(
+            p, incoming[(p, c)], wiring.control.pair(peer, me, c), config.steps, config.chunk_bytes
         )
-        log.info("IPC", f"connected to peer {p}: FIFO of {config.steps} x {config.chunk_bytes} bytes each way")
+    for p in ipc_peers:
+        log.info(
+            "IPC",
+            f"connected to peer {p}: {config.nchannels} channel(s), each a FIFO of {config.steps} x "
+            f"{config.chunk_bytes} bytes each way",
+        )

@@ -5,21 +5,24 @@ primitive when the previous one has run, and runs it as soon as its peers are re
 point-to-point operation (:mod:`nbcoll.comm.p2p`), so the same watchdog drives it: the same timeout, abort and
 dead-peer checks, and the same flight recorder.
 
-Several collectives issued in one ``comm.group()`` are fused into one operation that runs their steps in the
-order the collectives were issued: every rank then uses each connection in the same order, which is what
-makes the fusion safe.
+A collective split across channels has one generator per channel. The loop takes the channels in turn and runs
+each one's next step when it is ready, so their steps interleave: one channel moves while another waits for a
+peer, in one loop on one thread, as NCCL's channels do on separate thread blocks of one kernel.
+
+Several collectives issued in one ``comm.group()`` are fused into one operation that runs them in the order
+they were issued, one after the other (the channels of one at a time): every rank then uses each connection in
+the same order, which is what makes the fusion safe.
 
 Example::
 
-    op = CollectiveOp("all_reduce", "ring", ring.all_reduce(ctx, x, x), record, tracer, seq=1)
+    op = CollectiveOp("all_reduce", "ring", [ring.all_reduce(ctx, x, x)], record, tracer, seq=1)
     comm.drive([op])
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nbcoll.comm.debug import OperationRecord
@@ -28,17 +31,27 @@ from nbcoll.comm.trace import Tracer
 
 
 class CollectiveOp:
-    """Runs the primitives of one or more collectives, in order, each when it is ready."""
+    """Runs the primitives of one or more collectives, in order, each when it is ready; a collective's channels
+    interleave."""
 
     kind = "collective"
 
     def __init__(
-        self, name: str, algo: str, steps: Iterator[Step], record: OperationRecord, tracer: Tracer, seq: int
+        self,
+        name: str,
+        algo: str,
+        channels: Sequence[Iterator[Step]],
+        record: OperationRecord,
+        tracer: Tracer,
+        seq: int,
     ) -> None:
         self.parts = [(name, algo, seq, record)]
-        self.steps = _labelled(steps, 0)
+        self.plans: list[list[Iterator[Step]]] = [list(channels)]  # per part, each channel's steps
         self.tracer = tracer
-        self.current: tuple[int, Step] | None = None
+        self.part = 0  # the collective running now
+        self.channels = self.plans[0]
+        self.current: list[Step | None] = [None] * len(self.channels)  # each channel's next step
+        self.running = list(range(len(self.channels)))  # channels with steps left
         self.last: Step | None = None
         self.step = 0  # steps run so far, for the watchdog's messages
         self.done = False
@@ -50,79 +63,102 @@ class CollectiveOp:
 
     @property
     def record(self) -> OperationRecord:
-        return self.parts[self._part()][3]
+        return self.parts[self.part][3]
 
     @property
     def seqs(self) -> list[int]:
         """The call numbers of the collectives in this operation, in issue order."""
         return [seq for _, _, seq, _ in self.parts]
 
+    def _waiting(self) -> list[tuple[int, Step]]:
+        """(channel, step) of every channel whose next step is known and not yet run."""
+        return [(c, self.current[c]) for c in self.running if self.current[c] is not None]
+
     @property
     def peer(self) -> int:
-        peers = self.current[1].peers if self.current else []
+        peers = [p for _, step in self._waiting() for p in step.peers]
         return peers[0] if peers else -1
 
     def waiting_peers(self) -> list[int]:
-        """Every peer the current step waits for (a direct step waits for all of them, a tree root for two)."""
-        return self.current[1].waiting_peers() if self.current else []
+        """Every peer the current steps wait for (a direct step waits for all of them, a tree root for two)."""
+        return list(dict.fromkeys(p for _, step in self._waiting() for p in step.waiting_peers()))
 
     def fuse(self, other: CollectiveOp) -> None:
-        """Append ``other``'s steps after this operation's (a group of collectives)."""
-        offset = len(self.parts)
+        """Append ``other``'s collectives after this operation's (a group of collectives)."""
         self.parts += other.parts
-        self.steps = itertools.chain(self.steps, _labelled(other.steps, offset, relabel=True))
-
-    def _part(self) -> int:
-        return self.current[0] if self.current else 0
+        self.plans += other.plans
 
     def progress(self) -> bool:
-        """Run every step that is ready now; return whether any ran."""
+        """Run every step that is ready now, the channels in turn; return whether any ran."""
         moved = False
         while not self.done:
-            if self.current is None:
-                self.current = next(self.steps, None)
-                if self.current is None:
-                    self.done = True
-                    for *_, record in self.parts:
-                        if record.ended is None:
-                            record.finish()
-                    return True
-            part, primitive = self.current
-            if not primitive.ready():
+            if not self.running:  # this collective is done: the next one of the group, or the end
+                if self.part + 1 < len(self.parts):
+                    self._start(self.part + 1)
+                    continue
+                self.done = True
+                for *_, record in self.parts:
+                    if record.ended is None:
+                        record.finish()
+                return True
+            ran = False
+            for channel in self.running[:]:
+                primitive = self.current[channel]
+                if primitive is None:
+                    primitive = self.current[channel] = next(self.channels[channel], None)
+                    if primitive is None:
+                        self.running.remove(channel)
+                        ran = True
+                        continue
+                if not primitive.ready():
+                    continue
+                name, algo, seq, record = self.parts[self.part]
+                if record.state != "running":
+                    record.state, record.progress = "running", self._progress_text
+                t0 = time.time()
+                primitive.run()
+                self.tracer.step(
+                    seq=seq,
+                    collective=name,
+                    algo=algo,
+                    step=self.step,
+                    primitive=primitive,
+                    t0=t0,
+                    t1=time.time(),
+                    channel=channel,
+                )
+                self.step += 1
+                self.last = primitive
+                self.current[channel] = None
+                ran = moved = True
+            if not ran:
                 return moved
-            name, algo, seq, record = self.parts[part]
-            if record.state != "running":
-                record.state, record.progress = "running", self._progress_text
-            t0 = time.time()
-            primitive.run()
-            self.tracer.step(
-                seq=seq, collective=name, algo=algo, step=self.step, primitive=primitive, t0=t0, t1=time.time()
-            )
-            self.step += 1
-            self.last = primitive
-            self.current = None
-            moved = True
         return moved
+
+    def _start(self, part: int) -> None:
+        self.part = part
+        self.channels = self.plans[part]
+        self.current = [None] * len(self.channels)
+        self.running = list(range(len(self.channels)))
 
     def _progress_text(self) -> str:
         return f"{self.step} steps done, last {self.last.describe()}" if self.last else "no step done yet"
 
     def headline(self) -> str:
-        name, algo, seq, _ = self.parts[self._part()]
+        name, algo, seq, _ = self.parts[self.part]
         return f"{name} #{seq} ({algo})"
 
+    def _per_channel(self, say: Any) -> str:
+        waiting = self._waiting()
+        if not waiting:
+            return ""
+        if len(self.channels) == 1:
+            return say(waiting[0][1])
+        return "; ".join(f"channel {c}: {say(step)}" for c, step in waiting)
+
     def describe(self) -> str:
-        now = self.current[1].describe() if self.current else "between steps"
+        now = self._per_channel(lambda step: step.describe()) or "between steps"
         return f"{self.headline()} at step {self.step}: {now}"
 
     def waiting_for(self) -> str:
-        return self.current[1].waiting_for() if self.current else "its next step"
-
-
-def _labelled(steps: Iterator[Any], part: int, relabel: bool = False) -> Iterator[tuple[int, Step]]:
-    for item in steps:
-        if relabel:
-            index, primitive = item
-            yield part + index, primitive
-        else:
-            yield part, item
+        return self._per_channel(lambda step: step.waiting_for()) or "its next step"

@@ -253,8 +253,11 @@ class Communicator(Collectives):
 
     # -- connections (the interface collective primitives build on) ---------------------------------------------
 
-    def send_connection(self, peer: int) -> SendConnection:
-        """The connection this rank sends to ``peer`` through; mpi ones are made at first use.
+    def send_connection(self, peer: int, channel: int = 0) -> SendConnection:
+        """The connection this rank sends to ``peer`` through on ``channel``; mpi ones are made at first use.
+
+        Point-to-point messages use channel 0; a collective splits its buffer across the channels
+        (``NBCOLL_NCHANNELS``), each channel a connection of its own with its own FIFO and counters.
 
         >>> import nbcoll
         >>> comm = nbcoll.init()
@@ -262,19 +265,22 @@ class Communicator(Collectives):
         ...     connection = comm.send_connection((comm.rank + 1) % comm.size)
         >>> comm.destroy()
         """
-        peer = self._check_peer(peer)
+        link = self._link(peer, channel)
+        connection = self._wiring.send.get(link)
+        if connection is not None:
+            return connection
         with self._connecting:  # the caller's thread and the progress thread may both ask for it first
-            if peer not in self._wiring.send:
+            if link not in self._wiring.send:
                 from nbcoll.comm.transport.mpi import MpiSendConnection  # only for a peer on another node
 
-                self._wiring.send[peer] = MpiSendConnection(
-                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                self._wiring.send[link] = MpiSendConnection(
+                    link[0], self._wiring.data_channels[channel], *self._mpi_connection_settings()
                 )
-                self.log.info("NET", f"send connection to peer {peer} over MPI (host staging)")
-        return self._wiring.send[peer]
+                self.log.info("NET", f"send connection to peer {link[0]} channel {channel} over MPI (host staging)")
+        return self._wiring.send[link]
 
-    def recv_connection(self, peer: int) -> RecvConnection:
-        """The connection this rank receives from ``peer`` through; mpi ones are made at first use.
+    def recv_connection(self, peer: int, channel: int = 0) -> RecvConnection:
+        """The connection this rank receives from ``peer`` through on ``channel``; mpi ones are made at first use.
 
         >>> import nbcoll
         >>> comm = nbcoll.init()
@@ -282,16 +288,27 @@ class Communicator(Collectives):
         ...     connection = comm.recv_connection((comm.rank - 1) % comm.size)
         >>> comm.destroy()
         """
-        peer = self._check_peer(peer)
+        link = self._link(peer, channel)
+        connection = self._wiring.recv.get(link)
+        if connection is not None:
+            return connection
         with self._connecting:
-            if peer not in self._wiring.recv:
+            if link not in self._wiring.recv:
                 from nbcoll.comm.transport.mpi import MpiRecvConnection  # only for a peer on another node
 
-                self._wiring.recv[peer] = MpiRecvConnection(
-                    peer, self._wiring.data, self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
+                self._wiring.recv[link] = MpiRecvConnection(
+                    link[0], self._wiring.data_channels[channel], *self._mpi_connection_settings()
                 )
-                self.log.info("NET", f"recv connection from peer {peer} over MPI (host staging)")
-        return self._wiring.recv[peer]
+                self.log.info("NET", f"recv connection from peer {link[0]} channel {channel} over MPI (host staging)")
+        return self._wiring.recv[link]
+
+    def _link(self, peer: int, channel: int) -> tuple[int, int]:
+        if not 0 <= channel < self.config.nchannels:
+            raise ValueError(f"channel: expected 0 to {self.config.nchannels - 1} (NBCOLL_NCHANNELS), got {channel!r}")
+        return self._check_peer(peer), channel
+
+    def _mpi_connection_settings(self) -> tuple[int, int, bool]:
+        return self.config.steps, self.config.chunk_bytes, self.config.mpi_cuda_aware
 
     def peer_counters(self, peer: int) -> PeerCounters:
         """The live counters of ``peer``, for operations built outside this class.

@@ -5,13 +5,15 @@ Example::
     from nbcoll.comm.config import CommConfig
     config = CommConfig.from_env()      # read when a communicator is created
     config.chunk_bytes                  # NBCOLL_BUFFSIZE // NBCOLL_STEPS
+    config.nchannels                    # NBCOLL_NCHANNELS connection sets per pair of ranks
 
 ========================== ========= ===================================================================
 variable                   default   meaning
 ========================== ========= ===================================================================
 ``NBCOLL_TIMEOUT``         300       seconds a wait may make no progress before ``CommTimeoutError``
-``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE)
+``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE), per channel
 ``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk
+``NBCOLL_NCHANNELS``       2         connection sets per pair of ranks (NCCL's channels), 1 to 16
 ``NBCOLL_TRANSPORT``       (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
 ``NBCOLL_RANKS_PER_NODE``  (real)    pretend that every k consecutive ranks of a machine form a node
 ``NBCOLL_MPI_CUDA_AWARE``  0         1: hand device pointers to MPI instead of staging through the host
@@ -23,6 +25,11 @@ variable                   default   meaning
 ``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ========================== ========= ===================================================================
+
+Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
+of ``NBCOLL_BUFFSIZE`` bytes and its own step counters, so ``NBCOLL_BUFFSIZE`` is per channel, as NCCL_BUFFSIZE
+is: the FIFO memory of a rank is ``NBCOLL_NCHANNELS x NBCOLL_BUFFSIZE`` per peer and direction, and a chunk stays
+``NBCOLL_BUFFSIZE / NBCOLL_STEPS`` whatever the number of channels (see :mod:`nbcoll.comm.algorithms`).
 
 A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
 ``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.
@@ -36,6 +43,9 @@ from dataclasses import dataclass
 
 TRANSPORTS = ("ipc", "mpi")
 DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
+
+MAX_CHANNELS = 16
+"""Channels a communicator may have: each adds a FIFO per peer and direction, and steps to every large message."""
 
 MIN_STEPS = 2
 """A ring needs two slots per connection: with one, every rank fills its next neighbour's only slot with its
@@ -96,6 +106,7 @@ class CommConfig:
     timeout: float = 300.0
     buffsize: int = 4 << 20
     steps: int = 8
+    nchannels: int = 2
     transport: str | None = None
     ranks_per_node: int | None = None
     mpi_cuda_aware: bool = False
@@ -113,6 +124,8 @@ class CommConfig:
                 f"NBCOLL_STEPS: must be >= {MIN_STEPS} (a ring deadlocks with a single FIFO slot per connection), "
                 f"got {self.steps}"
             )
+        if not 1 <= self.nchannels <= MAX_CHANNELS:
+            raise ValueError(f"NBCOLL_NCHANNELS: must be between 1 and {MAX_CHANNELS}, got {self.nchannels}")
         if self.buffsize % (8 * self.steps):
             raise ValueError(
                 f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
@@ -138,8 +151,8 @@ class CommConfig:
 
         >>> from nbcoll.comm import CommConfig
         >>> config = CommConfig.from_env({"NBCOLL_TIMEOUT": "60", "NBCOLL_DEBUG": "info"})
-        >>> config.timeout, config.debug, config.steps
-        (60.0, 'INFO', 8)
+        >>> config.timeout, config.debug, config.steps, config.nchannels
+        (60.0, 'INFO', 8, 2)
         """
         env = os.environ if env is None else env
         subsys = env.get("NBCOLL_DEBUG_SUBSYS", "").strip().upper()
@@ -147,6 +160,7 @@ class CommConfig:
             timeout=_float(env, "NBCOLL_TIMEOUT", 300.0),
             buffsize=_int(env, "NBCOLL_BUFFSIZE", 4 << 20, 8),
             steps=_int(env, "NBCOLL_STEPS", 8, MIN_STEPS),
+            nchannels=_int(env, "NBCOLL_NCHANNELS", 2, 1),
             transport=_choice(env, "NBCOLL_TRANSPORT", TRANSPORTS),
             ranks_per_node=_int(env, "NBCOLL_RANKS_PER_NODE", 0, 1) or None,
             mpi_cuda_aware=env.get("NBCOLL_MPI_CUDA_AWARE", "0").strip() == "1",

@@ -4,7 +4,8 @@ All ranks of a communicator that share a machine map the same host page (an :cla
 with ``host=True``), laid out as ``int64`` words::
 
     [0]  abort flag: 0, or 1 + the rank that called abort()
-    then, for each directed pair (sender s, receiver r) of the machine's ranks, in row-major order:
+    then, for each directed pair (sender s, receiver r) of the machine's ranks, in row-major order,
+    and for each of the pair's channels (each channel is a connection of its own):
          head             chunks the sender has published        (written by the sender only)
          tail             chunks the receiver has consumed       (written by the receiver only)
          nbytes[steps]    bytes in each slot                     (written by the sender only)
@@ -15,9 +16,9 @@ slot contents and sizes written before it.
 
 Example::
 
-    page = ipc_memory.share(machine_comm, ControlPage.words_needed(2, 8), np.int64, tag="ctl", host=True)
-    control = ControlPage(page, machine_size=2, steps=8)
-    counters = control.pair(sender=0, receiver=1)
+    page = ipc_memory.share(machine_comm, ControlPage.words_needed(2, 8, 2), np.int64, tag="ctl", host=True)
+    control = ControlPage(page, machine_size=2, steps=8, nchannels=2)
+    counters = control.pair(sender=0, receiver=1, channel=1)
     counters.head[0] += 1
 """
 
@@ -45,15 +46,16 @@ class PairCounters:
 class ControlPage:
     """The words of one machine's control page, by meaning."""
 
-    def __init__(self, page: IpcBuffer, machine_size: int, steps: int) -> None:
+    def __init__(self, page: IpcBuffer, machine_size: int, steps: int, nchannels: int = 1) -> None:
         self.page = page
         self.words = page.array
         self.machine_size = machine_size
         self.steps = steps
+        self.nchannels = nchannels
 
     @staticmethod
-    def words_needed(machine_size: int, steps: int) -> int:
-        return HEADER_WORDS + machine_size * machine_size * (2 + 2 * steps)
+    def words_needed(machine_size: int, steps: int, nchannels: int = 1) -> int:
+        return HEADER_WORDS + machine_size * machine_size * nchannels * (2 + 2 * steps)
 
     @property
     def aborted_by(self) -> int | None:
@@ -65,10 +67,10 @@ class ControlPage:
         if not self.words[0]:
             self.words[0] = rank + 1
 
-    def pair(self, sender: int, receiver: int) -> PairCounters:
-        """Counters of the connection from machine index ``sender`` to machine index ``receiver``."""
+    def pair(self, sender: int, receiver: int, channel: int = 0) -> PairCounters:
+        """Counters of channel ``channel`` of the connection from machine index ``sender`` to ``receiver``."""
         words = 2 + 2 * self.steps
-        start = HEADER_WORDS + (sender * self.machine_size + receiver) * words
+        start = HEADER_WORDS + ((sender * self.machine_size + receiver) * self.nchannels + channel) * words
         block = self.words[start : start + words]
         return PairCounters(block[0:1], block[1:2], block[2 : 2 + self.steps], block[2 + self.steps :])
 

@@ -160,7 +160,9 @@ class Engine:
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
             transports = comm.topology.transports() or {"ipc"}
             windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
-            self._link_models[current] = dataclasses.replace(tuner.slowest(models, transports), window_bytes=windows)
+            self._link_models[current] = dataclasses.replace(
+                tuner.slowest(models, transports), window_bytes=windows, channels=comm.config.nchannels
+            )
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:
@@ -221,10 +223,17 @@ class Engine:
             counters=comm.peer_counters,
             windows=self.direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
         )
-        steps = _single_rank(ctx, single) if comm.size == 1 else build(algorithms.ALGORITHMS[name][algo], ctx)
+        if comm.size == 1:
+            channels = [_single_rank(ctx, single)]
+        else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
+            run = algorithms.ALGORITHMS[name][algo]
+            count = nbytes // dtype.itemsize
+            nch = algorithms.channels_for(name, algo, count, ctx.chunk_elems, comm.config.nchannels, comm.size)
+            contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
+            channels = [build(run, channel_ctx) for channel_ctx in contexts]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
-        return CollectiveOp(name, algo, steps, record, self.tracer, seq)
+        return CollectiveOp(name, algo, channels, record, self.tracer, seq)
 
     def direct_windows(self) -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.

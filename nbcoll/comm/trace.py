@@ -2,11 +2,13 @@
 
 Each line is a JSON object::
 
-    {"rank": 0, "seq": 3, "collective": "all_reduce", "algo": "ring", "step": 5, "primitive": "recv_reduce_send",
-     "recv": [3], "send": [1], "span": [8, 12], "bytes": 16, "t0": 1764403200.0012, "t1": 1764403200.0013}
+    {"rank": 0, "seq": 3, "collective": "all_reduce", "algo": "ring", "step": 5, "channel": 1,
+     "primitive": "recv_reduce_send", "recv": [3], "send": [1], "span": [8, 12], "bytes": 16,
+     "t0": 1764403200.0012, "t1": 1764403200.0013}
 
-``seq`` numbers the collectives this rank has run; ``span`` is the element range of the collective's buffer
-that the chunk holds; ``t0``/``t1`` are wall-clock seconds, comparable across ranks of one machine.
+``seq`` numbers the collectives this rank has run; ``channel`` is the connection set the step used (see
+:mod:`nbcoll.comm.algorithms`); ``span`` is the element range of the collective's buffer that the chunk holds;
+``t0``/``t1`` are wall-clock seconds, comparable across ranks of one machine.
 ``python -m nbcoll trace view DIR`` draws them (:mod:`nbcoll.comm.trace_view`).
 
 Example::
@@ -28,7 +30,7 @@ class Tracer:
     Example::
 
         tracer = Tracer(Path("traces/rank0.jsonl"), rank=0)     # the communicator's engine makes one
-        tracer.step(seq=1, collective="all_reduce", algo="ring", step=0, primitive=prim, t0=0.0, t1=0.1)
+        tracer.step(seq=1, collective="all_reduce", algo="ring", step=0, primitive=prim, t0=0.0, t1=0.1, channel=0)
     """
 
     def __init__(self, path: Path | None, rank: int) -> None:
@@ -40,7 +42,18 @@ class Tracer:
     def enabled(self) -> bool:
         return self.path is not None
 
-    def step(self, *, seq: int, collective: str, algo: str, step: int, primitive: Any, t0: float, t1: float) -> None:
+    def step(
+        self,
+        *,
+        seq: int,
+        collective: str,
+        algo: str,
+        step: int,
+        primitive: Any,
+        t0: float,
+        t1: float,
+        channel: int = 0,
+    ) -> None:
         if self.path is None:
             return
         if self._file is None:
@@ -52,6 +65,7 @@ class Tracer:
             "collective": collective,
             "algo": algo,
             "step": step,
+            "channel": channel,
             "primitive": primitive.name,
             "recv": [c.peer for c in primitive.recv],
             "send": [c.peer for c in primitive.send],

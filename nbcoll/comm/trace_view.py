@@ -1,7 +1,9 @@
 """Draw a trace as a space-time diagram: one row per rank, one box per step, one arrow per chunk that moved.
 
 Chunks on a connection arrive in the order they were sent (it is a FIFO), so the ``k``-th chunk rank ``a`` sent
-to rank ``b`` is the ``k``-th chunk ``b`` received from ``a``: that pairing gives every arrow. The x axis is
+to rank ``b`` on channel ``c`` is the ``k``-th chunk ``b`` received from ``a`` on that channel: that pairing gives
+every arrow. When a collective ran on several channels, each box names its channel (``ch 1``) and is outlined in
+the channel's colour. The x axis is
 each rank's step number by default (the algorithm's structure, the same on every run) or wall-clock time with
 ``--time`` (where the time really went).
 
@@ -33,6 +35,9 @@ COLOURS = {
     "post_op": "#999999",
 }
 
+CHANNEL_EDGES = ("#000000", "#e377c2", "#17becf", "#bcbd22")
+"""Outline of a step's box by its channel, when a trace holds several."""
+
 
 def select(records: list[dict], seq: int | None) -> list[dict]:
     """The records of collective number ``seq`` (every collective when ``None``).
@@ -52,15 +57,20 @@ def _in_rank_order(records: list[dict]) -> list[dict]:
     return sorted(records, key=lambda r: (r["rank"], r["t0"], r["seq"], r["step"]))
 
 
+def channel_of(rec: dict) -> int:
+    """The channel a step ran on (traces written before channels existed ran everything on channel 0)."""
+    return rec.get("channel", 0)
+
+
 def arrows(records: list[dict]) -> list[tuple[dict, dict]]:
-    """(sending step, receiving step) for every chunk, matched in FIFO order per connection."""
-    sent: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    received: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    """(sending step, receiving step) for every chunk, matched in FIFO order per connection (and channel)."""
+    sent: dict[tuple[int, int, int], list[dict]] = defaultdict(list)
+    received: dict[tuple[int, int, int], list[dict]] = defaultdict(list)
     for rec in _in_rank_order(records):
         for peer in rec["send"]:
-            sent[(rec["rank"], peer)].append(rec)
+            sent[(rec["rank"], peer, channel_of(rec))].append(rec)
         for peer in rec["recv"]:
-            received[(peer, rec["rank"])].append(rec)
+            received[(peer, rec["rank"], channel_of(rec))].append(rec)
     return [pair for key in sent for pair in zip(sent[key], received.get(key, []), strict=False)]
 
 
@@ -127,13 +137,18 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
     fig, ax = plt.subplots(figsize=(max(6.0, min(40.0, 1.1 * width + 2)), 1.4 + 0.9 * len(ranks)))
     if not use_time and len({rec["seq"] for rec in records}) > 1:
         _shade_collectives(ax, records, column)
+    several_channels = len({channel_of(rec) for rec in records}) > 1
     for rec in records:
         x0, x1 = x_range(rec)
         y = rec["rank"]
-        ax.add_patch(plt.Rectangle((x0, y - 0.3), max(x1 - x0, 1e-3), 0.6, color=COLOURS.get(rec["primitive"], "grey")))
+        fill = COLOURS.get(rec["primitive"], "grey")
+        edge = CHANNEL_EDGES[channel_of(rec) % len(CHANNEL_EDGES)] if several_channels else fill
+        ax.add_patch(plt.Rectangle((x0, y - 0.3), max(x1 - x0, 1e-3), 0.6, facecolor=fill, edgecolor=edge, lw=1.5))
         if not use_time:
             span = f"[{rec['span'][0]}:{rec['span'][1]})" if rec["span"] else ""
-            ax.text((x0 + x1) / 2, y, f"{_label(rec['primitive'])}\n{span}", ha="center", va="center", fontsize=5.5)
+            channel = f"ch {channel_of(rec)} " if several_channels else ""
+            text = f"{_label(rec['primitive'])}\n{channel}{span}"
+            ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=5.5)
     for src, dst in arrows(records):
         sx1, dx0 = x_range(src)[1], x_range(dst)[0]
         ax.annotate(
@@ -144,7 +159,12 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
         )
     used = sorted({rec["primitive"] for rec in records})
     handles = [Patch(color=COLOURS.get(name, "grey"), label=name) for name in used]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(4, len(used)), fontsize=7)
+    if several_channels:
+        handles += [
+            Patch(facecolor="white", edgecolor=CHANNEL_EDGES[c % len(CHANNEL_EDGES)], lw=1.5, label=f"channel {c}")
+            for c in sorted({channel_of(rec) for rec in records})
+        ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(4, len(handles)), fontsize=7)
     names = {rec["seq"]: f"#{rec['seq']} {rec['collective']} ({rec['algo']})" for rec in records}
     ax.set_title(", ".join(names[s] for s in sorted(names)) + f" on {len(ranks)} ranks")
     ax.set_xlim(0, width + 0.2)

@@ -11,9 +11,15 @@ ranks, chunks of ``c`` bytes, windows of ``w``)::
 
     ring all-reduce      (2n-1) steps per round of n chunks;           (3n-2)/n x S   (copy in, fold, copy out)
     tree all-reduce      4 (S/2c + log2 n) steps (two trees, up, down);  2 S (n = 2) to 3.5 S (inner nodes)
+                         half as many on two channels (the trees at once)
     direct all-reduce    2 steps per window w (in place over IPC),       n x S        (post, fold n sources)
                          or 2 per chunk through FIFOs;                   2(n-1) x S
     halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
+
+Channels (``NBCOLL_NCHANNELS``): the double binary tree's two trees run at once on two channels, so their waits
+overlap and the busiest rank waits through half the steps; that is what lets a tree beat a ring on small messages
+from 4 ranks on. A ring split across channels runs about as many steps in all, each channel half of them, and
+its model does not change.
 
 The estimate uses the parameters of the slowest transport used anywhere in the communicator (:func:`slowest`).
 ``python -m nbcoll calibrate`` times the collectives themselves per transport and fits ``gamma``, ``alpha`` and
@@ -58,13 +64,15 @@ class LinkModel:
     """One transport's parameters: seconds per step, bytes per second, seconds per call.
 
     ``window_bytes`` is the size of the windows the direct algorithms read their peers through when every link
-    is ipc (0: they go through FIFOs); the communicator sets it.
+    is ipc (0: they go through FIFOs), and ``channels`` the connection sets per pair of ranks; the communicator
+    sets both.
     """
 
     alpha: float
     beta: float
     gamma: float = 0.0
     window_bytes: int = 0
+    channels: int = 1
 
 
 def calibration_file(config: CommConfig | None = None) -> Path:
@@ -155,11 +163,18 @@ def _chunks(nbytes: float, chunk_bytes: float) -> int:
 
 
 def cost_terms(
-    collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, window_bytes: int = 0
+    collective: str,
+    algo: str,
+    nbytes: int,
+    nranks: int,
+    chunk_bytes: int,
+    window_bytes: int = 0,
+    channels: int = 1,
 ) -> tuple[float, float]:
     """``(steps, bytes)`` of the busiest rank: the steps it waits through and the bytes it copies or folds, for a
     buffer of ``nbytes`` (per rank where the collective has one block per rank: all-gather's input,
-    reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows."""
+    reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows;
+    ``channels`` > 1: the two trees of a tree all-reduce run at once."""
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
@@ -170,7 +185,8 @@ def cost_terms(
             rounds = _chunks(s, n * chunk_bytes)
             return (2 * n - 1) * rounds, (3 * n - 2) / n * s
         if algo == "tree":  # an inner node folds two children and sends down to two; n = 2 has no inner node
-            return 4 * (_chunks(s / 2, chunk_bytes) + depth), (2.0 if n == 2 else 3.5) * s
+            at_once = 2 if channels > 1 else 1  # the trees on two channels wait at the same time
+            return 4 * (_chunks(s / 2, chunk_bytes) + depth) / at_once, (2.0 if n == 2 else 3.5) * s
         if algo == "direct":  # a window round waits twice: for the peers to be done reading, then for their posts
             if window_bytes:
                 return 2 * _chunks(s, window_bytes), n * s
@@ -203,7 +219,7 @@ def cost_terms(
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
     """Predicted seconds: ``gamma + steps x alpha + bytes / beta``."""
-    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes)
+    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.channels)
     return model.gamma + steps * model.alpha + moved / model.beta
 
 

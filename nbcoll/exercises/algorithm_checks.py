@@ -25,8 +25,9 @@ import numpy as np
 from nbcoll.exercises.report import Report
 
 RANK_COUNTS = (2, 3, 4)
-SETTINGS = {"buffsize": 256, "steps": 8, "timeout": 4.0}
-"""The ranks' communicator settings: 32-byte chunks (4 x int64), and 4 s before a wait that makes no progress fails."""
+SETTINGS = {"buffsize": 256, "steps": 8, "timeout": 4.0, "nchannels": 1}
+"""The ranks' communicator settings: 32-byte chunks (4 x int64), 4 s before a wait that makes no progress fails,
+and one channel: the exercises write the algorithm of one channel, which sees the whole buffer."""
 
 COLLECTIVES = {"ring_all_reduce": ("all_reduce", "ring"), "tree_broadcast": ("broadcast", "tree")}
 COUNTS = (10, 21, 1)

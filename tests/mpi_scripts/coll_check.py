@@ -20,8 +20,8 @@ import numpy as np
 
 import nbcoll
 from nbcoll.comm import init
-from nbcoll.comm.algorithms import ALGORITHMS
-from nbcoll.comm.algorithms.common import rounds
+from nbcoll.comm.algorithms import ALGORITHMS, channels_for
+from nbcoll.comm.algorithms.common import blocks, rounds
 from nbcoll.kernels import combine
 
 PRESETS = {
@@ -159,18 +159,21 @@ def run_case(
 
 
 def check_ring_traffic(comm, count: int) -> str:
-    """Ring all-reduce: each rank sends exactly 2 * round - |block r| - |block r+1| per round (see ring.py)."""
+    """Ring all-reduce: each rank sends exactly 2 * round - |block r| - |block r+1| per round (see ring.py), in
+    the rounds of each channel's part of the buffer."""
     n, r = comm.size, comm.rank
     if n == 1:
         return ""
     dtype = np.dtype(np.float32)
     chunk_elems = comm.config.chunk_bytes // dtype.itemsize
+    nchannels = channels_for("all_reduce", "ring", count, chunk_elems, comm.config.nchannels, n)
     sends = receives = 0
-    for block in rounds(count, n, chunk_elems):
-        total = block[-1][1] - block[0][0]
-        size = [hi - lo for lo, hi in block]
-        sends += 2 * total - size[r] - size[(r + 1) % n]
-        receives += 2 * total - size[(r - 1) % n] - size[r]
+    for lo, hi in blocks(0, count, nchannels):
+        for block in rounds(hi - lo, n, chunk_elems, start=lo):
+            total = block[-1][1] - block[0][0]
+            size = [hi - lo for lo, hi in block]
+            sends += 2 * total - size[r] - size[(r + 1) % n]
+            receives += 2 * total - size[(r - 1) % n] - size[r]
     comm.reset_counters()
     comm.all_reduce(nbcoll.to_device(np.ones(count, dtype)), algo="ring")
     sent, received = comm.counters.bytes_sent, comm.counters.bytes_received

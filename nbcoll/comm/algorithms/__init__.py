@@ -10,6 +10,11 @@ Every algorithm is a generator of primitives (:mod:`nbcoll.comm.primitives`), on
 ``pairwise``         all-to-all, and the barrier (:mod:`.pairwise`)
 ==================== ==========================================================================
 
+The ring and tree algorithms split a collective across the communicator's channels (``NBCOLL_NCHANNELS``):
+each channel runs the algorithm on its own part of the buffer, on its own connections, and the progress loop
+interleaves their steps (:func:`channels_for` says how many a call uses). The double binary tree's two trees
+then run at once, one per channel.
+
 ``NBCOLL_ALGO`` uses NCCL's syntax for ``NCCL_ALGO``: a list of algorithms (``ring,tree``), a list to exclude
 (``^tree``), or per-collective lists separated by ``;`` (``allreduce:tree;broadcast:ring``). Collective names
 may be written with or without the underscore.
@@ -45,6 +50,40 @@ ALGORITHMS: dict[str, dict[str, Callable]] = {
 """collective -> algorithm name -> generator function."""
 
 ALGO_NAMES = ("ring", "tree", "direct", "halving_doubling", "pairwise")
+
+SPLIT_ACROSS_CHANNELS = {
+    ("all_reduce", "ring"),
+    ("broadcast", "ring"),
+    ("reduce", "ring"),
+    ("all_gather", "ring"),
+    ("reduce_scatter", "ring"),
+    ("all_reduce", "tree"),
+    ("broadcast", "tree"),
+    ("reduce", "tree"),
+}
+"""(collective, algorithm) pairs whose generator runs once per channel on ``ctx.part`` of the buffer."""
+
+
+def channels_for(collective: str, algo: str, count: int, chunk_elems: int, nchannels: int, nranks: int) -> int:
+    """How many of the ``nchannels`` channels a collective of ``count`` elements (per rank block) uses.
+
+    As NCCL lowers its channel count for small messages: a channel with less than a unit of its own only adds
+    steps, so ``min(nchannels, ceil(count / unit))``, at least one. The unit is a chunk, and for the ring
+    all-reduce a round of ``nranks`` chunks (each round already moves ``nranks`` blocks). The double binary tree
+    cuts its buffer in two anyway, so its two trees always get a channel each when there are two.
+
+    >>> channels_for("all_reduce", "ring", count=1000, chunk_elems=100, nchannels=2, nranks=4)
+    2
+    >>> channels_for("all_reduce", "ring", 500, 100, 2, 4), channels_for("all_reduce", "tree", 10, 100, 2, 4)
+    (1, 2)
+    """
+    if (collective, algo) not in SPLIT_ACROSS_CHANNELS:
+        return 1
+    unit = chunk_elems * nranks if (collective, algo) == ("all_reduce", "ring") else chunk_elems
+    worth = -(-count // unit)
+    if (collective, algo) == ("all_reduce", "tree"):
+        worth = max(worth, 2)
+    return max(1, min(nchannels, worth))
 
 
 def canonical_collective(text: str) -> str | None:

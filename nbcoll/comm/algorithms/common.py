@@ -12,6 +12,12 @@ rank's part of the collective, and the communicator runs them in order, each whe
 Every step moves at most one chunk of ``ctx.chunk_elems`` elements (one FIFO slot), so no rank can fill a
 FIFO and wait for a neighbour that is itself waiting: the deadlock-freedom argument is per step, as in NCCL,
 where each loop iteration moves at most a slice of the buffer.
+
+Channels, as NCCL's: a communicator joins every pair of ranks by ``NBCOLL_NCHANNELS`` connections. An algorithm
+that can be split runs once per channel, each run on its own connections and its own part of the buffer,
+``ctx.part(lo, hi)``; the progress loop interleaves the steps of all the runs, so that one channel moves while
+another waits for a peer. Each run alone is deadlock-free, and no run waits for another's connections, so
+together they are too.
 """
 
 from __future__ import annotations
@@ -46,15 +52,17 @@ def chunks(lo: int, hi: int, chunk_elems: int) -> Iterator[Span]:
         yield start, min(start + chunk_elems, hi)
 
 
-def rounds(count: int, parts: int, chunk_elems: int) -> Iterator[list[Span]]:
-    """The buffer in rounds of ``parts`` blocks of at most one chunk each (NCCL's outer loop of a ring).
+def rounds(count: int, parts: int, chunk_elems: int, start: int = 0) -> Iterator[list[Span]]:
+    """``[start, start + count)`` in rounds of ``parts`` blocks of at most one chunk each (NCCL's outer loop of a
+    ring).
 
     A round covers up to ``parts * chunk_elems`` elements, cut into ``parts`` near-equal blocks, so each step of
     the round moves at most one chunk. The last round may be short; its blocks shrink (some to zero).
     """
     per_round = parts * chunk_elems
-    for base in range(0, count, per_round):
-        yield blocks(base, min(base + per_round, count), parts)
+    end = start + count
+    for base in range(start, end, per_round):
+        yield blocks(base, min(base + per_round, end), parts)
 
 
 @dataclass
@@ -71,6 +79,17 @@ class Context:
     recv_connection: Callable[[int], Any]
     counters: Callable[[int], Any]
     windows: Any = None  # DirectWindows, when every peer's buffer can be read in place (nbcoll.comm.window)
+    channel: int = 0  # the channel this run of the algorithm uses: its connections and its part of the buffer
+    nchannels: int = 1  # how many channels the collective is split across
+
+    def part(self, lo: int, hi: int) -> Span:
+        """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
+
+        ``part = blocks(lo, hi, nchannels)[channel]``; on one channel, the whole of it.
+        """
+        if self.nchannels == 1:
+            return lo, hi
+        return blocks(lo, hi, self.nchannels)[self.channel]
 
     def prims(
         self,
@@ -82,12 +101,13 @@ class Context:
         post: PostOp | None = None,
         local_position: int = 0,
     ) -> Prims:
-        """NCCL's ``Primitives`` for one part of an algorithm: bound to ``local`` (input), ``out`` and peers."""
+        """NCCL's ``Primitives`` for one part of an algorithm: bound to ``local`` (input), ``out`` and peers,
+        through this channel's connections."""
         return Prims(
             local,
             out,
-            recv=[self.recv_connection(p) for p in recv_from],
-            send=[self.send_connection(p) for p in send_to],
+            recv=[self.recv_connection(p, self.channel) for p in recv_from],
+            send=[self.send_connection(p, self.channel) for p in send_to],
             op=op,
             post=post,
             local_position=local_position,

@@ -11,6 +11,10 @@ it sends ``2 * round - size(block r) - size(block r+1)`` elements per round.
 
 Broadcast and reduce are pipelined chains (a ring with one link cut), and all-gather and reduce-scatter are the
 two halves of the all-reduce on their own.
+
+Every function here runs once per channel, on the channel's part of the buffer (``ctx.part``; of each rank's
+block for all-gather and reduce-scatter), so with two channels two rings turn at once, each on its own
+connections; the traffic above then holds for each channel's part.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     n, r = ctx.nranks, ctx.rank
     prev, nxt = _neighbours(ctx)
     prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
-    for block in rounds(local.size, n, ctx.chunk_elems):
+    lo, hi = ctx.part(0, local.size)
+    for block in rounds(hi - lo, n, ctx.chunk_elems, start=lo):
         # Reduce-scatter: block r-1 starts here; each step adds this rank's part and passes it on.
         yield prims.send(*block[(r - 1) % n])
         for j in range(2, n):
@@ -49,7 +54,7 @@ def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     n, r, count = ctx.nranks, ctx.rank, out.size
     prev, nxt = _neighbours(ctx)
     prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op, post=ctx.post)
-    for lo, hi in chunks(0, count, ctx.chunk_elems):
+    for lo, hi in chunks(*ctx.part(0, count), ctx.chunk_elems):
         block = (r - 1) % n
         yield prims.send(block * count + lo, block * count + hi)
         for j in range(2, n):
@@ -63,7 +68,7 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     n, r, count = ctx.nranks, ctx.rank, local.size
     prev, nxt = _neighbours(ctx)
     prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt])
-    for lo, hi in chunks(0, count, ctx.chunk_elems):
+    for lo, hi in chunks(*ctx.part(0, count), ctx.chunk_elems):
         yield prims.copy_send(lo, hi, out_at=r * count + lo)
         for j in range(1, n - 1):
             block = (r - j) % n
@@ -79,15 +84,15 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
     position = (r - root) % n
     if position == 0:
         prims = ctx.prims(src, out, send_to=[nxt])
-        for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, out.size), ctx.chunk_elems):
             yield prims.copy_send(lo, hi)
     elif position < n - 1:
         prims = ctx.prims(src, out, recv_from=[prev], send_to=[nxt])
-        for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, out.size), ctx.chunk_elems):
             yield prims.recv_copy_send(lo, hi)
     else:
         prims = ctx.prims(src, out, recv_from=[prev])
-        for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, out.size), ctx.chunk_elems):
             yield prims.recv(lo, hi)
 
 
@@ -98,13 +103,13 @@ def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     position = (r - root - 1) % n  # root is last
     if position == 0:
         prims = ctx.prims(local, out, send_to=[nxt])
-        for lo, hi in chunks(0, local.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, local.size), ctx.chunk_elems):
             yield prims.send(lo, hi)
     elif position < n - 1:
         prims = ctx.prims(local, out, recv_from=[prev], send_to=[nxt], op=ctx.op)
-        for lo, hi in chunks(0, local.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, local.size), ctx.chunk_elems):
             yield prims.recv_reduce_send(lo, hi)
     else:
         prims = ctx.prims(local, out, recv_from=[prev], op=ctx.op, post=ctx.post)
-        for lo, hi in chunks(0, local.size, ctx.chunk_elems):
+        for lo, hi in chunks(*ctx.part(0, local.size), ctx.chunk_elems):
             yield prims.recv_reduce_copy(lo, hi)

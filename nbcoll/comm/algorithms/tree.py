@@ -7,9 +7,12 @@ uses trees for small messages and many ranks. The tree here is a heap: the node 
 In a single tree the leaves (half the ranks) only ever send up and receive down, so half the links idle. NCCL's
 *double binary tree* adds a second tree in which those leaves are inner nodes, and gives each tree half of the
 data. Here the second tree is the mirror image of the first (position ``(n-p) mod n``), which keeps the root
-and turns the leaves, the high positions, into inner nodes. NCCL runs the two trees at once on separate
-channels (separate connections); nbcoll has one connection per pair of ranks, so it runs them one after the
-other, and a message on one tree can never be mistaken for one on the other.
+and turns the leaves, the high positions, into inner nodes.
+
+As NCCL does, the two trees run at once on separate channels: channel ``c`` runs tree ``c mod 2`` on its part of
+the buffer, on its own connections, so a chunk of one tree can never be mistaken for one of the other, and the
+progress loop moves whichever tree is ready. On a communicator of one channel (``NBCOLL_NCHANNELS=1``) the
+trees share the connections, so they run one after the other: the first half of the buffer, then the second.
 """
 
 from __future__ import annotations
@@ -78,7 +81,11 @@ def _up_then_down(ctx: Context, tree: HeapTree, local: Any, out: Any, lo: int, h
 
 
 def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
-    """The double binary tree: the first half of the buffer on one tree, the second half on its mirror."""
+    """The double binary tree: half the buffer on one tree, half on its mirror; at once on two channels."""
+    if ctx.nchannels > 1:
+        lo, hi = ctx.part(0, local.size)
+        yield from _up_then_down(ctx, HeapTree(ctx.nranks, mirrored=ctx.channel % 2 == 1), local, out, lo, hi)
+        return
     half = local.size // 2
     yield from _up_then_down(ctx, HeapTree(ctx.nranks), local, out, 0, half)
     yield from _up_then_down(ctx, HeapTree(ctx.nranks, mirrored=True), local, out, half, local.size)
@@ -89,7 +96,7 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
     tree = HeapTree(ctx.nranks, root)
     parent, children = tree.parent(ctx.rank), tree.children(ctx.rank)
     prims = ctx.prims(src, out, recv_from=[parent] if parent is not None else [], send_to=children)
-    for a, b in chunks(0, out.size, ctx.chunk_elems):
+    for a, b in chunks(*ctx.part(0, out.size), ctx.chunk_elems):
         if parent is None:
             yield prims.copy_send(a, b)
         elif children:
@@ -104,7 +111,7 @@ def reduce(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
     parent, children = tree.parent(ctx.rank), tree.children(ctx.rank)
     up = [parent] if parent is not None else []
     prims = ctx.prims(local, out, recv_from=children, send_to=up, op=ctx.op, post=ctx.post if parent is None else None)
-    for a, b in chunks(0, local.size, ctx.chunk_elems):
+    for a, b in chunks(*ctx.part(0, local.size), ctx.chunk_elems):
         if parent is None:
             yield prims.recv_reduce_copy(a, b)
         elif children:
