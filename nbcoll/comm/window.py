@@ -45,6 +45,7 @@ try:
 except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
     MPI = None
 
+from nbcoll import memory
 from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
@@ -56,6 +57,12 @@ TAG_WINDOWS = 91
 """Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
 78 shrink's, and the few after them)."""
 
+POSTED, DONE, LENT, LENT_AT = 0, 1, 2, 3
+"""The rows of the flags page, one column per rank, each written by its rank only: the last round it posted, the
+last round it finished reading, and where its posted data lie (registration ``k`` at byte ``LENT_AT``, or -1
+when they are in its window)."""
+FLAG_ROWS = 4
+
 
 @dataclass
 class _Peer:
@@ -65,7 +72,8 @@ class _Peer:
 
 
 class DirectWindows:
-    """The windows of every rank of a communicator that lives on one machine, and their flags."""
+    """The windows of every rank of a communicator that lives on one machine, their flags, and the registered
+    buffers (:meth:`alloc`) that the peers read in place."""
 
     def __init__(
         self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0
@@ -74,60 +82,137 @@ class DirectWindows:
 
         ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
         """
+        self.mpi_comm, self.uid, self.drive, self.recorder = mpi_comm, uid, drive, recorder
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
-        memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
-        own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
-        mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
-        try:
-            problem = ""
-            try:
-                own.append(memory.create(nbytes, np.uint8, tag=f"win{self.rank}"))
-                if self.rank == 0:
-                    own.append(memory.create((2, self.nranks), np.int64, tag="winflags", host=True))
-                    own[1].array[:] = 0  # zeroed before its handle leaves this rank
-            except Exception as exc:
-                problem = f"rank {self.rank} could not create its window: {exc!r}"
-            handles = _exchange(mpi_comm, uid, problem or [b.handle for b in own], "handles", drive, recorder)
-            problems = [h for h in handles if isinstance(h, str)]
-            if not problems:
-                try:
-                    mapped[self.rank] = own[0]
-                    for p in range(self.nranks):
-                        if p != self.rank:
-                            mapped[p] = memory.open(handles[p][0])
-                    mapped[-1] = own[1] if self.rank == 0 else memory.open(handles[0][1])
-                except Exception as exc:
-                    problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
-            # Every rank has mapped every window: the names can go.
-            problems += [s for s in _exchange(mpi_comm, uid, problem, "mapped", drive, recorder) if s]
-            for buffer in own:
-                buffer.unlink()
-            if problems:
-                raise RuntimeError(f"rank {self.rank}: setting up the direct windows failed: " + "; ".join(problems))
-        except BaseException:
-            for buffer in [*mapped.values(), *own]:
-                buffer.close()  # an owner's close also removes a name not yet unlinked
-            raise
-        self.windows = [mapped[p] for p in range(self.nranks)]
-        self.flags = mapped[-1]
-        self.posted, self.done = self.flags.array[0], self.flags.array[1]
+        self.memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
+
+        def make() -> list[IpcBuffer]:
+            made = [self.memory.create(nbytes, np.uint8, tag=f"win{self.rank}")]
+            if self.rank == 0:
+                made.append(self.memory.create((FLAG_ROWS, self.nranks), np.int64, tag="winflags", host=True))
+                made[1].array[:] = 0  # zeroed before its handle leaves this rank
+                made[1].array[LENT] = -1  # nothing lent yet
+            return made
+
+        mapped = self._map_everywhere(make, "handles")
+        self.windows = [mapped[p][0] for p in range(self.nranks)]
+        self.flags = mapped[0][1]
+        self.posted, self.done = self.flags.array[POSTED], self.flags.array[DONE]
+        self.lent, self.lent_at = self.flags.array[LENT], self.flags.array[LENT_AT]
+        self.registered: list[list[IpcBuffer] | None] = []  # registration k: every rank's buffer, as mapped here
+
+    # -- registered buffers: NCCL's user-buffer registration -----------------------------------------------------
+
+    def alloc(self, count: int, dtype: Any) -> Any:
+        """Collective: a new buffer of ``count`` x ``dtype`` on every rank, which every peer maps.
+
+        A collective whose input lies in such a buffer lends it: peers read it in place instead of through this
+        rank's window, so each byte is copied once per hop. Every rank allocates in the same order, so the
+        ``k``-th buffer of each rank is registration ``k`` everywhere.
+        """
+        dt = np.dtype(dtype)
+        nbytes = max(8, count * dt.itemsize)
+        k = len(self.registered)
+        mapped = self._map_everywhere(lambda: [self.memory.create(nbytes, np.uint8, tag=f"reg{k}")], f"reg{k}")
+        self.registered.append([mapped[p][0] for p in range(self.nranks)])
+        return self.registered[k][self.rank].array[: count * dt.itemsize].view(dt)
+
+    def free(self, array: Any) -> None:
+        """Unmap the registration that holds ``array``, on this rank; every rank frees its own, in any order.
+
+        Local: a collective returns only when no peer reads this rank's buffer any more (:class:`Release`), and
+        the memory itself goes when the last rank that maps it lets it go.
+        """
+        found = self.find(array)
+        if found is None:
+            raise ValueError("array: not a buffer from comm.alloc() on this communicator (or freed already)")
+        k, _ = found
+        for buffer in self.registered[k] or []:
+            buffer.close()
+        self.registered[k] = None
+
+    def find(self, array: Any) -> tuple[int, int] | None:
+        """``(k, byte offset)`` of ``array`` inside this rank's registration ``k``, or ``None``."""
+        if array is None or not self.registered:
+            return None
+        start, end = memory.address_range(array)
+        for k, buffers in enumerate(self.registered):
+            if buffers is None:
+                continue
+            base, top = memory.address_range(buffers[self.rank].array)
+            if base <= start and end <= top:
+                return k, start - base
+        return None
+
+    def lent_view(self, rank: int, first_byte: int, nbytes: int, dtype: Any) -> Any:
+        """``nbytes`` of what ``rank`` lent in its current round, from ``first_byte`` of its registered buffer."""
+        k, at = int(self.lent[rank]), int(self.lent_at[rank]) + first_byte
+        return self.registered[k][rank].array[at : at + nbytes].view(np.dtype(dtype))
+
+    # -- rounds and windows -------------------------------------------------------------------------------------
 
     def next_round(self) -> int:
         """The number of the next round: every rank counts the same rounds in the same order."""
         self.rounds += 1
         return self.rounds
 
-    def view(self, rank: int, nbytes: int, dtype: Any) -> Any:
-        return self.windows[rank].array[:nbytes].view(np.dtype(dtype))
+    def view(self, rank: int, nbytes: int, dtype: Any, first_byte: int = 0) -> Any:
+        return self.windows[rank].array[first_byte : first_byte + nbytes].view(np.dtype(dtype))
 
-    def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, block: int | None = None) -> WindowStep:
+    def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, **where: Any) -> WindowStep:
         """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
-        return WindowStep(self, prims, flags, lo, hi, round_, block)
+        return WindowStep(self, prims, flags, lo, hi, round_, **where)
+
+    def release(self, prims: Any) -> Release:
+        """The step that waits until no peer reads what ``prims`` lent (:class:`Release`)."""
+        return Release(self, prims)
+
+    def _map_everywhere(self, make: Callable[[], list[IpcBuffer]], what: str) -> list[list[IpcBuffer]]:
+        """Each rank creates ``make()``; returns every rank's buffers as mapped here, once every rank has them.
+
+        The handles go to every peer in non-blocking messages the watchdog polls, each rank maps the others'
+        buffers, a second exchange says everyone has, and only then does each owner remove its names. A failure
+        anywhere closes whatever was made, and so unlinks every name at once.
+        """
+        own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
+        mapped: dict[int, list[IpcBuffer]] = {}
+        exchange = (self.mpi_comm, self.uid)
+        try:
+            problem = ""
+            try:
+                own = make()
+            except Exception as exc:
+                problem = f"rank {self.rank} could not create its buffer: {exc!r}"
+            handles = _exchange(*exchange, problem or [b.handle for b in own], what, self.drive, self.recorder)
+            problems = [h for h in handles if isinstance(h, str)]
+            if not problems:
+                try:
+                    mapped[self.rank] = own
+                    for p in range(self.nranks):
+                        if p != self.rank:
+                            mapped[p] = [self.memory.open(h) for h in handles[p]]
+                except Exception as exc:
+                    problem = f"rank {self.rank} could not map a peer's buffer: {exc!r}"
+            # Every rank has mapped every buffer: the names can go.
+            done = _exchange(*exchange, problem, f"{what}-mapped", self.drive, self.recorder)
+            problems += [s for s in done if s]
+            for buffer in own:
+                buffer.unlink()
+            if problems:
+                raise RuntimeError(f"rank {self.rank}: setting up the direct windows failed: " + "; ".join(problems))
+        except BaseException:
+            for buffer in [b for buffers in mapped.values() for b in buffers if buffers is not own] + own:
+                buffer.close()  # an owner's close also removes a name not yet unlinked
+            raise
+        return [mapped[p] for p in range(self.nranks)]
 
     def close(self) -> None:
-        self.posted = self.done = None
+        self.posted = self.done = self.lent = self.lent_at = None
+        for buffers in self.registered:
+            for buffer in buffers or []:
+                buffer.close()
         for buffer in [*self.windows, self.flags]:
             buffer.close()
 
@@ -197,34 +282,31 @@ class _Exchange:
 
 
 class WindowStep:
-    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits:
+    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits (``b = in_block``,
+    ``B = out_block``, ``me`` this rank)::
 
-    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's window and announce it (``posted``);
-    * ``DIRECT | RECV | REDUCE | COPY``: ``out[lo:hi] = op(window(0), ..., window(n-1))``, in rank order;
-    * ``DIRECT | RECV | COPY``: copy each peer ``p``'s window into ``out[p*block + lo : p*block + hi]``.
+        DIRECT | SEND                 lend local (registered), or window[q*len] = local[q*b + lo : q*b + hi];  posted
+        DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
+        DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
 
-    A receiving step then says this rank has read every window (``done``). It has the interface of a
+    ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
+    second copy of a staged byte). Every rank ends every round with a receiving step, from no source if it reads
+    nothing (a broadcast's root): its ``done`` is what lets the next writer go on. It has the interface of a
     :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
     ``nbytes``), so the same operation runs it, traces it and times it out.
     """
 
     def __init__(self, windows: DirectWindows, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
-                 block: int | None) -> None:  # fmt: skip
-        self.w, self.prims, self.flags, self.lo, self.hi, self.round, self.block = (
-            windows,
-            prims,
-            flags,
-            lo,
-            hi,
-            round_,
-            block,
-        )
+                 sources: list[int] | None = None, out_block: int = 0, in_block: int = 0) -> None:  # fmt: skip
+        self.w, self.prims, self.flags, self.lo, self.hi, self.round = windows, prims, flags, lo, hi, round_
+        self.out_block, self.in_block = out_block, in_block
         self.others = [p for p in range(windows.nranks) if p != windows.rank]
+        self.sources = self.others if sources is None else sources
         self.nbytes = (hi - lo) * prims.itemsize
         self.span = (lo, hi)
         sending = bool(flags & Flag.SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in self.others]
+        self.recv = [] if sending else [_Peer(p) for p in self.sources]
 
     @property
     def name(self) -> str:
@@ -232,12 +314,12 @@ class WindowStep:
 
     @property
     def peers(self) -> list[int]:
-        return self.others
+        return self.others if self.flags & Flag.SEND else self.sources
 
     def _late(self) -> list[int]:
         if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
             return [p for p in self.others if self.w.done[p] < self.round - 1]
-        return [p for p in self.others if self.w.posted[p] < self.round]
+        return [p for p in self.sources if self.w.posted[p] < self.round]
 
     def ready(self) -> bool:
         return not self._late()
@@ -256,31 +338,103 @@ class WindowStep:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
     def run(self) -> None:
-        me, p, lo, hi = self.w.rank, self.prims, self.lo, self.hi
         if self.flags & Flag.SEND:
-            if self.nbytes:
-                copy_device(self.w.view(me, self.nbytes, p.dtype), p.local[lo:hi])
-            synchronize()  # the window's bytes land before the flag that announces them
-            self.w.posted[me] = self.round
-            self._charge(sent=True)
-            return
-        if self.nbytes:
-            if self.flags & Flag.REDUCE:  # fold every window, in rank order, into out
-                dst = p.out[lo:hi]
-                windows = [self.w.view(rank, self.nbytes, p.dtype) for rank in range(self.w.nranks)]
-                combine_kernels.fold_into(p.rule, dst, windows[0], windows[1])  # unchecked: checked at the call
-                for window in windows[2:]:
-                    combine_kernels.fold_into(p.rule, dst, dst, window)
-                if self.flags & Flag.POST:
-                    p.post(dst)
-            else:  # copy each peer's window into that peer's block of out
-                for peer in self.others:
-                    start = peer * self.block + lo
-                    copy_device(p.out[start : start + hi - lo], self.w.view(peer, self.nbytes, p.dtype))
-        synchronize()  # reads finish before the flag lets the owners overwrite their windows
-        self.w.done[me] = self.round
-        self._charge(sent=False)
+            self._post()
+        else:
+            self._read()
 
-    def _charge(self, sent: bool) -> None:
-        for peer in self.others:
-            self.prims.charge(peer, self.nbytes, sent)
+    def _post(self) -> None:
+        w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
+        if p.lent is not None:  # the peers read local itself: nothing to copy
+            w.lent[me], w.lent_at[me] = p.lent
+            p.lent_round = self.round
+        else:
+            w.lent[me] = -1
+            readers = self.others if self.in_block else [me]  # one block per reader, or one for all
+            for q in readers:
+                if self.nbytes:
+                    start = q * self.in_block + lo
+                    copy_device(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
+                    p.charge_copy(me, self.nbytes)
+            synchronize()  # the window's bytes land before the flag that announces them
+        w.posted[me] = self.round
+        for q in self.others:
+            p.charge(q, self.nbytes, sent=True)
+
+    def _slot(self, reader: int) -> int:
+        """Where a staged chunk for ``reader`` starts in the window, in bytes."""
+        return reader * self.nbytes if self.in_block else 0
+
+    def source(self, rank: int) -> Any:
+        """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
+        w, p, me = self.w, self.prims, self.w.rank
+        if rank == me and p.lent is not None:
+            return p.local[self.lo : self.hi]
+        if w.lent[rank] >= 0:
+            return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
+        return w.view(rank, self.nbytes, p.dtype, self._slot(me))
+
+    def _read(self) -> None:
+        w, p, lo, hi = self.w, self.prims, self.lo, self.hi
+        if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
+            dst = p.out[lo:hi]
+            sources = [self.source(rank) for rank in range(w.nranks)]
+            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
+            for src in sources[2:]:
+                combine_kernels.fold_into(p.rule, dst, dst, src)
+            for rank in self.others:
+                p.charge_copy(rank, self.nbytes)
+            if self.flags & Flag.POST:
+                p.post(dst)
+        elif self.nbytes:  # copy each source's chunk into its block of out
+            for rank in self.sources:
+                start = rank * self.out_block + lo
+                copy_device(p.out[start : start + hi - lo], self.source(rank))
+                p.charge_copy(rank, self.nbytes)
+        synchronize()  # reads finish before the flag lets the owners overwrite their windows
+        w.done[w.rank] = self.round
+        for rank in self.sources if not self.flags & Flag.REDUCE else self.others:
+            p.charge(rank, self.nbytes, sent=False)
+
+
+class Release:
+    """The last step of a collective that lent this rank's buffer: wait until every peer has read it.
+
+    The user may overwrite the buffer as soon as the collective returns, so a rank that lent it in round ``k``
+    returns only once every peer's ``done`` has reached ``k``. A rank that lent nothing is ready at once.
+    """
+
+    name = "direct_release"
+    nbytes = 0
+    span = (0, 0)
+    send: list = []
+    recv: list = []
+
+    def __init__(self, windows: DirectWindows, prims: Any) -> None:
+        self.w, self.prims = windows, prims
+        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+
+    @property
+    def peers(self) -> list[int]:
+        return self.others
+
+    def _late(self) -> list[int]:
+        lent = self.prims.lent_round
+        return [] if lent is None else [p for p in self.others if self.w.done[p] < lent]
+
+    def ready(self) -> bool:
+        return not self._late()
+
+    def waiting_peers(self) -> list[int]:
+        return self._late()
+
+    def waiting_for(self) -> str:
+        late = self._late()
+        return f"ranks {late} to finish reading this rank's buffer (round {self.prims.lent_round})" if late else (
+            "nothing (ready)")  # fmt: skip
+
+    def describe(self) -> str:
+        return f"{self.name} of the buffer lent up to round {self.prims.lent_round}"
+
+    def run(self) -> None:
+        self.prims.lent_round = None

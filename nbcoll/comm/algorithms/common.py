@@ -93,4 +93,5 @@ class Context:
             local_position=local_position,
             counters=self.counters,
             windows=self.windows,
+            rank=self.rank,
         )

@@ -6,10 +6,15 @@ takes a single step: each rank sends its whole buffer to every peer and folds wh
 knows where that ends. NCCL's one-shot all-reduce reads the peers' buffers in place over NVLink; here the peers'
 data arrive through the same FIFOs as every other algorithm, one chunk per peer per step.
 
-When every rank is on one machine and reached over ipc, the peers' data are not sent at all: each rank writes
-its chunk into its own *window*, which every other rank has mapped, and then reads all the windows in place, as
-NCCL's one-shot kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). Elsewhere the chunks
-travel through the same FIFOs as every other algorithm, one chunk per peer per step.
+When every rank is on one machine and reached over ipc, the peers' data are not sent at all, as NCCL's one-shot
+kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). A buffer from ``comm.alloc()`` is
+*registered*: every peer has mapped it, so it is read in place and each byte is copied once per hop, straight
+into the reader's output. Any other buffer is staged: its owner copies each chunk into its own *window*, which
+every peer has mapped, and the peers read the window. Elsewhere the chunks travel through the same FIFOs as
+every other algorithm, one chunk per peer per step.
+
+All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
+straight into its output.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
@@ -22,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nbcoll.comm.algorithms import pairwise
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
 
@@ -35,9 +41,11 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     peers = _peers(ctx)
     prims = ctx.prims(local, out, recv_from=peers, send_to=peers, op=ctx.op, post=ctx.post, local_position=ctx.rank)
     if ctx.windows is not None:
-        for lo, hi in chunks(0, local.size, ctx.windows.nbytes // local.dtype.itemsize):
-            yield prims.direct_send(lo, hi)
-            yield prims.direct_recv_reduce_copy(lo, hi)
+        for lo, hi in chunks(0, local.size, _window_elems(ctx, local, 1)):
+            round_ = ctx.windows.next_round()
+            yield prims.direct_send(lo, hi, round_)
+            yield prims.direct_recv_reduce_copy(lo, hi, round_)
+        yield prims.direct_release()
         return
     for lo, hi in chunks(0, local.size, ctx.chunk_elems):
         yield prims.send(lo, hi)
@@ -48,11 +56,13 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
     count, r = local.size, ctx.rank
     if ctx.windows is not None:
-        prims = ctx.prims(local, out, recv_from=_peers(ctx), send_to=_peers(ctx))
-        for lo, hi in chunks(0, count, ctx.windows.nbytes // local.dtype.itemsize):
-            yield prims.direct_send(lo, hi)
+        prims = ctx.prims(local, out)
+        for lo, hi in chunks(0, count, _window_elems(ctx, local, 1)):
+            round_ = ctx.windows.next_round()
+            yield prims.direct_send(lo, hi, round_)
             yield prims.copy(lo, hi, out_at=r * count + lo)
-            yield prims.direct_recv(lo, hi, block=count)
+            yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count)
+        yield prims.direct_release()
         return
     send = ctx.prims(local, out, send_to=_peers(ctx))
     recv = {peer: ctx.prims(local, out, recv_from=[peer]) for peer in _peers(ctx)}
@@ -60,6 +70,49 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
         yield send.copy_send(lo, hi, out_at=r * count + lo)
         for peer in _peers(ctx):
             yield recv[peer].recv(peer * count + lo, peer * count + hi)
+
+
+def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
+    """Every rank reads the root's buffer; without windows, the root sends every chunk to every peer."""
+    r = ctx.rank
+    if ctx.windows is not None:
+        prims = ctx.prims(src, out)
+        for lo, hi in chunks(0, out.size, _window_elems(ctx, out, 1)):
+            round_ = ctx.windows.next_round()
+            if r == root:
+                yield prims.direct_send(lo, hi, round_)
+                yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+            yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
+        yield prims.direct_release()
+        return
+    if r == root:
+        prims = ctx.prims(src, out, send_to=_peers(ctx))
+        for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+            yield prims.copy_send(lo, hi)
+        return
+    prims = ctx.prims(src, out, recv_from=[root])
+    for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+        yield prims.recv(lo, hi)
+
+
+def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    """Every rank reads its block of every peer's input in place; without windows, the pairwise exchange."""
+    if ctx.windows is None:
+        yield from pairwise.all_to_all(ctx, local, out)
+        return
+    count, r = out.size // ctx.nranks, ctx.rank
+    prims = ctx.prims(local, out)
+    for lo, hi in chunks(0, count, _window_elems(ctx, local, ctx.nranks)):
+        round_ = ctx.windows.next_round()
+        yield prims.direct_send(lo, hi, round_, in_block=count)
+        yield prims.copy(r * count + lo, r * count + hi)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count)
+    yield prims.direct_release()
+
+
+def _window_elems(ctx: Context, buf: Any, blocks: int) -> int:
+    """Elements per round: a staged round's ``blocks`` chunks (one per reader) fill the window."""
+    return max(1, ctx.windows.nbytes // (blocks * buf.dtype.itemsize))
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
