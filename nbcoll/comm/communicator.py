@@ -35,7 +35,7 @@ from nbcoll.comm.bootstrap import Wiring, bootstrap, release, rendezvous
 from nbcoll.comm.collectives import Collectives
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.connection import RecvConnection, SendConnection
-from nbcoll.comm.counters import Counters, PeerCounters
+from nbcoll.comm.counters import FIELDS, Counters, PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.engine import Engine
 from nbcoll.comm.errors import CommAbortedError
@@ -429,7 +429,8 @@ class Communicator(Collectives):
         >>> comm.destroy()
         """
         for pc in self._counters.values():
-            pc.bytes_sent = pc.bytes_received = pc.chunks_sent = pc.chunks_received = 0
+            for name in FIELDS:
+                setattr(pc, name, 0)
 
     # -- new communicators --------------------------------------------------------------------------------------
 
