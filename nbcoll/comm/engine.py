@@ -40,7 +40,6 @@ from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
 
-
 WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all")
 """The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
 
