@@ -1,41 +1,61 @@
-"""Direct windows: every rank of a machine maps every other rank's buffer, so a one-shot step reads peers in place.
+"""Direct windows and registered buffers: every rank of a machine maps its peers' memory, so a one-shot step
+reads them in place.
 
-A FIFO moves data by copying it into the receiver's slot. NCCL's one-shot all-reduce skips that: each GPU reads
-its peers' buffers directly over NVLink. Here each rank owns a *window* (an IPC-exportable buffer of
-``NBCOLL_BUFFSIZE`` bytes) that all ranks of the machine have mapped, and two rows of flags in a shared host page::
+A FIFO moves data by copying it into the receiver's slot, and the receiver copies it out again: two copies per
+hop. NCCL's P2P direct mode with user-buffer registration skips the first: a GPU reads its peer's buffer itself
+over NVLink. Here every rank of the machine maps two kinds of its peers' memory:
 
-    posted[r]   the last round whose data rank r has written into its window      (written by r only)
-    done[r]     the last round in which rank r has finished reading every window   (written by r only)
+* its *window*, an IPC-exportable buffer of ``NBCOLL_BUFFSIZE`` bytes, where an input that is not registered is
+  staged (copied in by its owner, read by the peers: still two copies, but one write serves every reader);
+* its *registered buffers*, from :meth:`DirectWindows.alloc` (``comm.alloc``): an input that lies in one is
+  *lent*, read by the peers where it is, so each byte is copied once per hop, straight into the reader's output.
 
-One round of a one-shot collective, on every rank ``r``::
+What IPC can map decides the shape of the API: on ``numpy`` and ``sim`` only ``/dev/shm`` segments (and on
+``cuda`` only whole ``cudaMalloc`` allocations, by their CUDA IPC handle) can be opened by another process, so a
+registered buffer is one nbcoll allocates, collectively, rather than any array a user already has.
+
+Four rows of flags in a shared host page, one column per rank, each written by its rank only::
+
+    posted[r]   the last round rank r has posted data for
+    done[r]     the last round in which rank r has finished reading its peers
+    lent[r]     where rank r's posted data are: registration k, or -1 for its window
+    lent_at[r]  the byte offset of rank r's input inside registration k
+
+One round of a one-shot collective, on every rank ``r`` (:mod:`nbcoll.comm.window_step`)::
 
     wait until done[p] >= round - 1 for every peer p      # nobody still reads what we are about to overwrite
-    window[r] = our chunk;  posted[r] = round
-    wait until posted[p] >= round for every peer p        # every peer's chunk is in its window
-    out = fold(window[0], ..., window[n-1])  (or copy each peer's window into its block)
-    done[r] = round
+    lend our input (lent[r] = k, lent_at[r]), or copy our chunk into window[r];  posted[r] = round
+    wait until posted[p] >= round for every source p      # every peer's chunk is posted
+    out = fold(source(0), ..., source(n-1))  (or copy each source's chunk into its block of out)
+    done[r] = round                                         # every rank, every round, even with no source
 
-Both waits are steps, so the communicator's watchdog bounds them like every other wait. Windows need every rank
-on one machine with the ipc transport; elsewhere the direct algorithms use the FIFOs instead.
+and at the end of a collective in which rank ``r`` lent its input::
 
-Setting the windows up is collective too, and bounded the same way: each rank creates its own window (rank 0 also
-the flags), the handles go to every peer in non-blocking messages that the watchdog polls (timeout, abort, dead
-peer), each rank maps the others' windows, a second exchange says everyone has, and only then does each owner
-remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that dies, an error while
-mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside MPI, where neither the
-timeout nor a ``SIGTERM`` handler could run.
+    wait until done[p] >= last lent round for every peer p   # then the user may overwrite the buffer
+
+An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the peers would read the
+sum instead of the input. All waits are steps, so the communicator's watchdog bounds them like every other
+wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct algorithms use FIFOs.
+
+Setting the windows up, and each ``alloc``, is collective too, and bounded the same way: each rank creates its
+buffer (rank 0 also the flags), the handles go to every peer in non-blocking messages that the watchdog polls
+(timeout, abort, dead peer), each rank maps the others' buffers, a second exchange says everyone has, and only
+then does each owner remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that
+dies, an error while mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside
+MPI, where neither the timeout nor a ``SIGTERM`` handler could run.
 
 Example::
 
     windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
+    x = windows.alloc(64, np.float32)                      # registered: peers read it in place
     prims = Prims(x, out, op="sum", windows=windows)
-    steps = [prims.direct_send(0, 64), prims.direct_recv_reduce_copy(0, 64)]
+    k = windows.next_round()
+    steps = [prims.direct_send(0, 64, k), prims.direct_recv_reduce_copy(0, 64, k), prims.direct_release()]
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,11 +67,10 @@ except ImportError:  # the comm package imports without MPI; only communicators 
 
 from nbcoll import memory
 from nbcoll.comm.bootstrap import shared_memory_of
-from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
-from nbcoll.comm.primitives import Flag, name_of
+from nbcoll.comm.primitives import Flag
+from nbcoll.comm.window_step import Release, WindowStep
 from nbcoll.ipc_memory import IpcBuffer
-from nbcoll.kernels import combine as combine_kernels
 
 TAG_WINDOWS = 91
 """Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
@@ -62,13 +81,6 @@ POSTED, DONE, LENT, LENT_AT = 0, 1, 2, 3
 last round it finished reading, and where its posted data lie (registration ``k`` at byte ``LENT_AT``, or -1
 when they are in its window)."""
 FLAG_ROWS = 4
-
-
-@dataclass
-class _Peer:
-    """Stands for a peer in traces, where a FIFO step would name its connection."""
-
-    peer: int
 
 
 class DirectWindows:
@@ -279,162 +291,3 @@ class _Exchange:
         if late:
             return f"ranks {late} to reach their first one-shot collective on this communicator"
         return "this rank's messages to be delivered"
-
-
-class WindowStep:
-    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits (``b = in_block``,
-    ``B = out_block``, ``me`` this rank)::
-
-        DIRECT | SEND                 lend local (registered), or window[q*len] = local[q*b + lo : q*b + hi];  posted
-        DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
-        DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
-
-    ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
-    second copy of a staged byte). Every rank ends every round with a receiving step, from no source if it reads
-    nothing (a broadcast's root): its ``done`` is what lets the next writer go on. It has the interface of a
-    :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
-    ``nbytes``), so the same operation runs it, traces it and times it out.
-    """
-
-    def __init__(self, windows: DirectWindows, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
-                 sources: list[int] | None = None, out_block: int = 0, in_block: int = 0) -> None:  # fmt: skip
-        self.w, self.prims, self.flags, self.lo, self.hi, self.round = windows, prims, flags, lo, hi, round_
-        self.out_block, self.in_block = out_block, in_block
-        self.others = [p for p in range(windows.nranks) if p != windows.rank]
-        self.sources = self.others if sources is None else sources
-        self.nbytes = (hi - lo) * prims.itemsize
-        self.span = (lo, hi)
-        sending = bool(flags & Flag.SEND)
-        self.send = [_Peer(p) for p in self.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in self.sources]
-
-    @property
-    def name(self) -> str:
-        return name_of(self.flags)
-
-    @property
-    def peers(self) -> list[int]:
-        return self.others if self.flags & Flag.SEND else self.sources
-
-    def _late(self) -> list[int]:
-        if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
-            return [p for p in self.others if self.w.done[p] < self.round - 1]
-        return [p for p in self.sources if self.w.posted[p] < self.round]
-
-    def ready(self) -> bool:
-        return not self._late()
-
-    def waiting_peers(self) -> list[int]:
-        return self._late()
-
-    def waiting_for(self) -> str:
-        late = self._late()
-        if not late:
-            return "nothing (ready)"
-        what = "finish reading this rank's window" if self.flags & Flag.SEND else "post their data"
-        return f"ranks {late} to {what} for round {self.round}"
-
-    def describe(self) -> str:
-        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
-
-    def run(self) -> None:
-        if self.flags & Flag.SEND:
-            self._post()
-        else:
-            self._read()
-
-    def _post(self) -> None:
-        w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
-        if p.lent is not None:  # the peers read local itself: nothing to copy
-            w.lent[me], w.lent_at[me] = p.lent
-            p.lent_round = self.round
-        else:
-            w.lent[me] = -1
-            readers = self.others if self.in_block else [me]  # one block per reader, or one for all
-            for q in readers:
-                if self.nbytes:
-                    start = q * self.in_block + lo
-                    copy_device(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
-                    p.charge_copy(me, self.nbytes)
-            synchronize()  # the window's bytes land before the flag that announces them
-        w.posted[me] = self.round
-        for q in self.others:
-            p.charge(q, self.nbytes, sent=True)
-
-    def _slot(self, reader: int) -> int:
-        """Where a staged chunk for ``reader`` starts in the window, in bytes."""
-        return reader * self.nbytes if self.in_block else 0
-
-    def source(self, rank: int) -> Any:
-        """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
-        w, p, me = self.w, self.prims, self.w.rank
-        if rank == me and p.lent is not None:
-            return p.local[self.lo : self.hi]
-        if w.lent[rank] >= 0:
-            return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
-        return w.view(rank, self.nbytes, p.dtype, self._slot(me))
-
-    def _read(self) -> None:
-        w, p, lo, hi = self.w, self.prims, self.lo, self.hi
-        if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
-            dst = p.out[lo:hi]
-            sources = [self.source(rank) for rank in range(w.nranks)]
-            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
-            for src in sources[2:]:
-                combine_kernels.fold_into(p.rule, dst, dst, src)
-            for rank in self.others:
-                p.charge_copy(rank, self.nbytes)
-            if self.flags & Flag.POST:
-                p.post(dst)
-        elif self.nbytes:  # copy each source's chunk into its block of out
-            for rank in self.sources:
-                start = rank * self.out_block + lo
-                copy_device(p.out[start : start + hi - lo], self.source(rank))
-                p.charge_copy(rank, self.nbytes)
-        synchronize()  # reads finish before the flag lets the owners overwrite their windows
-        w.done[w.rank] = self.round
-        for rank in self.sources if not self.flags & Flag.REDUCE else self.others:
-            p.charge(rank, self.nbytes, sent=False)
-
-
-class Release:
-    """The last step of a collective that lent this rank's buffer: wait until every peer has read it.
-
-    The user may overwrite the buffer as soon as the collective returns, so a rank that lent it in round ``k``
-    returns only once every peer's ``done`` has reached ``k``. A rank that lent nothing is ready at once.
-    """
-
-    name = "direct_release"
-    nbytes = 0
-    span = (0, 0)
-    send: list = []
-    recv: list = []
-
-    def __init__(self, windows: DirectWindows, prims: Any) -> None:
-        self.w, self.prims = windows, prims
-        self.others = [p for p in range(windows.nranks) if p != windows.rank]
-
-    @property
-    def peers(self) -> list[int]:
-        return self.others
-
-    def _late(self) -> list[int]:
-        lent = self.prims.lent_round
-        return [] if lent is None else [p for p in self.others if self.w.done[p] < lent]
-
-    def ready(self) -> bool:
-        return not self._late()
-
-    def waiting_peers(self) -> list[int]:
-        return self._late()
-
-    def waiting_for(self) -> str:
-        late = self._late()
-        return f"ranks {late} to finish reading this rank's buffer (round {self.prims.lent_round})" if late else (
-            "nothing (ready)")  # fmt: skip
-
-    def describe(self) -> str:
-        return f"{self.name} of the buffer lent up to round {self.prims.lent_round}"
-
-    def run(self) -> None:
-        self.prims.lent_round = None
