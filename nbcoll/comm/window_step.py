@@ -78,12 +78,6 @@ class WindowStep:
     def describe(self) -> str:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
-    def run(self) -> None:
-        if self.flags & Flag.SEND:
-            self._post()
-        else:
-            self._read()
-
     def _post(self) -> None:
         w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
         if p.lent is not None:  # the peers read local itself: nothing to copy
@@ -115,7 +109,11 @@ class WindowStep:
             return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
         return w.view(rank, self.nbytes, p.dtype, self._slot(me))
 
-    def _read(self) -> None:
+    def run(self) -> None:
+        """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
+        if self.flags & Flag.SEND:
+            self._post()
+            return
         w, p, lo, hi = self.w, self.prims, self.lo, self.hi
         if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
             dst = p.out[lo:hi]
