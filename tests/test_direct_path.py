@@ -80,3 +80,28 @@ def test_direct_path_under_mpiexec_on_ipc():
     for out in result.outputs:
         assert "direct path ok" in out, result.report()
     assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
+
+
+def test_one_shot_collectives_in_flight_together_number_their_rounds_alike():
+    # Several rounds each (windows of 256 bytes), issued without waiting and in a group: every rank may take the
+    # steps of the two collectives in another order, but each round means the same chunk on every rank.
+    def overlapping(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(100, np.int64)
+        x[:] = np.arange(100) + 1000 * r
+        gathered, summed = np.zeros(100 * n, np.int64), np.zeros(100, np.int64)
+        works = [comm.all_gather(x, gathered, algo="direct", async_op=True)]
+        works.append(comm.all_reduce(np.arange(100) * (r + 1), summed, algo="direct", async_op=True))
+        for work in works:
+            work.wait()
+        with comm.group():
+            again = comm.all_gather(np.arange(100) + 1000 * r, np.zeros(100 * n, np.int64), algo="direct")
+            bcast = comm.broadcast(x, np.zeros(100, np.int64), root=0, algo="direct")
+        return gathered, summed, again, bcast
+
+    n = 3
+    for gathered, summed, again, bcast in loopback.run(n, overlapping, config=CommConfig(buffsize=256, timeout=60)):
+        expected = np.concatenate([np.arange(100) + 1000 * p for p in range(n)])
+        assert np.array_equal(gathered, expected) and np.array_equal(again, expected)
+        assert np.array_equal(summed, np.arange(100) * sum(range(1, n + 1)))
+        assert np.array_equal(bcast, np.arange(100))

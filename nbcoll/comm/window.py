@@ -49,7 +49,7 @@ Example::
     windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
     x = windows.alloc(64, np.float32)                      # registered: peers read it in place
     prims = Prims(x, out, op="sum", windows=windows)
-    k = windows.next_round()
+    k = windows.reserve(1)
     steps = [prims.direct_send(0, 64, k), prims.direct_recv_reduce_copy(0, 64, k), prims.direct_release()]
 """
 
@@ -165,10 +165,16 @@ class DirectWindows:
 
     # -- rounds and windows -------------------------------------------------------------------------------------
 
-    def next_round(self) -> int:
-        """The number of the next round: every rank counts the same rounds in the same order."""
-        self.rounds += 1
-        return self.rounds
+    def reserve(self, count: int) -> int:
+        """Number the ``count`` rounds of one collective, when it is planned; returns the first.
+
+        Every rank plans its collectives in the same order, so every rank gives the same numbers to the same
+        rounds, even when several collectives are in flight at once (async calls, a group), whose steps each
+        rank may take in another order.
+        """
+        first = self.rounds + 1
+        self.rounds += count
+        return first
 
     def view(self, rank: int, nbytes: int, dtype: Any, first_byte: int = 0) -> Any:
         return self.windows[rank].array[first_byte : first_byte + nbytes].view(np.dtype(dtype))

@@ -19,6 +19,10 @@ straight into its output.
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
 
+The one-shot rounds are numbered when the collective is planned (``windows.reserve``), not when its steps run:
+with two collectives in flight, the ranks may take their steps in different orders, but they plan them in the
+same one.
+
 Gather and scatter are direct too: the root receives from, or sends to, each peer in turn.
 """
 
@@ -38,15 +42,23 @@ def _peers(ctx: Context) -> list[int]:
 
 def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
+    if ctx.windows is not None:
+        spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
+        return _one_shot_reduce(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_reduce(ctx, local, out)
+
+
+def _one_shot_reduce(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_)
+        yield prims.direct_recv_reduce_copy(lo, hi, round_)
+    yield prims.direct_release()
+
+
+def _fifo_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     peers = _peers(ctx)
     prims = ctx.prims(local, out, recv_from=peers, send_to=peers, op=ctx.op, post=ctx.post, local_position=ctx.rank)
-    if ctx.windows is not None:
-        for lo, hi in chunks(0, local.size, _window_elems(ctx, local, 1)):
-            round_ = ctx.windows.next_round()
-            yield prims.direct_send(lo, hi, round_)
-            yield prims.direct_recv_reduce_copy(lo, hi, round_)
-        yield prims.direct_release()
-        return
     for lo, hi in chunks(0, local.size, ctx.chunk_elems):
         yield prims.send(lo, hi)
         yield prims.recv_reduce_copy(lo, hi)
@@ -54,16 +66,24 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
-    count, r = local.size, ctx.rank
     if ctx.windows is not None:
-        prims = ctx.prims(local, out)
-        for lo, hi in chunks(0, count, _window_elems(ctx, local, 1)):
-            round_ = ctx.windows.next_round()
-            yield prims.direct_send(lo, hi, round_)
-            yield prims.copy(lo, hi, out_at=r * count + lo)
-            yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count)
-        yield prims.direct_release()
-        return
+        spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
+        return _one_shot_gather(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_gather(ctx, local, out)
+
+
+def _one_shot_gather(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    count, r = local.size, ctx.rank
+    prims = ctx.prims(local, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_)
+        yield prims.copy(lo, hi, out_at=r * count + lo)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count)
+    yield prims.direct_release()
+
+
+def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    count, r = local.size, ctx.rank
     send = ctx.prims(local, out, send_to=_peers(ctx))
     recv = {peer: ctx.prims(local, out, recv_from=[peer]) for peer in _peers(ctx)}
     for lo, hi in chunks(0, count, ctx.chunk_elems):
@@ -74,18 +94,25 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
     """Every rank reads the root's buffer; without windows, the root sends every chunk to every peer."""
-    r = ctx.rank
     if ctx.windows is not None:
-        prims = ctx.prims(src, out)
-        for lo, hi in chunks(0, out.size, _window_elems(ctx, out, 1)):
-            round_ = ctx.windows.next_round()
-            if r == root:
-                yield prims.direct_send(lo, hi, round_)
-                yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
-            yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
-        yield prims.direct_release()
-        return
-    if r == root:
+        spans = list(chunks(0, out.size, _window_elems(ctx, out, 1)))
+        return _one_shot_broadcast(ctx, src, out, root, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_broadcast(ctx, src, out, root)
+
+
+def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
+    r = ctx.rank
+    prims = ctx.prims(src, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        if r == root:
+            yield prims.direct_send(lo, hi, round_)
+            yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+        yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
+    yield prims.direct_release()
+
+
+def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
+    if ctx.rank == root:
         prims = ctx.prims(src, out, send_to=_peers(ctx))
         for lo, hi in chunks(0, out.size, ctx.chunk_elems):
             yield prims.copy_send(lo, hi)
@@ -98,12 +125,15 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
 def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Every rank reads its block of every peer's input in place; without windows, the pairwise exchange."""
     if ctx.windows is None:
-        yield from pairwise.all_to_all(ctx, local, out)
-        return
+        return pairwise.all_to_all(ctx, local, out)
+    spans = list(chunks(0, out.size // ctx.nranks, _window_elems(ctx, local, ctx.nranks)))
+    return _one_shot_all_to_all(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+
+
+def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
     count, r = out.size // ctx.nranks, ctx.rank
     prims = ctx.prims(local, out)
-    for lo, hi in chunks(0, count, _window_elems(ctx, local, ctx.nranks)):
-        round_ = ctx.windows.next_round()
+    for round_, (lo, hi) in enumerate(spans, first):
         yield prims.direct_send(lo, hi, round_, in_block=count)
         yield prims.copy(r * count + lo, r * count + hi)
         yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count)
