@@ -53,7 +53,8 @@ def _one_shot_reduce(ctx: Context, local: Any, out: Any, spans: list, first: int
     for round_, (lo, hi) in enumerate(spans, first):
         yield prims.direct_send(lo, hi, round_)
         yield prims.direct_recv_reduce_copy(lo, hi, round_)
-    yield prims.direct_release()
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
 
 
 def _fifo_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
@@ -79,7 +80,8 @@ def _one_shot_gather(ctx: Context, local: Any, out: Any, spans: list, first: int
         yield prims.direct_send(lo, hi, round_)
         yield prims.copy(lo, hi, out_at=r * count + lo)
         yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count)
-    yield prims.direct_release()
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
 
 
 def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
@@ -108,7 +110,8 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list
             yield prims.direct_send(lo, hi, round_)
             yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
         yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
-    yield prims.direct_release()
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
 
 
 def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
@@ -137,7 +140,8 @@ def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, spans: list, first:
         yield prims.direct_send(lo, hi, round_, in_block=count)
         yield prims.copy(r * count + lo, r * count + hi)
         yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count)
-    yield prims.direct_release()
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
 
 
 def _window_elems(ctx: Context, buf: Any, blocks: int) -> int:
