@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec (default 2,4)")
     p.add_argument("--repeats", type=int, default=None, help="timed samples per size and contender (default 5)")
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated subset")
+    p.add_argument("--min-bytes", type=int, default=None, help="start the sweep at this size")
     p.add_argument("--max-bytes", type=int, default=None, help="stop the sweep at this size")
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json, .rst and .png")
     p.add_argument("--plot-dir", default=str(HERE.parent / "docs" / "_static"), help="directory for the .png")
@@ -325,6 +326,8 @@ def run_rank(args: argparse.Namespace) -> int:
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.max_bytes:
         sizes = [s for s in sizes if s <= args.max_bytes]
+    if args.min_bytes:
+        sizes = [s for s in sizes if s >= args.min_bytes]
     repeats = args.repeats or (2 if args.quick else 5)
     gloo = None
     if "gloo" in args.peers.split(","):
