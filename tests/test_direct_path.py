@@ -105,3 +105,25 @@ def test_one_shot_collectives_in_flight_together_number_their_rounds_alike():
         assert np.array_equal(gathered, expected) and np.array_equal(again, expected)
         assert np.array_equal(summed, np.arange(100) * sum(range(1, n + 1)))
         assert np.array_equal(bcast, np.arange(100))
+
+
+def test_registered_direct_collectives_on_the_simulator():
+    # A few elements only: every copy and fold is a simulated kernel launch over the lent memory.
+    import nbcoll
+    from nbcoll.backend import device_backend
+
+    if device_backend() != "sim":
+        pytest.skip("the loopback world runs on numpy and sim")
+
+    def body(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(3, np.int64)
+        x[:] = nbcoll.to_device(np.arange(3, dtype=np.int64) + 10 * r)
+        gathered, summed = nbcoll.zeros(3 * n, np.int64), nbcoll.zeros(3, np.int64)
+        comm.all_gather(x, gathered, algo="direct")
+        comm.all_reduce(x, summed, algo="direct")
+        return nbcoll.to_host(gathered), nbcoll.to_host(summed)
+
+    with nbcoll.use_backend("sim"):
+        for gathered, summed in loopback.run(2, body):
+            assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]
