@@ -55,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -141,8 +142,10 @@ class DirectWindows:
         if found is None:
             raise ValueError("array: not a buffer from comm.alloc() on this communicator (or freed already)")
         k, _ = found
-        for buffer in self.registered[k] or []:
-            buffer.close()
+        with warnings.catch_warnings():  # the caller's own views keep its memory mapped until they go: expected
+            warnings.simplefilter("ignore", ResourceWarning)
+            for buffer in self.registered[k] or []:
+                buffer.close()
         self.registered[k] = None
 
     def find(self, array: Any) -> tuple[int, int] | None:
