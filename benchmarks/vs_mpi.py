@@ -88,8 +88,8 @@ def nbcoll_call(comm, collective: str, algo: str, send: np.ndarray, recv: np.nda
         return lambda: comm.all_gather(send, recv, algo=algo)
     if collective == "reduce_scatter":
         return lambda: comm.reduce_scatter(send, recv, algo=algo)
-    if collective == "broadcast":
-        return lambda: comm.broadcast(send, recv, root=0, algo=algo)
+    if collective == "broadcast":  # in place, as MPI's Bcast: the root's buffer already holds the data
+        return lambda: comm.broadcast(recv, root=0, algo=algo)
     return lambda: comm.all_to_all(send, recv, algo=algo)
 
 
@@ -142,8 +142,13 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     if gloo is not None:
         results["gloo"] = recv_mpi.copy()  # a broadcast root's buffer already holds the data
         contenders["gloo"] = gloo.call(collective, send, results["gloo"])
+    lent = [send] if register else []  # registered buffers, freed at the end
     for algo in ALGORITHMS[collective]:
         recv = np.zeros_like(recv_mpi)
+        if collective == "broadcast":  # in place: the root lends this buffer when it is registered
+            recv = alloc(recv.size) if register else recv
+            recv[...] = recv_mpi
+            lent += [recv] if register else []
         results[algo] = recv
         contenders[algo] = nbcoll_call(comm, collective, algo, send, recv)
     for call in contenders.values():  # warm-up: connections, first-touch of pages
@@ -155,8 +160,8 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     for _ in range(repeats):
         for name, call in contenders.items():
             samples[name].append(sample(world, call, inner))
-    if register:
-        comm.free(send)
+    for buffer in lent:
+        comm.free(buffer)
     medians = {name: statistics.median(s) for name, s in samples.items()}
     algos = [a for a in medians if a not in PEERS]
     best = min(algos, key=lambda a: medians[a])
