@@ -29,7 +29,8 @@ One round of a one-shot collective, on every rank ``r`` (:mod:`nbcoll.comm.windo
     out = fold(source(0), ..., source(n-1))  (or copy each source's chunk into its block of out)
     done[r] = round                                         # every rank, every round, even with no source
 
-and at the end of a collective in which rank ``r`` lent its input::
+A rank that lends posts its later rounds at once (only the first round of a collective waits for the readers
+of what came before: lending overwrites nothing), and at the end of a collective in which it lent its input::
 
     wait until done[p] >= last lent round for every peer p   # then the user may overwrite the buffer
 

@@ -59,6 +59,8 @@ class WindowStep:
 
     def _late(self) -> list[int]:
         if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
+            if self.prims.lent is not None and self.prims.lent_round is not None:
+                return []  # lent again in the same collective: the same buffer, nothing overwritten
             return [p for p in self.others if self.w.done[p] < self.round - 1]
         return [p for p in self.sources if self.w.posted[p] < self.round]
 
