@@ -6,11 +6,11 @@ this rank's program of primitives with it, and the program runs through the same
 point-to-point operations (timeouts, abort, flight recorder)::
 
     all_reduce     recvbuf = op(sendbuf of every rank)                       ring, tree, direct, halving_doubling
-    broadcast      recvbuf = sendbuf of root                                 ring, tree
+    broadcast      recvbuf = sendbuf of root                                 ring, tree, direct
     reduce         recvbuf (root) = op(sendbuf of every rank)                ring, tree
     all_gather     recvbuf[r*count:(r+1)*count] = sendbuf of rank r          ring, direct
     reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring
-    all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise
+    all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise, direct
     gather         recvbuf (root)[r*count:...] = sendbuf of rank r           direct
     scatter        recvbuf = sendbuf (root)[rank*count:...]                  direct
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-FIELDS = ("bytes_sent", "bytes_received", "chunks_sent", "chunks_received")
+FIELDS = ("bytes_sent", "bytes_received", "chunks_sent", "chunks_received", "bytes_copied")
 
 
 @dataclass
@@ -23,7 +23,7 @@ class PeerCounters:
     >>> import nbcoll
     >>> comm = nbcoll.init()
     >>> comm.peer_counters(0)                        # this rank's own entry: nothing moves to itself
-    PeerCounters(bytes_sent=0, bytes_received=0, chunks_sent=0, chunks_received=0)
+    PeerCounters(bytes_sent=0, bytes_received=0, chunks_sent=0, chunks_received=0, bytes_copied=0)
     >>> comm.destroy()
     """
 
@@ -31,6 +31,10 @@ class PeerCounters:
     bytes_received: int = 0
     chunks_sent: int = 0
     chunks_received: int = 0
+    bytes_copied: int = 0
+    """Bytes this rank's copies and folds moved into memory the peer reads (its FIFO slot) or out of memory the
+    peer wrote (a slot, a window, or its registered buffer read in place): a FIFO hop costs two copies, one at
+    each end, a direct hop one. This rank's own entry counts copies within it (its own block, into its window)."""
 
 
 class Counters:
@@ -105,12 +109,22 @@ class Counters:
         """
         return self._total("chunks_received")
 
+    @property
+    def bytes_copied(self) -> int:
+        """Bytes copied or folded, every peer's entry and this rank's own together (see :class:`PeerCounters`).
+
+        >>> from nbcoll.comm import Counters, PeerCounters
+        >>> Counters({0: PeerCounters(bytes_copied=8), 1: PeerCounters(bytes_copied=16)}).bytes_copied
+        24
+        """
+        return self._total("bytes_copied")
+
     def as_dict(self) -> dict:
         """The totals and every peer's counters as plain dicts (for JSON or a table).
 
         >>> from nbcoll.comm import Counters, PeerCounters
         >>> Counters({1: PeerCounters(bytes_sent=8, chunks_sent=1)}).as_dict()["total"]
-        {'bytes_sent': 8, 'bytes_received': 0, 'chunks_sent': 1, 'chunks_received': 0}
+        {'bytes_sent': 8, 'bytes_received': 0, 'chunks_sent': 1, 'chunks_received': 0, 'bytes_copied': 0}
         """
         totals = {name: self._total(name) for name in FIELDS}
         return {"total": totals, "per_peer": {p: dataclasses.asdict(pc) for p, pc in self.per_peer.items()}}

@@ -40,6 +40,9 @@ from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
 
+WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all")
+"""The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
+
 
 class Engine:
     """One communicator's control plane: call numbers, algorithm choice, tracer, windows and progress queue.
@@ -221,7 +224,7 @@ class Engine:
             send_connection=comm.send_connection,
             recv_connection=comm.recv_connection,
             counters=comm.peer_counters,
-            windows=self.direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
+            windows=self.direct_windows() if algo == "direct" and name in WINDOWED else None,
         )
         if comm.size == 1:
             channels = [_single_rank(ctx, single)]
@@ -259,6 +262,18 @@ class Engine:
                     raise
             self._windows_made = True
         return self._windows
+
+    def alloc(self, count: int, dtype: Any) -> Any:
+        """Collective: a buffer every peer maps (:meth:`DirectWindows.alloc`), or plain device memory when some
+        peer is on another node (no IPC reaches it: the FIFOs carry its data either way)."""
+        windows = self.direct_windows()
+        return memory.empty(count, dtype) if windows is None else windows.alloc(count, dtype)
+
+    def free(self, array: Any) -> None:
+        """Let go of a buffer from :meth:`alloc` (local; see :meth:`DirectWindows.free`)."""
+        windows = self.direct_windows()
+        if windows is not None:
+            windows.free(array)
 
     def close(self) -> None:
         """Release what the engine holds: the call numbers' notes, the direct windows, the trace file."""

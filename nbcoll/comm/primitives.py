@@ -20,8 +20,12 @@ direct algorithm sends to every peer.
 
 Every name is one generic step with explicit :class:`Flag` bits, as every NCCL primitive is one ``genericOp``:
 ``recv_reduce_copy_send`` is ``RECV | REDUCE | COPY | SEND``. The ``direct_*`` names build the same steps with
-``DIRECT``: they read the peers' buffers in place through the windows of :mod:`nbcoll.comm.window` instead of
-through FIFO slots.
+``DIRECT``: they read the peers' buffers in place (:mod:`nbcoll.comm.window`) instead of through FIFO slots::
+
+    direct_send(lo, hi, k)                     post local[lo:hi] for round k: lend it, or copy it into the window
+    direct_recv(lo, hi, k, sources)            out[lo:hi] = local of p [lo:hi], read in place, for p in sources
+    direct_recv_reduce_copy(lo, hi, k)         out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])
+    direct_release()                           wait until no peer reads what this rank lent
 
 The buffers, the op and the peers are checked once, when the collective is called; a step only checks what the
 peers sent (a chunk of the wrong size means the ranks disagree about the call). A step never blocks:
@@ -96,7 +100,8 @@ class Prims:
     ``local_position`` places the local input among the received chunks when the order of the fold matters
     (direct algorithms fold in rank order, so that every rank computes the same floating-point sum); by default
     it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
-    per-peer counters to charge. ``windows`` are the peers' buffers, for the ``direct_*`` steps.
+    per-peer counters to charge (``rank``'s own entry counts the copies within this rank). ``windows`` are the
+    peers' windows and registered buffers, for the ``direct_*`` steps.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class Prims:
         local_position: int = 0,
         counters: Callable[[int], PeerCounters] | None = None,
         windows: Any = None,
+        rank: int = -1,
     ) -> None:
         self.local, self.out = local, out
         self.recv_conns, self.send_conns = list(recv), list(send)
@@ -119,6 +125,11 @@ class Prims:
         self.local_position = local_position
         self.counters = counters
         self.windows = windows
+        self.rank = rank
+        # A registered input is lent to the peers, unless this rank folds over it while they read it.
+        lendable = windows is not None and not (op is not None and out is not None and memory.overlaps(local, out))
+        self.lent = windows.find(local) if lendable else None
+        self.lent_round: int | None = None  # the last round whose posted data are this rank's own buffer
         ref = local if local is not None else out
         self.dtype = np.dtype(ref.dtype)
         self.itemsize = self.dtype.itemsize
@@ -161,21 +172,35 @@ class Prims:
     def _post(self) -> Flag:
         return POST if self.post is not None else Flag(0)
 
-    # -- the direct primitives: the peers' windows instead of FIFO slots (nbcoll.comm.window) ------------------
+    # -- the direct primitives: the peers' buffers in place instead of FIFO slots (nbcoll.comm.window) ---------
 
-    def direct_send(self, lo: int, hi: int) -> Any:
-        """``window(this rank) = local[lo:hi]``: every peer reads it in place."""
-        return self.windows.step(self, DIRECT | SEND, lo, hi, self.windows.next_round())
+    def direct_send(self, lo: int, hi: int, round_: int, in_block: int = 0) -> Any:
+        """Post ``local[q*in_block + lo : q*in_block + hi]`` for every peer ``q``: lent in place when ``local`` is
+        registered, else copied into this rank's window. Peers read it in round ``round_``."""
+        return self.windows.step(self, DIRECT | SEND, lo, hi, round_, in_block=in_block)
 
-    def direct_recv_reduce_copy(self, lo: int, hi: int) -> Any:
-        """``out[lo:hi] = op(window(0), ..., window(n-1))``, read in place, in rank order."""
-        return self.windows.step(self, DIRECT | RECV | REDUCE | COPY | self._post, lo, hi, self.windows.rounds)
+    def direct_recv(self, lo: int, hi: int, round_: int, sources: Sequence[int], out_block: int = 0,
+                    in_block: int = 0) -> Any:  # fmt: skip
+        """``out[p*out_block + lo : ...] = local of p [me*in_block + lo : ...]`` for every ``p`` in ``sources``,
+        read in place; then this rank is done reading in round ``round_`` (also with no source)."""
+        where = {"sources": list(sources), "out_block": out_block, "in_block": in_block}
+        return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
 
-    def direct_recv(self, lo: int, hi: int, block: int) -> Any:
-        """``out[p*block + lo : p*block + hi] = window(p)`` for every peer ``p``: an all-gather's chunk."""
-        return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, self.windows.rounds, block)
+    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int) -> Any:
+        """``out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])``, read in place, in rank order."""
+        return self.windows.step(self, DIRECT | RECV | REDUCE | COPY | self._post, lo, hi, round_)
+
+    def direct_release(self) -> Any:
+        """The collective's last step: return only when no peer still reads what this rank lent."""
+        return self.windows.release(self)
 
     # -- what the steps share -----------------------------------------------------------------------------------
+
+    def charge_copy(self, peer: int, nbytes: int) -> None:
+        """``nbytes`` copied or folded out of memory ``peer`` wrote, or into memory it reads (``peer`` is this
+        rank for a copy within it)."""
+        if self.counters is not None and peer >= 0:
+            self.counters(peer).bytes_copied += nbytes
 
     def charge(self, peer: int, nbytes: int, sent: bool) -> None:
         if self.counters is None:
@@ -284,9 +309,13 @@ class Step:
             p.post(value)
         if dst is not None and value is not dst and not _same_memory(dst, value):
             copy_device(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
+            p.charge_copy(self.recv[0].peer if flags & RECV and not flags & REDUCE else p.rank, nbytes)
+        for conn in self.recv if flags & REDUCE else ():
+            p.charge_copy(conn.peer, nbytes)  # the fold read the peer's slot
         for conn in self.send:
             if conn is not folded_into:
                 copy_device(conn.slot()[:nbytes].view(p.dtype), value)
+            p.charge_copy(conn.peer, nbytes)  # written into the peer's slot (by the copy, or by the fold)
             conn.post(nbytes, True)
             p.charge(conn.peer, nbytes, sent=True)
         for conn in self.recv:

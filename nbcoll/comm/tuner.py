@@ -15,6 +15,11 @@ ranks, chunks of ``c`` bytes, windows of ``w``)::
     direct all-reduce    2 steps per window w (in place over IPC),       n x S        (post, fold n sources)
                          or 2 per chunk through FIFOs;                   2(n-1) x S
     halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
+    direct broadcast     2 steps per window w;                          2 S (stage, read)
+    direct all-to-all    2 steps per window of n blocks;                2(n-1) x S
+
+Direct counts bytes as staged through the windows: whether a buffer is registered (read in place, one copy
+fewer) is known to its own rank only, and every rank must choose alike; registration only makes direct faster.
 
 Channels (``NBCOLL_NCHANNELS``): the double binary tree's two trees run at once on two channels, so their waits
 overlap and the busiest rank waits through half the steps; that is what lets a tree beat a ring on small messages
@@ -196,6 +201,10 @@ def cost_terms(
             exchanges = sum(4 * _chunks(s / 2**k, chunk_bytes) for k in range(1, int(math.log2(p)) + 1))
             steps, moved = chunks + exchanges, s + 4 * (p - 1) / p * s
             return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
+    if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop, two waits per round
+        if window_bytes:
+            return 2 * _chunks(s, window_bytes), 2 * s  # the root stages (or copies out of place), readers copy
+        return chunks, n * s  # through FIFOs the root writes a slot for every peer
     if collective in ("broadcast", "reduce"):
         if algo == "ring":
             return chunks + n - 2, 2 * s
@@ -209,6 +218,8 @@ def cost_terms(
                 return 2 * _chunks(s, window_bytes), (n + 1) * s
             return n * chunks, (2 * n - 1) * s
     if collective == "all_to_all":
+        if algo == "direct" and window_bytes:  # a round stages one chunk per reader: n chunks fill the window
+            return 2 * _chunks(n * s, window_bytes), 2 * (n - 1) * s
         return 2 * (n - 1) * chunks, 2 * (n - 1) * s
     if collective in ("gather", "scatter"):
         return (n - 1) * chunks, 2 * (n - 1) * s

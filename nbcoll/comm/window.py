@@ -1,41 +1,63 @@
-"""Direct windows: every rank of a machine maps every other rank's buffer, so a one-shot step reads peers in place.
+"""Direct windows and registered buffers: every rank of a machine maps its peers' memory, so a one-shot step
+reads them in place.
 
-A FIFO moves data by copying it into the receiver's slot. NCCL's one-shot all-reduce skips that: each GPU reads
-its peers' buffers directly over NVLink. Here each rank owns a *window* (an IPC-exportable buffer of
-``NBCOLL_BUFFSIZE`` bytes) that all ranks of the machine have mapped, and two rows of flags in a shared host page::
+A FIFO moves data by copying it into the receiver's slot, and the receiver copies it out again: two copies per
+hop. NCCL's P2P direct mode with user-buffer registration skips the first: a GPU reads its peer's buffer itself
+over NVLink. Here every rank of the machine maps two kinds of its peers' memory:
 
-    posted[r]   the last round whose data rank r has written into its window      (written by r only)
-    done[r]     the last round in which rank r has finished reading every window   (written by r only)
+* its *window*, an IPC-exportable buffer of ``NBCOLL_BUFFSIZE`` bytes, where an input that is not registered is
+  staged (copied in by its owner, read by the peers: still two copies, but one write serves every reader);
+* its *registered buffers*, from :meth:`DirectWindows.alloc` (``comm.alloc``): an input that lies in one is
+  *lent*, read by the peers where it is, so each byte is copied once per hop, straight into the reader's output.
 
-One round of a one-shot collective, on every rank ``r``::
+What IPC can map decides the shape of the API: on ``numpy`` and ``sim`` only ``/dev/shm`` segments (and on
+``cuda`` only whole ``cudaMalloc`` allocations, by their CUDA IPC handle) can be opened by another process, so a
+registered buffer is one nbcoll allocates, collectively, rather than any array a user already has.
+
+Four rows of flags in a shared host page, one column per rank, each written by its rank only::
+
+    posted[r]   the last round rank r has posted data for
+    done[r]     the last round in which rank r has finished reading its peers
+    lent[r]     where rank r's posted data are: registration k, or -1 for its window
+    lent_at[r]  the byte offset of rank r's input inside registration k
+
+One round of a one-shot collective, on every rank ``r`` (:mod:`nbcoll.comm.window_step`)::
 
     wait until done[p] >= round - 1 for every peer p      # nobody still reads what we are about to overwrite
-    window[r] = our chunk;  posted[r] = round
-    wait until posted[p] >= round for every peer p        # every peer's chunk is in its window
-    out = fold(window[0], ..., window[n-1])  (or copy each peer's window into its block)
-    done[r] = round
+    lend our input (lent[r] = k, lent_at[r]), or copy our chunk into window[r];  posted[r] = round
+    wait until posted[p] >= round for every source p      # every peer's chunk is posted
+    out = fold(source(0), ..., source(n-1))  (or copy each source's chunk into its block of out)
+    done[r] = round                                         # every rank, every round, even with no source
 
-Both waits are steps, so the communicator's watchdog bounds them like every other wait. Windows need every rank
-on one machine with the ipc transport; elsewhere the direct algorithms use the FIFOs instead.
+A rank that lends posts its later rounds at once (only the first round of a collective waits for the readers
+of what came before: lending overwrites nothing), and at the end of a collective in which it lent its input::
 
-Setting the windows up is collective too, and bounded the same way: each rank creates its own window (rank 0 also
-the flags), the handles go to every peer in non-blocking messages that the watchdog polls (timeout, abort, dead
-peer), each rank maps the others' windows, a second exchange says everyone has, and only then does each owner
-remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that dies, an error while
-mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside MPI, where neither the
-timeout nor a ``SIGTERM`` handler could run.
+    wait until done[p] >= last lent round for every peer p   # then the user may overwrite the buffer
+
+An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the peers would read the
+sum instead of the input. All waits are steps, so the communicator's watchdog bounds them like every other
+wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct algorithms use FIFOs.
+
+Setting the windows up, and each ``alloc``, is collective too, and bounded the same way: each rank creates its
+buffer (rank 0 also the flags), the handles go to every peer in non-blocking messages that the watchdog polls
+(timeout, abort, dead peer), each rank maps the others' buffers, a second exchange says everyone has, and only
+then does each owner remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that
+dies, an error while mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside
+MPI, where neither the timeout nor a ``SIGTERM`` handler could run.
 
 Example::
 
     windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
+    x = windows.alloc(64, np.float32)                      # registered: peers read it in place
     prims = Prims(x, out, op="sum", windows=windows)
-    steps = [prims.direct_send(0, 64), prims.direct_recv_reduce_copy(0, 64)]
+    k = windows.reserve(1)
+    steps = [prims.direct_send(0, 64, k), prims.direct_recv_reduce_copy(0, 64, k), prims.direct_release()]
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,27 +67,27 @@ try:
 except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
     MPI = None
 
+from nbcoll import memory
 from nbcoll.comm.bootstrap import shared_memory_of
-from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
-from nbcoll.comm.primitives import Flag, name_of
+from nbcoll.comm.primitives import Flag
+from nbcoll.comm.window_step import Release, WindowStep
 from nbcoll.ipc_memory import IpcBuffer
-from nbcoll.kernels import combine as combine_kernels
 
 TAG_WINDOWS = 91
 """Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
 78 shrink's, and the few after them)."""
 
-
-@dataclass
-class _Peer:
-    """Stands for a peer in traces, where a FIFO step would name its connection."""
-
-    peer: int
+POSTED, DONE, LENT, LENT_AT = 0, 1, 2, 3
+"""The rows of the flags page, one column per rank, each written by its rank only: the last round it posted, the
+last round it finished reading, and where its posted data lie (registration ``k`` at byte ``LENT_AT``, or -1
+when they are in its window)."""
+FLAG_ROWS = 4
 
 
 class DirectWindows:
-    """The windows of every rank of a communicator that lives on one machine, and their flags."""
+    """The windows of every rank of a communicator that lives on one machine, their flags, and the registered
+    buffers (:meth:`alloc`) that the peers read in place."""
 
     def __init__(
         self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0
@@ -74,60 +96,145 @@ class DirectWindows:
 
         ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
         """
+        self.mpi_comm, self.uid, self.drive, self.recorder = mpi_comm, uid, drive, recorder
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.nbytes = nbytes
         self.rounds = 0
-        memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
+        self.memory = shared_memory_of(mpi_comm)  # IPC buffers, or plain arrays when the ranks are threads
+
+        def make() -> list[IpcBuffer]:
+            made = [self.memory.create(nbytes, np.uint8, tag=f"win{self.rank}")]
+            if self.rank == 0:
+                made.append(self.memory.create((FLAG_ROWS, self.nranks), np.int64, tag="winflags", host=True))
+                made[1].array[:] = 0  # zeroed before its handle leaves this rank
+                made[1].array[LENT] = -1  # nothing lent yet
+            return made
+
+        mapped = self._map_everywhere(make, "handles")
+        self.windows = [mapped[p][0] for p in range(self.nranks)]
+        self.flags = mapped[0][1]
+        self.posted, self.done = self.flags.array[POSTED], self.flags.array[DONE]
+        self.lent, self.lent_at = self.flags.array[LENT], self.flags.array[LENT_AT]
+        self.registered: list[list[IpcBuffer] | None] = []  # registration k: every rank's buffer, as mapped here
+
+    # -- registered buffers: NCCL's user-buffer registration -----------------------------------------------------
+
+    def alloc(self, count: int, dtype: Any) -> Any:
+        """Collective: a new buffer of ``count`` x ``dtype`` on every rank, which every peer maps.
+
+        A collective whose input lies in such a buffer lends it: peers read it in place instead of through this
+        rank's window, so each byte is copied once per hop. Every rank allocates in the same order, so the
+        ``k``-th buffer of each rank is registration ``k`` everywhere.
+        """
+        dt = np.dtype(dtype)
+        nbytes = max(8, count * dt.itemsize)
+        k = len(self.registered)
+        mapped = self._map_everywhere(lambda: [self.memory.create(nbytes, np.uint8, tag=f"reg{k}")], f"reg{k}")
+        self.registered.append([mapped[p][0] for p in range(self.nranks)])
+        return self.registered[k][self.rank].array[: count * dt.itemsize].view(dt)
+
+    def free(self, array: Any) -> None:
+        """Unmap the registration that holds ``array``, on this rank; every rank frees its own, in any order.
+
+        Local: a collective returns only when no peer reads this rank's buffer any more (:class:`Release`), and
+        the memory itself goes when the last rank that maps it lets it go.
+        """
+        found = self.find(array)
+        if found is None:
+            raise ValueError("array: not a buffer from comm.alloc() on this communicator (or freed already)")
+        k, _ = found
+        with warnings.catch_warnings():  # the caller's own views keep its memory mapped until they go: expected
+            warnings.simplefilter("ignore", ResourceWarning)
+            for buffer in self.registered[k] or []:
+                buffer.close()
+        self.registered[k] = None
+
+    def find(self, array: Any) -> tuple[int, int] | None:
+        """``(k, byte offset)`` of ``array`` inside this rank's registration ``k``, or ``None``."""
+        if array is None or not self.registered:
+            return None
+        start, end = memory.address_range(array)
+        for k, buffers in enumerate(self.registered):
+            if buffers is None:
+                continue
+            base, top = memory.address_range(buffers[self.rank].array)
+            if base <= start and end <= top:
+                return k, start - base
+        return None
+
+    def lent_view(self, rank: int, first_byte: int, nbytes: int, dtype: Any) -> Any:
+        """``nbytes`` of what ``rank`` lent in its current round, from ``first_byte`` of its registered buffer."""
+        k, at = int(self.lent[rank]), int(self.lent_at[rank]) + first_byte
+        return self.registered[k][rank].array[at : at + nbytes].view(np.dtype(dtype))
+
+    # -- rounds and windows -------------------------------------------------------------------------------------
+
+    def reserve(self, count: int) -> int:
+        """Number the ``count`` rounds of one collective, when it is planned; returns the first.
+
+        Every rank plans its collectives in the same order, so every rank gives the same numbers to the same
+        rounds, even when several collectives are in flight at once (async calls, a group), whose steps each
+        rank may take in another order.
+        """
+        first = self.rounds + 1
+        self.rounds += count
+        return first
+
+    def view(self, rank: int, nbytes: int, dtype: Any, first_byte: int = 0) -> Any:
+        return self.windows[rank].array[first_byte : first_byte + nbytes].view(np.dtype(dtype))
+
+    def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, **where: Any) -> WindowStep:
+        """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
+        return WindowStep(self, prims, flags, lo, hi, round_, **where)
+
+    def release(self, prims: Any) -> Release:
+        """The step that waits until no peer reads what ``prims`` lent (:class:`Release`)."""
+        return Release(self, prims)
+
+    def _map_everywhere(self, make: Callable[[], list[IpcBuffer]], what: str) -> list[list[IpcBuffer]]:
+        """Each rank creates ``make()``; returns every rank's buffers as mapped here, once every rank has them.
+
+        The handles go to every peer in non-blocking messages the watchdog polls, each rank maps the others'
+        buffers, a second exchange says everyone has, and only then does each owner remove its names. A failure
+        anywhere closes whatever was made, and so unlinks every name at once.
+        """
         own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
-        mapped: dict[int, IpcBuffer] = {}  # every rank's window, and the flags (key -1), as this rank sees them
+        mapped: dict[int, list[IpcBuffer]] = {}
+        exchange = (self.mpi_comm, self.uid)
         try:
             problem = ""
             try:
-                own.append(memory.create(nbytes, np.uint8, tag=f"win{self.rank}"))
-                if self.rank == 0:
-                    own.append(memory.create((2, self.nranks), np.int64, tag="winflags", host=True))
-                    own[1].array[:] = 0  # zeroed before its handle leaves this rank
+                own = make()
             except Exception as exc:
-                problem = f"rank {self.rank} could not create its window: {exc!r}"
-            handles = _exchange(mpi_comm, uid, problem or [b.handle for b in own], "handles", drive, recorder)
+                problem = f"rank {self.rank} could not create its buffer: {exc!r}"
+            handles = _exchange(*exchange, problem or [b.handle for b in own], what, self.drive, self.recorder)
             problems = [h for h in handles if isinstance(h, str)]
             if not problems:
                 try:
-                    mapped[self.rank] = own[0]
+                    mapped[self.rank] = own
                     for p in range(self.nranks):
                         if p != self.rank:
-                            mapped[p] = memory.open(handles[p][0])
-                    mapped[-1] = own[1] if self.rank == 0 else memory.open(handles[0][1])
+                            mapped[p] = [self.memory.open(h) for h in handles[p]]
                 except Exception as exc:
-                    problem = f"rank {self.rank} could not map a peer's window: {exc!r}"
-            # Every rank has mapped every window: the names can go.
-            problems += [s for s in _exchange(mpi_comm, uid, problem, "mapped", drive, recorder) if s]
+                    problem = f"rank {self.rank} could not map a peer's buffer: {exc!r}"
+            # Every rank has mapped every buffer: the names can go.
+            done = _exchange(*exchange, problem, f"{what}-mapped", self.drive, self.recorder)
+            problems += [s for s in done if s]
             for buffer in own:
                 buffer.unlink()
             if problems:
                 raise RuntimeError(f"rank {self.rank}: setting up the direct windows failed: " + "; ".join(problems))
         except BaseException:
-            for buffer in [*mapped.values(), *own]:
+            for buffer in [b for buffers in mapped.values() for b in buffers if buffers is not own] + own:
                 buffer.close()  # an owner's close also removes a name not yet unlinked
             raise
-        self.windows = [mapped[p] for p in range(self.nranks)]
-        self.flags = mapped[-1]
-        self.posted, self.done = self.flags.array[0], self.flags.array[1]
-
-    def next_round(self) -> int:
-        """The number of the next round: every rank counts the same rounds in the same order."""
-        self.rounds += 1
-        return self.rounds
-
-    def view(self, rank: int, nbytes: int, dtype: Any) -> Any:
-        return self.windows[rank].array[:nbytes].view(np.dtype(dtype))
-
-    def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, block: int | None = None) -> WindowStep:
-        """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
-        return WindowStep(self, prims, flags, lo, hi, round_, block)
+        return [mapped[p] for p in range(self.nranks)]
 
     def close(self) -> None:
-        self.posted = self.done = None
+        self.posted = self.done = self.lent = self.lent_at = None
+        for buffers in self.registered:
+            for buffer in buffers or []:
+                buffer.close()
         for buffer in [*self.windows, self.flags]:
             buffer.close()
 
@@ -194,93 +301,3 @@ class _Exchange:
         if late:
             return f"ranks {late} to reach their first one-shot collective on this communicator"
         return "this rank's messages to be delivered"
-
-
-class WindowStep:
-    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits:
-
-    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's window and announce it (``posted``);
-    * ``DIRECT | RECV | REDUCE | COPY``: ``out[lo:hi] = op(window(0), ..., window(n-1))``, in rank order;
-    * ``DIRECT | RECV | COPY``: copy each peer ``p``'s window into ``out[p*block + lo : p*block + hi]``.
-
-    A receiving step then says this rank has read every window (``done``). It has the interface of a
-    :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
-    ``nbytes``), so the same operation runs it, traces it and times it out.
-    """
-
-    def __init__(self, windows: DirectWindows, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
-                 block: int | None) -> None:  # fmt: skip
-        self.w, self.prims, self.flags, self.lo, self.hi, self.round, self.block = (
-            windows,
-            prims,
-            flags,
-            lo,
-            hi,
-            round_,
-            block,
-        )
-        self.others = [p for p in range(windows.nranks) if p != windows.rank]
-        self.nbytes = (hi - lo) * prims.itemsize
-        self.span = (lo, hi)
-        sending = bool(flags & Flag.SEND)
-        self.send = [_Peer(p) for p in self.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in self.others]
-
-    @property
-    def name(self) -> str:
-        return name_of(self.flags)
-
-    @property
-    def peers(self) -> list[int]:
-        return self.others
-
-    def _late(self) -> list[int]:
-        if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
-            return [p for p in self.others if self.w.done[p] < self.round - 1]
-        return [p for p in self.others if self.w.posted[p] < self.round]
-
-    def ready(self) -> bool:
-        return not self._late()
-
-    def waiting_peers(self) -> list[int]:
-        return self._late()
-
-    def waiting_for(self) -> str:
-        late = self._late()
-        if not late:
-            return "nothing (ready)"
-        what = "finish reading this rank's window" if self.flags & Flag.SEND else "post their data"
-        return f"ranks {late} to {what} for round {self.round}"
-
-    def describe(self) -> str:
-        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
-
-    def run(self) -> None:
-        me, p, lo, hi = self.w.rank, self.prims, self.lo, self.hi
-        if self.flags & Flag.SEND:
-            if self.nbytes:
-                copy_device(self.w.view(me, self.nbytes, p.dtype), p.local[lo:hi])
-            synchronize()  # the window's bytes land before the flag that announces them
-            self.w.posted[me] = self.round
-            self._charge(sent=True)
-            return
-        if self.nbytes:
-            if self.flags & Flag.REDUCE:  # fold every window, in rank order, into out
-                dst = p.out[lo:hi]
-                windows = [self.w.view(rank, self.nbytes, p.dtype) for rank in range(self.w.nranks)]
-                combine_kernels.fold_into(p.rule, dst, windows[0], windows[1])  # unchecked: checked at the call
-                for window in windows[2:]:
-                    combine_kernels.fold_into(p.rule, dst, dst, window)
-                if self.flags & Flag.POST:
-                    p.post(dst)
-            else:  # copy each peer's window into that peer's block of out
-                for peer in self.others:
-                    start = peer * self.block + lo
-                    copy_device(p.out[start : start + hi - lo], self.w.view(peer, self.nbytes, p.dtype))
-        synchronize()  # reads finish before the flag lets the owners overwrite their windows
-        self.w.done[me] = self.round
-        self._charge(sent=False)
-
-    def _charge(self, sent: bool) -> None:
-        for peer in self.others:
-            self.prims.charge(peer, self.nbytes, sent)

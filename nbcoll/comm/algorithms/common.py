@@ -113,4 +113,5 @@ class Context:
             local_position=local_position,
             counters=self.counters,
             windows=self.windows,
+            rank=self.rank,
         )

@@ -6,13 +6,22 @@ takes a single step: each rank sends its whole buffer to every peer and folds wh
 knows where that ends. NCCL's one-shot all-reduce reads the peers' buffers in place over NVLink; here the peers'
 data arrive through the same FIFOs as every other algorithm, one chunk per peer per step.
 
-When every rank is on one machine and reached over ipc, the peers' data are not sent at all: each rank writes
-its chunk into its own *window*, which every other rank has mapped, and then reads all the windows in place, as
-NCCL's one-shot kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). Elsewhere the chunks
-travel through the same FIFOs as every other algorithm, one chunk per peer per step.
+When every rank is on one machine and reached over ipc, the peers' data are not sent at all, as NCCL's one-shot
+kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). A buffer from ``comm.alloc()`` is
+*registered*: every peer has mapped it, so it is read in place and each byte is copied once per hop, straight
+into the reader's output. Any other buffer is staged: its owner copies each chunk into its own *window*, which
+every peer has mapped, and the peers read the window. Elsewhere the chunks travel through the same FIFOs as
+every other algorithm, one chunk per peer per step.
+
+All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
+straight into its output.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
+
+The one-shot rounds are numbered when the collective is planned (``windows.reserve``), not when its steps run:
+with two collectives in flight, the ranks may take their steps in different orders, but they plan them in the
+same one.
 
 Gather and scatter are direct too: the root receives from, or sends to, each peer in turn.
 """
@@ -22,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nbcoll.comm.algorithms import pairwise
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
 
@@ -32,13 +42,24 @@ def _peers(ctx: Context) -> list[int]:
 
 def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
+    if ctx.windows is not None:
+        spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
+        return _one_shot_reduce(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_reduce(ctx, local, out)
+
+
+def _one_shot_reduce(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_)
+        yield prims.direct_recv_reduce_copy(lo, hi, round_)
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
+
+
+def _fifo_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     peers = _peers(ctx)
     prims = ctx.prims(local, out, recv_from=peers, send_to=peers, op=ctx.op, post=ctx.post, local_position=ctx.rank)
-    if ctx.windows is not None:
-        for lo, hi in chunks(0, local.size, ctx.windows.nbytes // local.dtype.itemsize):
-            yield prims.direct_send(lo, hi)
-            yield prims.direct_recv_reduce_copy(lo, hi)
-        return
     for lo, hi in chunks(0, local.size, ctx.chunk_elems):
         yield prims.send(lo, hi)
         yield prims.recv_reduce_copy(lo, hi)
@@ -46,20 +67,86 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
-    count, r = local.size, ctx.rank
     if ctx.windows is not None:
-        prims = ctx.prims(local, out, recv_from=_peers(ctx), send_to=_peers(ctx))
-        for lo, hi in chunks(0, count, ctx.windows.nbytes // local.dtype.itemsize):
-            yield prims.direct_send(lo, hi)
-            yield prims.copy(lo, hi, out_at=r * count + lo)
-            yield prims.direct_recv(lo, hi, block=count)
-        return
+        spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
+        return _one_shot_gather(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_gather(ctx, local, out)
+
+
+def _one_shot_gather(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    count, r = local.size, ctx.rank
+    prims = ctx.prims(local, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_)
+        yield prims.copy(lo, hi, out_at=r * count + lo)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count)
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
+
+
+def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    count, r = local.size, ctx.rank
     send = ctx.prims(local, out, send_to=_peers(ctx))
     recv = {peer: ctx.prims(local, out, recv_from=[peer]) for peer in _peers(ctx)}
     for lo, hi in chunks(0, count, ctx.chunk_elems):
         yield send.copy_send(lo, hi, out_at=r * count + lo)
         for peer in _peers(ctx):
             yield recv[peer].recv(peer * count + lo, peer * count + hi)
+
+
+def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
+    """Every rank reads the root's buffer; without windows, the root sends every chunk to every peer."""
+    if ctx.windows is not None:
+        spans = list(chunks(0, out.size, _window_elems(ctx, out, 1)))
+        return _one_shot_broadcast(ctx, src, out, root, spans, ctx.windows.reserve(len(spans)))
+    return _fifo_broadcast(ctx, src, out, root)
+
+
+def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
+    r = ctx.rank
+    prims = ctx.prims(src, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        if r == root:
+            yield prims.direct_send(lo, hi, round_)
+            yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+        yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
+
+
+def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
+    if ctx.rank == root:
+        prims = ctx.prims(src, out, send_to=_peers(ctx))
+        for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+            yield prims.copy_send(lo, hi)
+        return
+    prims = ctx.prims(src, out, recv_from=[root])
+    for lo, hi in chunks(0, out.size, ctx.chunk_elems):
+        yield prims.recv(lo, hi)
+
+
+def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    """Every rank reads its block of every peer's input in place; without windows, the pairwise exchange."""
+    if ctx.windows is None:
+        return pairwise.all_to_all(ctx, local, out)
+    spans = list(chunks(0, out.size // ctx.nranks, _window_elems(ctx, local, ctx.nranks)))
+    return _one_shot_all_to_all(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+
+
+def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    count, r = out.size // ctx.nranks, ctx.rank
+    prims = ctx.prims(local, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_, in_block=count)
+        yield prims.copy(r * count + lo, r * count + hi)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count)
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
+
+
+def _window_elems(ctx: Context, buf: Any, blocks: int) -> int:
+    """Elements per round: a staged round's ``blocks`` chunks (one per reader) fill the window."""
+    return max(1, ctx.windows.nbytes // (blocks * buf.dtype.itemsize))
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:

@@ -1,0 +1,181 @@
+"""The steps of a one-shot round over the direct windows: post, read in place, and release a lent buffer.
+
+:mod:`nbcoll.comm.window` holds the memory and the flags; the steps here are what a direct algorithm yields
+(through :class:`~nbcoll.comm.primitives.Prims`'s ``direct_*`` calls), and they have the interface of a FIFO
+:class:`~nbcoll.comm.primitives.Step`, so the same operation runs them, traces them and times them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nbcoll.comm.connection import copy_device, synchronize
+from nbcoll.comm.primitives import Flag, name_of
+from nbcoll.kernels import combine as combine_kernels
+
+
+@dataclass
+class _Peer:
+    """Stands for a peer in traces, where a FIFO step would name its connection."""
+
+    peer: int
+
+
+class WindowStep:
+    """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits (``b = in_block``,
+    ``B = out_block``, ``me`` this rank)::
+
+        DIRECT | SEND                 lend local (registered), or window[q*len] = local[q*b + lo : q*b + hi];  posted
+        DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
+        DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
+
+    ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
+    second copy of a staged byte). Every rank ends every round with a receiving step, from no source if it reads
+    nothing (a broadcast's root): its ``done`` is what lets the next writer go on. It has the interface of a
+    :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
+    ``nbytes``), so the same operation runs it, traces it and times it out.
+    """
+
+    def __init__(self, windows: Any, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
+                 sources: list[int] | None = None, out_block: int = 0, in_block: int = 0) -> None:  # fmt: skip
+        self.w, self.prims, self.flags, self.lo, self.hi, self.round = windows, prims, flags, lo, hi, round_
+        self.out_block, self.in_block = out_block, in_block
+        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+        self.sources = self.others if sources is None else sources
+        self.nbytes = (hi - lo) * prims.itemsize
+        self.span = (lo, hi)
+        sending = bool(flags & Flag.SEND)
+        self.send = [_Peer(p) for p in self.others] if sending else []
+        self.recv = [] if sending else [_Peer(p) for p in self.sources]
+
+    @property
+    def name(self) -> str:
+        return name_of(self.flags)
+
+    @property
+    def peers(self) -> list[int]:
+        return self.others if self.flags & Flag.SEND else self.sources
+
+    def _late(self) -> list[int]:
+        if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
+            if self.prims.lent is not None and self.prims.lent_round is not None:
+                return []  # lent again in the same collective: the same buffer, nothing overwritten
+            return [p for p in self.others if self.w.done[p] < self.round - 1]
+        return [p for p in self.sources if self.w.posted[p] < self.round]
+
+    def ready(self) -> bool:
+        return not self._late()
+
+    def waiting_peers(self) -> list[int]:
+        return self._late()
+
+    def waiting_for(self) -> str:
+        late = self._late()
+        if not late:
+            return "nothing (ready)"
+        what = "finish reading this rank's window" if self.flags & Flag.SEND else "post their data"
+        return f"ranks {late} to {what} for round {self.round}"
+
+    def describe(self) -> str:
+        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
+
+    def _post(self) -> None:
+        w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
+        if p.lent is not None:  # the peers read local itself: nothing to copy
+            w.lent[me], w.lent_at[me] = p.lent
+            p.lent_round = self.round
+        else:
+            w.lent[me] = -1
+            readers = self.others if self.in_block else [me]  # one block per reader, or one for all
+            for q in readers:
+                if self.nbytes:
+                    start = q * self.in_block + lo
+                    copy_device(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
+                    p.charge_copy(me, self.nbytes)
+            synchronize()  # the window's bytes land before the flag that announces them
+        w.posted[me] = self.round
+        for q in self.others:
+            p.charge(q, self.nbytes, sent=True)
+
+    def _slot(self, reader: int) -> int:
+        """Where a staged chunk for ``reader`` starts in the window, in bytes."""
+        return reader * self.nbytes if self.in_block else 0
+
+    def source(self, rank: int) -> Any:
+        """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
+        w, p, me = self.w, self.prims, self.w.rank
+        if rank == me and p.lent is not None:
+            return p.local[self.lo : self.hi]
+        if w.lent[rank] >= 0:
+            return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
+        return w.view(rank, self.nbytes, p.dtype, self._slot(me))
+
+    def run(self) -> None:
+        """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
+        if self.flags & Flag.SEND:
+            self._post()
+            return
+        w, p, lo, hi = self.w, self.prims, self.lo, self.hi
+        if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
+            dst = p.out[lo:hi]
+            sources = [self.source(rank) for rank in range(w.nranks)]
+            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
+            for src in sources[2:]:
+                combine_kernels.fold_into(p.rule, dst, dst, src)
+            for rank in self.others:
+                p.charge_copy(rank, self.nbytes)
+            if self.flags & Flag.POST:
+                p.post(dst)
+        elif self.nbytes:  # copy each source's chunk into its block of out
+            for rank in self.sources:
+                start = rank * self.out_block + lo
+                copy_device(p.out[start : start + hi - lo], self.source(rank))
+                p.charge_copy(rank, self.nbytes)
+        synchronize()  # reads finish before the flag lets the owners overwrite their windows
+        w.done[w.rank] = self.round
+        for rank in self.sources if not self.flags & Flag.REDUCE else self.others:
+            p.charge(rank, self.nbytes, sent=False)
+
+
+class Release:
+    """The last step of a collective that lent this rank's buffer: wait until every peer has read it.
+
+    The user may overwrite the buffer as soon as the collective returns, so a rank that lent it in round ``k``
+    returns only once every peer's ``done`` has reached ``k``. A rank that lent nothing is ready at once.
+    """
+
+    name = "direct_release"
+    nbytes = 0
+    span = (0, 0)
+    send: list = []
+    recv: list = []
+
+    def __init__(self, windows: Any, prims: Any) -> None:
+        self.w, self.prims = windows, prims
+        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+
+    @property
+    def peers(self) -> list[int]:
+        return self.others
+
+    def _late(self) -> list[int]:
+        lent = self.prims.lent_round
+        return [] if lent is None else [p for p in self.others if self.w.done[p] < lent]
+
+    def ready(self) -> bool:
+        return not self._late()
+
+    def waiting_peers(self) -> list[int]:
+        return self._late()
+
+    def waiting_for(self) -> str:
+        late = self._late()
+        return f"ranks {late} to finish reading this rank's buffer (round {self.prims.lent_round})" if late else (
+            "nothing (ready)")  # fmt: skip
+
+    def describe(self) -> str:
+        return f"{self.name} of the buffer lent up to round {self.prims.lent_round}"
+
+    def run(self) -> None:
+        self.prims.lent_round = None

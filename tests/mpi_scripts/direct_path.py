@@ -1,0 +1,108 @@
+"""Direct collectives on registered and plain buffers: exact results, and each byte copied once per hop.
+
+Every case runs on every rank of one communicator; :func:`check_rank` returns what went wrong on this rank. The
+loopback tests call it on threads; under ``mpiexec`` (ipc transport, ``/dev/shm``) run it as a script::
+
+    NBCOLL_BUFFSIZE=256 mpiexec -n 3 python direct_path.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+CASES = [(coll, count, registered) for coll in ("all_gather", "broadcast", "all_to_all", "all_reduce")
+         for count in (0, 1, 37) for registered in (True, False)]  # fmt: skip
+"""(collective, elements per block, registered input)."""
+FIFO_ALGO = {"all_gather": "ring", "broadcast": "ring", "all_to_all": "pairwise", "all_reduce": "ring"}
+
+
+def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This rank's input (registered or not), its output, and the expected output, exact in int64."""
+    n, r = comm.size, comm.rank
+    size_in = count * n if coll == "all_to_all" else count
+    size_out = count * n if coll in ("all_gather", "all_to_all") else count
+    x = comm.alloc(size_in, np.int64) if registered else np.zeros(size_in, np.int64)
+    x[:] = np.arange(size_in) + 1000 * r
+    if coll == "all_gather":
+        expected = np.concatenate([np.arange(count) + 1000 * p for p in range(n)])
+    elif coll == "broadcast":
+        expected = np.arange(count) + 1000 * (n - 1)
+    elif coll == "all_to_all":
+        expected = np.concatenate([np.arange(r * count, (r + 1) * count) + 1000 * p for p in range(n)])
+    else:
+        expected = sum(np.arange(count) + 1000 * p for p in range(n))
+    return x, np.zeros(size_out, np.int64), np.asarray(expected, np.int64)
+
+
+def _run(comm, coll: str, algo: str, x: np.ndarray, y: np.ndarray) -> None:
+    if coll == "broadcast":
+        comm.broadcast(x, y, root=comm.size - 1, algo=algo)
+    else:
+        getattr(comm, coll)(x, y, algo=algo)
+
+
+def _copies_per_hop(comm) -> tuple[float, int]:
+    """(bytes copied per byte received, over every rank together; bytes copied within this rank).
+
+    A hop is charged at each end that copies: the sender into a FIFO slot, the receiver out of it, or only the
+    receiver when it reads the sender's buffer in place. So every rank's counters are summed.
+    """
+    c = comm.counters
+    peers = [p for p in c.peers if p != comm.rank]
+    totals = np.array([sum(c[p].bytes_copied for p in peers), sum(c[p].bytes_received for p in peers)], np.int64)
+    comm.all_reduce(totals, algo="ring")
+    return (int(totals[0]) / int(totals[1]) if totals[1] else 0.0), c[comm.rank].bytes_copied
+
+
+def check_rank(comm) -> list[str]:
+    """Run every case, direct and through FIFOs; the problems seen on this rank (empty when all is well)."""
+    problems = []
+    n, r = comm.size, comm.rank
+    for coll, count, registered in CASES:
+        for algo in ("direct", FIFO_ALGO[coll]):
+            x, y, expected = _inputs(comm, coll, count, registered)
+            comm.reset_counters()
+            _run(comm, coll, algo, x, y)
+            x[:] = -1  # the collective has returned: no peer may still read it
+            per_hop, own = _copies_per_hop(comm)
+            name = f"{coll} {algo} count={count} {'registered' if registered else 'plain'}"
+            if not np.array_equal(y, expected):
+                problems.append(f"{name}: wrong result {y[:8]} != {expected[:8]}")
+            if n > 1 and count and coll != "all_reduce":  # a fold reads its peers' bytes, it does not pass them on
+                want = 1.0 if algo == "direct" else 2.0
+                if per_hop != want:
+                    problems.append(f"{name}: {per_hop} copies per byte and hop, expected {want}")
+            if algo == "direct" and registered and n > 1 and count:
+                own_block = 0 if coll in ("all_reduce",) or (coll == "broadcast" and r != n - 1) else count * 8
+                if own != own_block:  # nothing staged: only this rank's own block is copied within it
+                    problems.append(f"{name}: {own} bytes copied within the rank, expected {own_block}")
+            if registered:
+                comm.free(x)
+            comm.barrier()
+    return problems
+
+
+def main() -> None:
+    from nbcoll.comm import init
+
+    comm = init()
+    print(f"pid={os.getpid()}", flush=True)
+    problems = check_rank(comm)
+    per_hop = []
+    for registered in (True, False):
+        x, y, _ = _inputs(comm, "all_gather", 1 << 12, registered)
+        for algo in ("direct", "ring"):
+            comm.reset_counters()
+            comm.all_gather(x, y, algo=algo)
+            per_hop.append(f"{algo}{'/registered' if registered else ''} {_copies_per_hop(comm)[0]:.1f}")
+        if registered:
+            comm.free(x)
+    comm.destroy()
+    print("copies per byte and hop (all-gather): " + ", ".join(per_hop), flush=True)
+    print("\n".join(problems) if problems else "direct path ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()

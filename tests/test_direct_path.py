@@ -1,0 +1,129 @@
+"""The direct path: collectives that read their peers' registered buffers in place copy each byte once per hop.
+
+The cases live in ``mpi_scripts/direct_path.py``: every direct collective on registered (``comm.alloc``) and plain
+inputs of 0, 1 and 37 elements, with windows of 256 bytes so that a collective takes several rounds, checked
+exactly and against the traffic counters: over every rank, the bytes copied per byte received are 1 on the direct
+path and 2 through FIFOs. They run on loopback worlds of 1 to 4 ranks, and once under mpiexec on the ipc
+transport (``/dev/shm``).
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from nbcoll.comm import CommConfig, loopback
+from nbcoll.comm.tuner import cost_terms
+from nbcoll.testing import run_ranks
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_scripts", "direct_path.py")
+_spec = importlib.util.spec_from_file_location("direct_path_cases", SCRIPT)
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_direct_collectives_are_exact_and_copy_each_byte_once_per_hop_on_loopback(nranks):
+    problems = loopback.run(nranks, cases.check_rank, config=CommConfig(buffsize=256, timeout=60))
+    assert problems == [[]] * nranks
+
+
+def test_a_registered_buffer_is_read_in_place_and_a_plain_one_through_the_window():
+    def one_all_gather(comm, registered):
+        x = comm.alloc(64, np.int32) if registered else np.zeros(64, np.int32)
+        x[:] = comm.rank
+        comm.reset_counters()
+        y = comm.all_gather(x, np.zeros(64 * comm.size, np.int32), algo="direct")
+        own = comm.counters[comm.rank].bytes_copied
+        return y, own
+
+    for registered, staged in ((True, 0), (False, 256)):  # a staged chunk is copied into the window first
+        for y, own in loopback.run(3, one_all_gather, registered):
+            assert np.array_equal(y, np.repeat(np.arange(3, dtype=np.int32), 64))
+            assert own == 256 + staged  # this rank's own block, and the staging copy
+
+
+def test_in_place_all_reduce_stages_its_registered_input_since_it_folds_over_it():
+    def in_place(comm):
+        x = comm.alloc(5, np.int64)
+        x[:] = comm.rank + 1
+        comm.all_reduce(x, algo="direct")
+        return x.copy()
+
+    for x in loopback.run(4, in_place):
+        assert np.array_equal(x, np.full(5, 10))
+
+
+def test_alloc_checks_its_count_and_free_its_array():
+    def misuse(comm):
+        with pytest.raises(ValueError, match="count: expected a number of elements >= 0"):
+            comm.alloc(-1)
+        with pytest.raises(ValueError, match=r"array: not a buffer from comm.alloc\(\)"):
+            comm.free(np.zeros(3))
+        return True
+
+    assert loopback.run(2, misuse) == [True, True]
+
+
+def test_tuner_knows_the_direct_broadcast_and_all_to_all():
+    window = 4 << 20
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (2, 2 * (4 << 20))
+    steps, _ = cost_terms("all_to_all", "direct", 1 << 20, 4, 1 << 19, window_bytes=window)
+    assert steps == 2  # one round: the four blocks of 1 MiB fill one window
+
+
+@pytest.mark.mpi
+def test_direct_path_under_mpiexec_on_ipc():
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60"}
+    result = run_ranks(3, SCRIPT, env=env, timeout=300)
+    for out in result.outputs:
+        assert "direct path ok" in out, result.report()
+    assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
+
+
+def test_one_shot_collectives_in_flight_together_number_their_rounds_alike():
+    # Several rounds each (windows of 256 bytes), issued without waiting and in a group: every rank may take the
+    # steps of the two collectives in another order, but each round means the same chunk on every rank.
+    def overlapping(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(100, np.int64)
+        x[:] = np.arange(100) + 1000 * r
+        gathered, summed = np.zeros(100 * n, np.int64), np.zeros(100, np.int64)
+        works = [comm.all_gather(x, gathered, algo="direct", async_op=True)]
+        works.append(comm.all_reduce(np.arange(100) * (r + 1), summed, algo="direct", async_op=True))
+        for work in works:
+            work.wait()
+        with comm.group():
+            again = comm.all_gather(np.arange(100) + 1000 * r, np.zeros(100 * n, np.int64), algo="direct")
+            bcast = comm.broadcast(x, np.zeros(100, np.int64), root=0, algo="direct")
+        return gathered, summed, again, bcast
+
+    n = 3
+    for gathered, summed, again, bcast in loopback.run(n, overlapping, config=CommConfig(buffsize=256, timeout=60)):
+        expected = np.concatenate([np.arange(100) + 1000 * p for p in range(n)])
+        assert np.array_equal(gathered, expected) and np.array_equal(again, expected)
+        assert np.array_equal(summed, np.arange(100) * sum(range(1, n + 1)))
+        assert np.array_equal(bcast, np.arange(100))
+
+
+def test_registered_direct_collectives_on_the_simulator():
+    # A few elements only: every copy and fold is a simulated kernel launch over the lent memory.
+    import nbcoll
+    from nbcoll.backend import device_backend
+
+    if device_backend() != "sim":
+        pytest.skip("the loopback world runs on numpy and sim")
+
+    def body(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(3, np.int64)
+        x[:] = nbcoll.to_device(np.arange(3, dtype=np.int64) + 10 * r)
+        gathered, summed = nbcoll.zeros(3 * n, np.int64), nbcoll.zeros(3, np.int64)
+        comm.all_gather(x, gathered, algo="direct")
+        comm.all_reduce(x, summed, algo="direct")
+        return nbcoll.to_host(gathered), nbcoll.to_host(summed)
+
+    with nbcoll.use_backend("sim"):
+        for gathered, summed in loopback.run(2, body):
+            assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]
