@@ -167,8 +167,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
     rank = data.Get_rank()
     _agree(
         data,
-        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, backend",
-        (config.buffsize, config.steps, config.transport, backend.get_backend()),
+        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_TRANSPORT, NBCOLL_LL_BYTES, backend",
+        (config.buffsize, config.steps, config.transport, config.ll_bytes, backend.get_backend()),
     )
     mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)

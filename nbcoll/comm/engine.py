@@ -32,6 +32,7 @@ from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.ll import LLBuffers, buffer_bytes
 from nbcoll.comm.primitives import Step
 from nbcoll.comm.progress import Progress
 from nbcoll.comm.refusal import Refusals
@@ -65,6 +66,8 @@ class Engine:
         self._windows: DirectWindows | None = None
         self._windows_made = False
         self._windows_failed: str | None = None
+        self._ll: LLBuffers | None = None
+        self._ll_made = False
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
 
@@ -160,7 +163,9 @@ class Engine:
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
             transports = comm.topology.transports() or {"ipc"}
             windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
-            self._link_models[current] = dataclasses.replace(tuner.slowest(models, transports), window_bytes=windows)
+            ll_bytes = comm.config.ll_bytes if windows else 0
+            slowest = tuner.slowest(models, transports)
+            self._link_models[current] = dataclasses.replace(slowest, window_bytes=windows, ll_bytes=ll_bytes)
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:
@@ -209,6 +214,8 @@ class Engine:
         if op is not None and combine_kernels.parse_op(op) == "avg":
             nranks = comm.size
             post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
+        one_shot = algo == "direct" and name in ("all_reduce", "all_gather")
+        ll = self.ll_buffers() if one_shot and 0 < nbytes <= comm.config.ll_bytes else None
         ctx = Context(
             rank=comm.rank,
             nranks=comm.size,
@@ -219,7 +226,8 @@ class Engine:
             send_connection=comm.send_connection,
             recv_connection=comm.recv_connection,
             counters=comm.peer_counters,
-            windows=self.direct_windows() if algo == "direct" and name in ("all_reduce", "all_gather") else None,
+            windows=self.direct_windows() if one_shot and ll is None else None,
+            ll=ll,
         )
         steps = _single_rank(ctx, single) if comm.size == 1 else build(algorithms.ALGORITHMS[name][algo], ctx)
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
@@ -251,11 +259,37 @@ class Engine:
             self._windows_made = True
         return self._windows
 
+    def ll_buffers(self) -> LLBuffers | None:
+        """The LL buffers, made at the first small one-shot collective; ``None`` unless every peer is on ipc.
+
+        They are windows of their own (:class:`DirectWindows`, set up the same collective way), so an LL round and
+        a window round never share memory or round numbers.
+        """
+        if self._windows_failed is not None:
+            return self.direct_windows()  # raises: the communicator cannot set windows up
+        if not self._ll_made:
+            comm = self.comm
+            peers = [p for p in range(comm.size) if p != comm.rank]
+            if peers and all(comm.transport_to(p) == "ipc" for p in peers):
+                wiring = comm._wiring
+                try:
+                    windows = DirectWindows(
+                        wiring.ctrl, buffer_bytes(comm.config.ll_bytes), comm.watchdog.drive, comm.recorder, wiring.uid
+                    )
+                except BaseException as exc:
+                    self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    raise
+                self._ll = LLBuffers(windows)
+            self._ll_made = True
+        return self._ll
+
     def close(self) -> None:
-        """Release what the engine holds: the call numbers' notes, the direct windows, the trace file."""
+        """Release what the engine holds: the call numbers' notes, the direct and LL windows, the trace file."""
         self.refusals.close()
         if self._windows is not None:
             self._windows.close()
+        if self._ll is not None:
+            self._ll.close()
         self.tracer.close()
 
 

@@ -58,13 +58,15 @@ class LinkModel:
     """One transport's parameters: seconds per step, bytes per second, seconds per call.
 
     ``window_bytes`` is the size of the windows the direct algorithms read their peers through when every link
-    is ipc (0: they go through FIFOs); the communicator sets it.
+    is ipc (0: they go through FIFOs), and ``ll_bytes`` the largest message they send with the LL protocol
+    there (:mod:`nbcoll.comm.ll`); the communicator sets both.
     """
 
     alpha: float
     beta: float
     gamma: float = 0.0
     window_bytes: int = 0
+    ll_bytes: int = 0
 
 
 def calibration_file(config: CommConfig | None = None) -> Path:
@@ -155,14 +157,20 @@ def _chunks(nbytes: float, chunk_bytes: float) -> int:
 
 
 def cost_terms(
-    collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, window_bytes: int = 0
+    collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, window_bytes: int = 0, ll_bytes: int = 0
 ) -> tuple[float, float]:
     """``(steps, bytes)`` of the busiest rank: the steps it waits through and the bytes it copies or folds, for a
     buffer of ``nbytes`` (per rank where the collective has one block per rank: all-gather's input,
-    reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows."""
+    reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows;
+    up to ``ll_bytes`` they use LL lines (one wait a round, every byte written as two)."""
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
+    if algo == "direct" and window_bytes and 0 < s <= ll_bytes:
+        if collective == "all_reduce":
+            return 1.0, (n + 1) * s
+        if collective == "all_gather":
+            return 1.0, (n + 2) * s
     chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
     if collective == "all_reduce":
@@ -203,7 +211,7 @@ def cost_terms(
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
     """Predicted seconds: ``gamma + steps x alpha + bytes / beta``."""
-    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes)
+    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.ll_bytes)
     return model.gamma + steps * model.alpha + moved / model.beta
 
 

@@ -71,6 +71,7 @@ class Context:
     recv_connection: Callable[[int], Any]
     counters: Callable[[int], Any]
     windows: Any = None  # DirectWindows, when every peer's buffer can be read in place (nbcoll.comm.window)
+    ll: Any = None  # LLBuffers, when a one-shot collective is small enough for the LL protocol (nbcoll.comm.ll)
 
     def prims(
         self,

@@ -8,8 +8,10 @@ data arrive through the same FIFOs as every other algorithm, one chunk per peer 
 
 When every rank is on one machine and reached over ipc, the peers' data are not sent at all: each rank writes
 its chunk into its own *window*, which every other rank has mapped, and then reads all the windows in place, as
-NCCL's one-shot kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). Elsewhere the chunks
-travel through the same FIFOs as every other algorithm, one chunk per peer per step.
+NCCL's one-shot kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). A small message uses
+the LL protocol instead (:mod:`nbcoll.comm.ll`): each 8-byte line carries its data and the round number together,
+so a round is one store and one poll, with no flag to wait for. Elsewhere the chunks travel through the same
+FIFOs as every other algorithm, one chunk per peer per step.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
@@ -34,6 +36,11 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
     peers = _peers(ctx)
     prims = ctx.prims(local, out, recv_from=peers, send_to=peers, op=ctx.op, post=ctx.post, local_position=ctx.rank)
+    if ctx.ll is not None:  # small: data and ready flag in one store, nothing to wait for before writing
+        for lo, hi in chunks(0, local.size, ctx.ll.capacity(local.dtype)):
+            yield ctx.ll.send(prims, lo, hi)
+            yield ctx.ll.recv_reduce_copy(prims, lo, hi)
+        return
     if ctx.windows is not None:
         for lo, hi in chunks(0, local.size, ctx.windows.nbytes // local.dtype.itemsize):
             yield prims.direct_send(lo, hi)
@@ -47,6 +54,13 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
     count, r = local.size, ctx.rank
+    if ctx.ll is not None:
+        prims = ctx.prims(local, out)
+        for lo, hi in chunks(0, count, ctx.ll.capacity(local.dtype)):
+            yield ctx.ll.send(prims, lo, hi)
+            yield prims.copy(lo, hi, out_at=r * count + lo)
+            yield ctx.ll.recv(prims, lo, hi, block=count)
+        return
     if ctx.windows is not None:
         prims = ctx.prims(local, out, recv_from=_peers(ctx), send_to=_peers(ctx))
         for lo, hi in chunks(0, count, ctx.windows.nbytes // local.dtype.itemsize):
