@@ -458,12 +458,16 @@ class Collectives:
     ) -> Any:
         """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group."""
         coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op)
+        if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
+            self.engine.mark_run(seq)
+            self.engine.progress.submit([coll], [], wait=True)
+            return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:
             self._queue_in_group(coll, work)
         else:
             self.engine.mark_run(seq)
-            self.engine.progress.submit([coll], [work], wait=not async_op)
+            self.engine.progress.submit([coll], [work], wait=False)
         return work if async_op else result
 
     def _queue_in_group(self, coll: CollectiveOp, work: Work) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ class Engine:
         self.tracer = Tracer(Path(config.trace) / f"rank{comm.rank}.jsonl" if config.trace else None, comm.rank)
         self.progress = Progress(comm.watchdog.drive, comm._check_usable, f"nbcoll-progress-rank{comm.rank}")
         self._link_models: dict[str, tuner.LinkModel] = {}
+        self._choices: dict[tuple[str, str, int], str] = {}  # (backend, collective, bytes) -> the tuner's choice
         self._windows: DirectWindows | None = None
         self._windows_made = False
         self._windows_failed: str | None = None
@@ -169,7 +171,17 @@ class Engine:
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:
-        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank."""
+        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank.
+
+        Remembered per size: a training loop asks for the same few sizes on every step, and the answer depends
+        only on settings read once.
+        """
+        key = (backend.get_backend(), collective, nbytes)
+        if key not in self._choices:
+            self._choices[key] = self._choose(collective, nbytes)
+        return self._choices[key]
+
+    def _choose(self, collective: str, nbytes: int) -> str:
         allowed = [a for a in algorithms.ALGORITHMS[collective] if a in self.allowed[collective]]
         if not allowed:
             raise ValueError(
@@ -209,7 +221,7 @@ class Engine:
             except Exception:
                 self.refusals.skipped(seq)  # every rank raises here: none runs the call
                 raise
-        dtype = np.dtype(str(signature.dtype)) if signature.dtype != "-" else np.dtype(np.uint8)
+        dtype = _dtype_named(signature.dtype)
         post = None
         if op is not None and combine_kernels.parse_op(op) == "avg":
             nranks = comm.size
@@ -231,7 +243,8 @@ class Engine:
         )
         steps = _single_rank(ctx, single) if comm.size == 1 else build(algorithms.ALGORITHMS[name][algo], ctx)
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
-        comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
+        if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
+            comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
         return CollectiveOp(name, algo, steps, record, self.tracer, seq)
 
     def direct_windows(self) -> DirectWindows | None:
@@ -291,6 +304,12 @@ class Engine:
         if self._ll is not None:
             self._ll.close()
         self.tracer.close()
+
+
+@functools.cache
+def _dtype_named(name: str) -> np.dtype:
+    """The dtype a signature names (``-``: none, counted in bytes); parsed once per name."""
+    return np.dtype(name) if name != "-" else np.dtype(np.uint8)
 
 
 def _single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:

@@ -42,6 +42,7 @@ from nbcoll.kernels import ll as ll_kernels
 
 LINE_BYTES = 8
 WORD_BYTES = 4
+_SEND, _REDUCE, _POST = int(SEND), int(REDUCE), int(POST)  # plain ints: a test on a Flag builds an enum member
 
 
 def buffer_bytes(payload_bytes: int) -> int:
@@ -112,15 +113,15 @@ class LLStep:
     * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``.
     """
 
-    __slots__ = ("ll", "prims", "flags", "lo", "hi", "round", "block", "nbytes", "words", "late", "recv", "send")
-
-    def __init__(self, ll: LLBuffers, prims: Prims, flags: Flag, lo: int, hi: int, round_: int,
-                 block: int | None = None) -> None:  # fmt: skip
-        self.ll, self.prims, self.flags, self.lo, self.hi, self.round, self.block = (
-            ll, prims, flags, lo, hi, round_, block)  # fmt: skip
+    def __init__(
+        self, ll: LLBuffers, prims: Prims, flags: Flag, lo: int, hi: int, round_: int, block: int | None = None
+    ) -> None:
+        self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
+        self.round, self.block = round_, block
+        self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
-        sending = bool(flags & SEND)
+        sending = bool(self.bits & _SEND)
         self.late = [] if sending else list(ll.others)  # peers whose lines of this round have not all arrived
         self.send = [_Peer(p) for p in ll.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in ll.others]
@@ -140,14 +141,12 @@ class LLStep:
     def ready(self) -> bool:
         """Poll every peer still late: a load that finds every line of the round keeps their words."""
         if self.late:
-            ll = self.ll
-            self.late = [
-                p
-                for p in self.late
-                if ll_kernels.load(ll.snapshots[p][: self.words], ll.lines(p, self.round, self.words), self.round,
-                                   ll.missing)  # fmt: skip
-            ]
+            self.late = [peer for peer in self.late if self._lines_missing(peer)]
         return not self.late
+
+    def _lines_missing(self, peer: int) -> int:
+        ll, words = self.ll, self.words
+        return ll_kernels.load(ll.snapshots[peer][:words], ll.lines(peer, self.round, words), self.round, ll.missing)
 
     def waiting_peers(self) -> list[int]:
         return list(self.late)
@@ -161,12 +160,27 @@ class LLStep:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
     def run(self) -> None:
-        if self.flags & SEND:
+        """Store this rank's lines, or fold every rank's words in rank order, or copy the peers' blocks."""
+        if self.bits & _SEND:
             self._store()
-        elif self.flags & REDUCE:
-            self._fold()
-        else:
+            return
+        if not self.bits & _REDUCE:
             self._copy_blocks()
+            return
+        p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
+        if self.nbytes:  # the fold, here rather than in a helper: the path to the kernel stays short
+            dst = p.out[lo:hi]
+            local = p.local[lo:hi]
+            if ll.rank >= 2 and memory.overlaps(dst, local):  # in place: keep ours before the folds overwrite it
+                local = memory.empty(local.size, local.dtype)
+                copy_device(local, p.local[lo:hi])
+            sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
+            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
+            for src in sources[2:]:
+                combine_kernels.fold_into(p.rule, dst, dst, src)
+            if self.bits & _POST:
+                p.post(dst)
+        self._charge_received()
 
     def _store(self) -> None:
         p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
@@ -182,22 +196,6 @@ class LLStep:
 
     def _words_of(self, peer: int) -> Any:
         return self.ll.snapshots[peer][: self.words].view(np.uint8)[: self.nbytes].view(self.prims.dtype)
-
-    def _fold(self) -> None:
-        p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
-        if self.nbytes:
-            dst = p.out[lo:hi]
-            local = p.local[lo:hi]
-            if ll.rank >= 2 and memory.overlaps(dst, local):  # in place: keep ours before the folds overwrite it
-                local = memory.empty(local.size, local.dtype)
-                copy_device(local, p.local[lo:hi])
-            sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
-            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
-            for src in sources[2:]:
-                combine_kernels.fold_into(p.rule, dst, dst, src)
-            if self.flags & POST:
-                p.post(dst)
-        self._charge_received()
 
     def _copy_blocks(self) -> None:
         p = self.prims
