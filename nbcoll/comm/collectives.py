@@ -10,7 +10,7 @@ point-to-point operations (timeouts, abort, flight recorder)::
     reduce         recvbuf (root) = op(sendbuf of every rank)                ring, tree
     all_gather     recvbuf[r*count:(r+1)*count] = sendbuf of rank r          ring, direct
     reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring
-    all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise
+    all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise, direct
     gather         recvbuf (root)[r*count:...] = sendbuf of rank r           direct
     scatter        recvbuf = sendbuf (root)[rank*count:...]                  direct
 

@@ -78,28 +78,33 @@ class LLBuffers:
         self.snapshots = {p: memory.zeros(self.lines_per_half, np.uint32) for p in self.others}
         self.missing = memory.zeros(1, np.int32)
 
-    def capacity(self, dtype: Any) -> int:
-        """Elements of ``dtype`` one round carries."""
-        return self.lines_per_half * WORD_BYTES // np.dtype(dtype).itemsize
+    def capacity(self, dtype: Any, segments: int = 1) -> int:
+        """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
+        return (self.lines_per_half // segments) * WORD_BYTES // np.dtype(dtype).itemsize
 
-    def lines(self, rank: int, round_: int, count: int) -> Any:
-        """The first ``count`` lines of ``rank``'s half for ``round_``."""
-        start = (round_ % 2) * self.lines_per_half
+    def lines(self, rank: int, round_: int, start: int, count: int) -> Any:
+        """Lines ``start`` to ``start + count`` of ``rank``'s half for ``round_``."""
+        start += (round_ % 2) * self.lines_per_half
         return self.windows.windows[rank].array.view(np.uint64)[start : start + count]
 
-    def send(self, prims: Prims, lo: int, hi: int) -> LLStep:
-        """``lines(me) = next round | local[lo:hi]``: one store, no wait."""
+    def send(self, prims: Prims, lo: int, hi: int, block: int = 0, segments: int = 1) -> LLStep:
+        """``lines(me) = next round | local[lo:hi]``: one store, no wait.
+
+        With ``segments`` > 1, segment ``s`` holds ``local[s*block + lo : s*block + hi]``, each padded to whole
+        words: an all-to-all writes one segment per destination, and each peer reads its own.
+        """
         self.rounds += 1
-        return LLStep(self, prims, DIRECT | SEND, lo, hi, self.rounds)
+        return LLStep(self, prims, DIRECT | SEND, lo, hi, self.rounds, block, segments)
 
     def recv_reduce_copy(self, prims: Prims, lo: int, hi: int) -> LLStep:
         """``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry this round."""
         flags = DIRECT | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
         return LLStep(self, prims, flags, lo, hi, self.rounds)
 
-    def recv(self, prims: Prims, lo: int, hi: int, block: int) -> LLStep:
-        """``out[p*block + lo : p*block + hi] = words of p`` for every peer ``p``: an all-gather's chunk."""
-        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, self.rounds, block)
+    def recv(self, prims: Prims, lo: int, hi: int, block: int, segment: int = 0) -> LLStep:
+        """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p``: an all-gather's chunk
+        (segment 0), or an all-to-all's (the segment of this rank)."""
+        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, self.rounds, block, segment=segment)
 
     def close(self) -> None:
         self.windows.close()
@@ -111,13 +116,24 @@ class LLStep:
     * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round (always ready);
     * ``DIRECT | RECV | REDUCE | COPY``: ready when every peer's lines carry the round; fold in rank order;
     * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``.
+
+    ``block``, ``segments`` and ``segment`` place the chunks of an all-to-all (see :meth:`LLBuffers.send`).
     """
 
     def __init__(
-        self, ll: LLBuffers, prims: Prims, flags: Flag, lo: int, hi: int, round_: int, block: int | None = None
+        self,
+        ll: LLBuffers,
+        prims: Prims,
+        flags: Flag,
+        lo: int,
+        hi: int,
+        round_: int,
+        block: int = 0,
+        segments: int = 1,
+        segment: int = 0,
     ) -> None:
         self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
-        self.round, self.block = round_, block
+        self.round, self.block, self.segments, self.segment = round_, block, segments, segment
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
@@ -146,7 +162,8 @@ class LLStep:
 
     def _lines_missing(self, peer: int) -> int:
         ll, words = self.ll, self.words
-        return ll_kernels.load(ll.snapshots[peer][:words], ll.lines(peer, self.round, words), self.round, ll.missing)
+        lines = ll.lines(peer, self.round, self.segment * words, words)
+        return ll_kernels.load(ll.snapshots[peer][:words], lines, self.round, ll.missing)
 
     def waiting_peers(self) -> list[int]:
         return list(self.late)
@@ -183,14 +200,16 @@ class LLStep:
         self._charge_received()
 
     def _store(self) -> None:
-        p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
+        p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
         if self.nbytes:
-            if p.itemsize % WORD_BYTES == 0:  # whole words already: store straight from the input
-                words = p.local[lo:hi].view(np.uint32)
-            else:  # bytes and half-words: through a zero-padded staging row
-                words = ll.staging[: self.words]
-                copy_device(words.view(np.uint8)[: self.nbytes].view(p.dtype), p.local[lo:hi])
-            ll_kernels.store(ll.lines(ll.rank, self.round, self.words), words, self.round)
+            if self.segments == 1 and p.itemsize % WORD_BYTES == 0:  # whole words already: store the input
+                staged = p.local[lo:hi].view(np.uint32)
+            else:  # bytes, half-words, or one segment per peer: through a staging row, each segment padded
+                staged = ll.staging[: self.segments * words]
+                for s in range(self.segments):
+                    segment = staged[s * words : (s + 1) * words].view(np.uint8)[: self.nbytes].view(p.dtype)
+                    copy_device(segment, p.local[s * self.block + lo : s * self.block + hi])
+            ll_kernels.store(ll.lines(ll.rank, self.round, 0, staged.size), staged, self.round)
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)
 

@@ -166,11 +166,13 @@ def cost_terms(
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
-    if algo == "direct" and window_bytes and 0 < s <= ll_bytes:
+    if algo == "direct" and window_bytes and 0 < s * (n if collective == "all_to_all" else 1) <= ll_bytes:
         if collective == "all_reduce":
             return 1.0, (n + 1) * s
         if collective == "all_gather":
             return 1.0, (n + 2) * s
+        if collective == "all_to_all":  # every block written as lines, then n - 1 of them read
+            return 1.0, (3 * n - 1) * s
     chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
     if collective == "all_reduce":

@@ -16,7 +16,8 @@ FIFOs as every other algorithm, one chunk per peer per step.
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
 
-Gather and scatter are direct too: the root receives from, or sends to, each peer in turn.
+Gather and scatter are direct too: the root receives from, or sends to, each peer in turn. A small all-to-all is
+one-shot over LL lines, each rank writing one segment per peer; without LL it is the pairwise exchange.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nbcoll.comm.algorithms import pairwise
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
 
@@ -74,6 +76,22 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
         yield send.copy_send(lo, hi, out_at=r * count + lo)
         for peer in _peers(ctx):
             yield recv[peer].recv(peer * count + lo, peer * count + hi)
+
+
+def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    """Every rank writes its n blocks, one LL segment each; every rank reads its own segment of every peer's lines.
+
+    One-shot only over LL (:mod:`nbcoll.comm.ll`): elsewhere it is the pairwise exchange.
+    """
+    if ctx.ll is None:
+        yield from pairwise.all_to_all(ctx, local, out)
+        return
+    n, r, count = ctx.nranks, ctx.rank, out.size // ctx.nranks
+    prims = ctx.prims(local, out)
+    for lo, hi in chunks(0, count, ctx.ll.capacity(local.dtype, segments=n)):
+        yield ctx.ll.send(prims, lo, hi, block=count, segments=n)
+        yield prims.copy(r * count + lo, r * count + hi)
+        yield ctx.ll.recv(prims, lo, hi, block=count, segment=r)
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
