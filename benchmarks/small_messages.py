@@ -49,7 +49,7 @@ STAGES = {
     "queue hand-off (progress.submit)": [("nbcoll.comm.progress", "Progress", "submit")],
     "watchdog loop (drive)": [("comm", "engine.progress", "_drive")],  # bound when the queue was made
     "waiting for peers (yield, sleep)": [("nbcoll.comm.watchdog", "Watchdog", "_wait_a_little")],
-    "health checks (abort, dead peers)": [
+    "abort and dead-peer checks (entry, waits)": [
         ("nbcoll.comm.watchdog", "Watchdog", "check_aborted"),
         ("nbcoll.comm.watchdog", "Watchdog", "check_peers"),
     ],

@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,12 @@ def _nbytes(x: Any) -> int:
 
 
 _address_range = memory.address_range
+
+
+@functools.cache
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, remembered: NumPy builds the name in Python on every call."""
+    return str(dtype)
 
 
 class Collectives:
@@ -96,7 +103,7 @@ class Collectives:
                 "all_reduce",
                 algo,
                 async_op,
-                Signature("all_reduce", send.size, str(send.dtype), str(op), -1),
+                Signature("all_reduce", send.size, _dtype_name(send.dtype), str(op), -1),
                 lambda run, ctx: run(ctx, local, recv),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
@@ -128,7 +135,7 @@ class Collectives:
                 "broadcast",
                 algo,
                 async_op,
-                Signature("broadcast", recv.size, str(recv.dtype), "-", root),
+                Signature("broadcast", recv.size, _dtype_name(recv.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(recv),
@@ -170,7 +177,7 @@ class Collectives:
                 "reduce",
                 algo,
                 async_op,
-                Signature("reduce", send.size, str(send.dtype), str(op), root),
+                Signature("reduce", send.size, _dtype_name(send.dtype), str(op), root),
                 lambda run, ctx: run(ctx, local, out, root),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
@@ -201,7 +208,7 @@ class Collectives:
                 "all_gather",
                 algo,
                 async_op,
-                Signature("all_gather", count, str(send.dtype), "-", -1),
+                Signature("all_gather", count, _dtype_name(send.dtype), "-", -1),
                 lambda run, ctx: run(ctx, send, recv),
                 result=recvbuf,
                 nbytes=_nbytes(send),
@@ -235,7 +242,7 @@ class Collectives:
                 "reduce_scatter",
                 algo,
                 async_op,
-                Signature("reduce_scatter", count, str(send.dtype), str(op), -1),
+                Signature("reduce_scatter", count, _dtype_name(send.dtype), str(op), -1),
                 lambda run, ctx: run(ctx, local, recv),
                 result=recvbuf,
                 nbytes=_nbytes(recv),
@@ -267,7 +274,7 @@ class Collectives:
                 "all_to_all",
                 algo,
                 async_op,
-                Signature("all_to_all", send.size // self.size, str(send.dtype), "-", -1),
+                Signature("all_to_all", send.size // self.size, _dtype_name(send.dtype), "-", -1),
                 lambda run, ctx: run(ctx, send, recv),
                 result=recvbuf,
                 nbytes=_nbytes(send) // self.size,
@@ -307,7 +314,7 @@ class Collectives:
                 "gather",
                 algo,
                 async_op,
-                Signature("gather", count, str(send.dtype), "-", root),
+                Signature("gather", count, _dtype_name(send.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf,
                 nbytes=_nbytes(send),
@@ -347,7 +354,7 @@ class Collectives:
                 "scatter",
                 algo,
                 async_op,
-                Signature("scatter", count, str(recv.dtype), "-", root),
+                Signature("scatter", count, _dtype_name(recv.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf,
                 nbytes=_nbytes(recv),
