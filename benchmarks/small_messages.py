@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import os
 import statistics
 import sys
@@ -240,9 +241,15 @@ def run_rank(args: argparse.Namespace) -> int:
     rows = {size: measure(comm, world, args.collective, args.algo, size, iters) for size in sizes}
     if comm.rank == 0:
         algo = args.algo or ", ".join(sorted({comm.engine.choose(args.collective, s) for s in sizes}))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         title = (
-            f"{args.collective} ({algo}) on {comm.size} ranks, numpy backend, int32, {iters} calls per size, "
-            f"medians of rank 0 (the rows of a column need not add up exactly: each is its own median)"
+            f"# {args.collective} ({algo}) on {comm.size} ranks, numpy backend, int32, {iters} calls per size, "
+            f"medians of rank 0 (each row is its own median: a column need not add up exactly)\n"
+            f"# measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load average "
+            f"{load:.1f}, {os.cpu_count()} cores: python benchmarks/small_messages.py"
+            + (f" --collective {args.collective}" if args.collective != "all_reduce" else "")
+            + (f" --algo {args.algo}" if args.algo else "")
+            + f"  (mpiexec -n {comm.size})"
         )
         table = format_table(rows, title)
         print(table, flush=True)
