@@ -48,6 +48,7 @@ MORE_MODULES = [
     "nbcoll.kernels.copy",
     "nbcoll.kernels.elementwise",
     "nbcoll.kernels.index",
+    "nbcoll.kernels.ll",
     "nbcoll.kernels.matmul",
     "nbcoll.kernels.reduce_axes",
     "nbcoll.kernels.reduction",
