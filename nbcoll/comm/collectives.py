@@ -51,6 +51,12 @@ def _nbytes(x: Any) -> int:
 _address_range = memory.address_range
 
 
+_OVERLAP = (
+    "sendbuf, recvbuf: the buffers overlap but are not the in-place layout this collective allows "
+    "(the same buffer, or this rank's block of the larger one)"
+)
+
+
 @functools.cache
 def _dtype_name(dtype: np.dtype) -> str:
     """``str(dtype)``, remembered: NumPy builds the name in Python on every call."""
@@ -95,7 +101,7 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             local = self._contribution(send, op)
             return self._launch(
@@ -128,7 +134,7 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             return self._launch(
                 seq,
@@ -167,7 +173,7 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             if self.rank == root:
                 memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             local = self._contribution(send, op)
@@ -433,10 +439,16 @@ class Collectives:
             return
         (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
         if s0 < r1 and r0 < s1:
-            raise ValueError(
-                "sendbuf, recvbuf: the buffers overlap but are not the in-place layout this collective allows "
-                "(the same buffer, or this rank's block of the larger one)"
-            )
+            raise ValueError(_OVERLAP)
+
+    @staticmethod
+    def _same_or_apart(send: Any, recv: Any) -> None:
+        """In place (``recv`` is ``send``, or the same bytes) or apart; each address range is read once."""
+        if recv is send or send.size == 0 or recv.size == 0:
+            return
+        (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
+        if (s0, s1) != (r0, r1) and s0 < r1 and r0 < s1:
+            raise ValueError(_OVERLAP)
 
     # -- running ------------------------------------------------------------------------------------------------
 
@@ -467,7 +479,7 @@ class Collectives:
         coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op)
         if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
             self.engine.mark_run(seq)
-            self.engine.progress.submit([coll], [], wait=True)
+            self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
             return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:
