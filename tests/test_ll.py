@@ -75,6 +75,9 @@ def test_small_one_shot_collectives_are_exact_and_use_ll(nranks):
                 mine = slice(comm.rank * count, (comm.rank + 1) * count)
                 expect = np.concatenate([_inputs(r, count * comm.size, dtype)[mine] for r in range(comm.size)])
                 assert np.array_equal(swapped, expect), (dtype, count)
+                mine_summed = comm.reduce_scatter(blocks, np.zeros(count, dtype), algo="direct")
+                summed = sum(_inputs(r, count * comm.size, dtype) for r in range(comm.size)).astype(dtype)
+                assert np.array_equal(mine_summed, summed[mine]), (dtype, count)
         avg = comm.all_reduce(np.full(4, 2.0 * comm.rank), op="avg", algo="direct")
         assert np.array_equal(avg, np.full(4, comm.size - 1.0))
         ll_buffers = comm.engine._ll
@@ -82,7 +85,7 @@ def test_small_one_shot_collectives_are_exact_and_use_ll(nranks):
 
     with nbcoll.use_backend("numpy"):
         rounds = loopback.run(nranks, body)
-    calls = 6 * 4 * 4 + 1  # 6 dtypes x 4 counts x (2 all-reduces, an all-gather, an all-to-all), then avg
+    calls = 6 * 4 * 5 + 1  # 6 dtypes x 4 counts x (2 all-reduces, all-gather, all-to-all, reduce-scatter), avg
     assert rounds == [0] * nranks if nranks == 1 else rounds == [calls] * nranks  # every call one LL round
 
 
@@ -113,6 +116,11 @@ def test_the_tuner_counts_one_wait_for_an_ll_round():
 
     assert cost_terms("all_reduce", "direct", 64, 4, 1 << 19, window_bytes=1 << 20, ll_bytes=1 << 16)[0] == 1
     assert cost_terms("all_reduce", "direct", 1 << 17, 4, 1 << 19, window_bytes=1 << 20, ll_bytes=1 << 16)[0] == 2
+    # Segments for every peer: a reduce-scatter's 16 KiB blocks on 4 ranks fill one round; without LL it is a ring.
+    assert cost_terms("reduce_scatter", "direct", 16 << 10, 4, 1 << 19, window_bytes=1 << 20, ll_bytes=1 << 16)[0] == 1
+    assert cost_terms("reduce_scatter", "direct", 64, 4, 1 << 19) == cost_terms(
+        "reduce_scatter", "ring", 64, 4, 1 << 19
+    )
 
 
 def test_ll_bytes_setting_is_checked():
@@ -166,7 +174,9 @@ for dtype in (np.int8, np.int32, np.int64, np.float16):
         got = comm.all_to_all(blocks, np.zeros_like(blocks), algo="direct")
         theirs = [((np.arange(count * n) + 5 * p) % 50).astype(dtype)[r * count : (r + 1) * count] for p in range(n)]
         assert np.array_equal(got, np.concatenate(theirs))
-        ok += 3
+        got = comm.reduce_scatter(blocks, np.zeros(count, dtype), algo="direct")
+        assert np.array_equal(got, sum(theirs).astype(dtype))
+        ok += 4
 print(json.dumps({"rank": r, "ok": ok, "rounds": comm.engine._ll.rounds}))
 comm.destroy()
 """
@@ -176,5 +186,6 @@ comm.destroy()
 def test_ll_under_mpiexec_over_ipc():
     result = run_ranks(3, code=MPI_CASES, env={"NBCOLL_BACKEND": "numpy"})
     reports = [json.loads(out.strip().splitlines()[-1]) for out in result.outputs]
-    # 4 dtypes x 3 counts x 3 collectives; the all-to-all of 3 x 4096 int64 (96 KiB) is too large for LL
-    assert [rep["ok"] for rep in reports] == [36] * 3 and [rep["rounds"] for rep in reports] == [35] * 3
+    # 4 dtypes x 3 counts x 4 collectives; the all-to-all and reduce-scatter of 3 x 4096 int64 (96 KiB) are too
+    # large for LL
+    assert [rep["ok"] for rep in reports] == [48] * 3 and [rep["rounds"] for rep in reports] == [46] * 3

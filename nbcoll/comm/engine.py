@@ -227,8 +227,9 @@ class Engine:
             nranks = comm.size
             post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
         one_shot = algo == "direct" and name in ("all_reduce", "all_gather")
-        small = algo == "direct" and name in ("all_reduce", "all_gather", "all_to_all")
-        ll_size = comm.size * -(-nbytes // 4) * 4 if name == "all_to_all" else nbytes  # every block in one round
+        small = algo == "direct" and name in ("all_reduce", "all_gather", "all_to_all", "reduce_scatter")
+        segments = comm.size if name in ("all_to_all", "reduce_scatter") else 1  # one per peer: one round for all
+        ll_size = segments * -(-nbytes // 4) * 4
         ll = self.ll_buffers() if small and 0 < ll_size <= comm.config.ll_bytes else None
         ctx = Context(
             rank=comm.rank,

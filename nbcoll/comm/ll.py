@@ -96,10 +96,14 @@ class LLBuffers:
         self.rounds += 1
         return LLStep(self, prims, DIRECT | SEND, lo, hi, self.rounds, block, segments)
 
-    def recv_reduce_copy(self, prims: Prims, lo: int, hi: int) -> LLStep:
-        """``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry this round."""
+    def recv_reduce_copy(self, prims: Prims, lo: int, hi: int, block: int = 0, segment: int = 0) -> LLStep:
+        """``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry this round.
+
+        A reduce-scatter reads ``segment`` (its rank) of every peer's lines, and its own input at
+        ``local[segment*block + lo : segment*block + hi]``.
+        """
         flags = DIRECT | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
-        return LLStep(self, prims, flags, lo, hi, self.rounds)
+        return LLStep(self, prims, flags, lo, hi, self.rounds, block, segment=segment)
 
     def recv(self, prims: Prims, lo: int, hi: int, block: int, segment: int = 0) -> LLStep:
         """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p``: an all-gather's chunk
@@ -187,10 +191,11 @@ class LLStep:
         p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
         if self.nbytes:  # the fold, here rather than in a helper: the path to the kernel stays short
             dst = p.out[lo:hi]
-            local = p.local[lo:hi]
+            at = self.segment * self.block  # where this rank's part of the input starts (a reduce-scatter's block)
+            local = p.local[at + lo : at + hi]
             if ll.rank >= 2 and memory.overlaps(dst, local):  # in place: keep ours before the folds overwrite it
                 local = memory.empty(local.size, local.dtype)
-                copy_device(local, p.local[lo:hi])
+                copy_device(local, p.local[at + lo : at + hi])
             sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
             combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
             for src in sources[2:]:

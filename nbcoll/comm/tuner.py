@@ -166,12 +166,13 @@ def cost_terms(
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
-    if algo == "direct" and window_bytes and 0 < s * (n if collective == "all_to_all" else 1) <= ll_bytes:
+    segments = n if collective in ("all_to_all", "reduce_scatter") else 1
+    if algo == "direct" and window_bytes and 0 < s * segments <= ll_bytes:
         if collective == "all_reduce":
             return 1.0, (n + 1) * s
         if collective == "all_gather":
             return 1.0, (n + 2) * s
-        if collective == "all_to_all":  # every block written as lines, then n - 1 of them read
+        if collective in ("all_to_all", "reduce_scatter"):  # every block written as lines, n - 1 of them read
             return 1.0, (3 * n - 1) * s
     chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
@@ -196,7 +197,7 @@ def cost_terms(
         if algo == "tree":
             return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
     if collective in ("all_gather", "reduce_scatter"):
-        if algo == "ring":
+        if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without LL is the ring
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:

@@ -17,7 +17,8 @@ Every rank folds the contributions in rank order, so all ranks compute bit-for-b
 result, as a ring does.
 
 Gather and scatter are direct too: the root receives from, or sends to, each peer in turn. A small all-to-all is
-one-shot over LL lines, each rank writing one segment per peer; without LL it is the pairwise exchange.
+one-shot over LL lines, each rank writing one segment per peer; without LL it is the pairwise exchange. A small
+reduce-scatter is the same round with a fold of the segments in rank order; without LL it is the ring.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nbcoll.comm.algorithms import pairwise
+from nbcoll.comm.algorithms import pairwise, ring
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
 
@@ -92,6 +93,21 @@ def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
         yield ctx.ll.send(prims, lo, hi, block=count, segments=n)
         yield prims.copy(r * count + lo, r * count + hi)
         yield ctx.ll.recv(prims, lo, hi, block=count, segment=r)
+
+
+def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    """Every rank writes its n blocks, one LL segment each; every rank folds its own segment of every rank's lines.
+
+    One-shot only over LL (:mod:`nbcoll.comm.ll`), folding in rank order; elsewhere it is the ring.
+    """
+    if ctx.ll is None:
+        yield from ring.reduce_scatter(ctx, local, out)
+        return
+    n, r, count = ctx.nranks, ctx.rank, out.size
+    prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
+    for lo, hi in chunks(0, count, ctx.ll.capacity(local.dtype, segments=n)):
+        yield ctx.ll.send(prims, lo, hi, block=count, segments=n)
+        yield ctx.ll.recv_reduce_copy(prims, lo, hi, block=count, segment=r)
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
