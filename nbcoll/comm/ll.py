@@ -43,6 +43,9 @@ from nbcoll.kernels import ll as ll_kernels
 LINE_BYTES = 8
 WORD_BYTES = 4
 _SEND, _REDUCE, _POST = int(SEND), int(REDUCE), int(POST)  # plain ints: a test on a Flag builds an enum member
+PROBE_ABOVE = 256
+"""Segments of more lines than this are polled by their last line first (one thread), then read whole: a load of
+every line costs a launch of as many threads, which the simulator runs one by one."""
 
 
 def buffer_bytes(payload_bytes: int) -> int:
@@ -77,6 +80,7 @@ class LLBuffers:
         self.staging = memory.zeros(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
         self.snapshots = {p: memory.zeros(self.lines_per_half, np.uint32) for p in self.others}
         self.missing = memory.zeros(1, np.int32)
+        self.probe = memory.zeros(1, np.uint32)  # where a poll of one line puts its word
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
@@ -167,6 +171,8 @@ class LLStep:
     def _lines_missing(self, peer: int) -> int:
         ll, words = self.ll, self.words
         lines = ll.lines(peer, self.round, self.segment * words, words)
+        if words > PROBE_ABOVE and ll_kernels.load(ll.probe, lines[words - 1 :], self.round, ll.missing):
+            return 1  # the last line is not there yet: no need to read them all
         return ll_kernels.load(ll.snapshots[peer][:words], lines, self.round, ll.missing)
 
     def waiting_peers(self) -> list[int]:
