@@ -139,6 +139,17 @@ def test_profile_splits_the_time_into_categories(tmp_path):
     assert "waiting for a peer" in text and "Python bookkeeping" in text
 
 
+@pytest.mark.mpi
+def test_small_messages_times_every_stage_of_the_call_path(tmp_path):
+    script = str(BENCHMARKS / "small_messages.py")
+    done = _run([sys.executable, script, "--quick", "--ranks", "2", "--iters", "5", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "small_messages_all_reduce_2ranks_quick.txt").read_text()
+    rows = ("argument checks", "plan: context", "queue hand-off", "ready polls", "step run", "uninstrumented", "MPI")
+    assert all(row in text for row in rows), text
+    assert "8B" in text and "4K" in text
+
+
 def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
     steps = importlib.util.module_from_spec(spec)

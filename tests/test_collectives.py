@@ -235,6 +235,9 @@ def test_nbcoll_algo_list_narrows_only_the_collectives_it_leaves_an_algorithm(se
     table = parse_algo_setting(setting)
     for collective in ("gather", "scatter", "barrier"):
         assert table[collective] == set(ALGORITHMS[collective]), collective
+    # All-to-all has two (pairwise, and direct over LL): excluding direct leaves pairwise, naming neither keeps both.
+    excluded = setting.startswith("^") and "direct" in setting
+    assert table["all_to_all"] == ({"pairwise"} if excluded else set(ALGORITHMS["all_to_all"]))
     assert all(table[collective] for collective in ALGORITHMS)
     # All-to-all has two (pairwise, direct): a list that names neither leaves both, one that excludes direct
     # leaves pairwise.

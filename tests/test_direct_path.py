@@ -4,7 +4,8 @@ The cases live in ``mpi_scripts/direct_path.py``: every direct collective on reg
 inputs of 0, 1 and 37 elements, with windows of 256 bytes so that a collective takes several rounds, checked
 exactly and against the traffic counters: over every rank, the bytes copied per byte received are 1 on the direct
 path and 2 through FIFOs. They run on loopback worlds of 1 to 4 ranks, and once under mpiexec on the ipc
-transport (``/dev/shm``).
+transport (``/dev/shm``). LL is off here (``NBCOLL_LL_BYTES=0``): these messages are small enough for it, and it
+would take them over (tests/test_ll.py covers it).
 """
 
 import importlib.util
@@ -17,6 +18,8 @@ from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.tuner import cost_terms
 from nbcoll.testing import run_ranks
 
+NO_LL = CommConfig(ll_bytes=0)
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_scripts", "direct_path.py")
 _spec = importlib.util.spec_from_file_location("direct_path_cases", SCRIPT)
 cases = importlib.util.module_from_spec(_spec)
@@ -25,7 +28,7 @@ _spec.loader.exec_module(cases)
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])
 def test_direct_collectives_are_exact_and_copy_each_byte_once_per_hop_on_loopback(nranks):
-    problems = loopback.run(nranks, cases.check_rank, config=CommConfig(buffsize=256, timeout=60))
+    problems = loopback.run(nranks, cases.check_rank, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))
     assert problems == [[]] * nranks
 
 
@@ -39,7 +42,7 @@ def test_a_registered_buffer_is_read_in_place_and_a_plain_one_through_the_window
         return y, own
 
     for registered, staged in ((True, 0), (False, 256)):  # a staged chunk is copied into the window first
-        for y, own in loopback.run(3, one_all_gather, registered):
+        for y, own in loopback.run(3, one_all_gather, registered, config=NO_LL):
             assert np.array_equal(y, np.repeat(np.arange(3, dtype=np.int32), 64))
             assert own == 256 + staged  # this rank's own block, and the staging copy
 
@@ -51,7 +54,7 @@ def test_in_place_all_reduce_stages_its_registered_input_since_it_folds_over_it(
         comm.all_reduce(x, algo="direct")
         return x.copy()
 
-    for x in loopback.run(4, in_place):
+    for x in loopback.run(4, in_place, config=NO_LL):
         assert np.array_equal(x, np.full(5, 10))
 
 
@@ -75,16 +78,18 @@ def test_tuner_knows_the_direct_broadcast_and_all_to_all():
 
 @pytest.mark.mpi
 def test_direct_path_under_mpiexec_on_ipc():
-    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60"}
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60", "NBCOLL_LL_BYTES": "0"}
     result = run_ranks(3, SCRIPT, env=env, timeout=300)
     for out in result.outputs:
         assert "direct path ok" in out, result.report()
     assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
 
 
-def test_one_shot_collectives_in_flight_together_number_their_rounds_alike():
+@pytest.mark.parametrize("ll_bytes", [0, 64 << 10])
+def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_bytes):
     # Several rounds each (windows of 256 bytes), issued without waiting and in a group: every rank may take the
-    # steps of the two collectives in another order, but each round means the same chunk on every rank.
+    # steps of the two collectives in another order, but each round means the same chunk on every rank. With LL
+    # on, the all-gathers and the all-reduce are LL rounds and the broadcast a window round.
     def overlapping(comm):
         n, r = comm.size, comm.rank
         x = comm.alloc(100, np.int64)
@@ -100,7 +105,8 @@ def test_one_shot_collectives_in_flight_together_number_their_rounds_alike():
         return gathered, summed, again, bcast
 
     n = 3
-    for gathered, summed, again, bcast in loopback.run(n, overlapping, config=CommConfig(buffsize=256, timeout=60)):
+    config = CommConfig(buffsize=256, timeout=60, ll_bytes=ll_bytes)
+    for gathered, summed, again, bcast in loopback.run(n, overlapping, config=config):
         expected = np.concatenate([np.arange(100) + 1000 * p for p in range(n)])
         assert np.array_equal(gathered, expected) and np.array_equal(again, expected)
         assert np.array_equal(summed, np.arange(100) * sum(range(1, n + 1)))
@@ -125,5 +131,5 @@ def test_registered_direct_collectives_on_the_simulator():
         return nbcoll.to_host(gathered), nbcoll.to_host(summed)
 
     with nbcoll.use_backend("sim"):
-        for gathered, summed in loopback.run(2, body):
+        for gathered, summed in loopback.run(2, body, config=NO_LL):
             assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]

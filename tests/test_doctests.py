@@ -50,6 +50,7 @@ MORE_MODULES = [
     "nbcoll.kernels.elementwise",
     "nbcoll.kernels.index",
     "nbcoll.kernels.index_args",
+    "nbcoll.kernels.ll",
     "nbcoll.kernels.lookup",
     "nbcoll.kernels.matmul",
     "nbcoll.kernels.reduce_axes",

@@ -171,8 +171,8 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
     rank = data.Get_rank()
     _agree(
         data,
-        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, backend",
-        (config.buffsize, config.steps, config.nchannels, config.transport, backend.get_backend()),
+        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, NBCOLL_LL_BYTES, backend",
+        (config.buffsize, config.steps, config.nchannels, config.transport, config.ll_bytes, backend.get_backend()),
     )
     data_channels = [data] + [parent.Dup() for _ in range(config.nchannels - 1)]  # as many on every rank: agreed
     mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})

@@ -84,10 +84,11 @@ def fit_transport(transport: str, max_bytes: int, repeats: int) -> tuple[tuner.L
     """The fitted model of one transport, and one line per case (measured and predicted) for the report."""
     world = MPI.COMM_WORLD
     cases, seconds, windows = measure(transport, max_bytes, repeats)
-    chunk = CommConfig.from_env().chunk_bytes
-    terms = [tuner.cost_terms(c, a, s, world.Get_size(), chunk, windows) for c, a, s in cases]
+    config = CommConfig.from_env()
+    chunk, nch, ll = config.chunk_bytes, config.nchannels, config.ll_bytes if windows else 0  # as the calls ran
+    terms = [tuner.cost_terms(c, a, s, world.Get_size(), chunk, windows, nch, ll) for c, a, s in cases]
     model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], seconds)
-    check = dataclasses.replace(model, window_bytes=windows)
+    check = dataclasses.replace(model, window_bytes=windows, channels=nch, ll_bytes=ll)
     lines = [
         f"  {c:>10} {a:<16} {s:>9} B  {sec * 1e6:9.1f} us measured, "
         f"{tuner.estimate(c, a, s, world.Get_size(), chunk, check) * 1e6:9.1f} predicted"

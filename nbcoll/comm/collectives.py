@@ -9,7 +9,7 @@ point-to-point operations (timeouts, abort, flight recorder)::
     broadcast      recvbuf = sendbuf of root                                 ring, tree, direct
     reduce         recvbuf (root) = op(sendbuf of every rank)                ring, tree
     all_gather     recvbuf[r*count:(r+1)*count] = sendbuf of rank r          ring, direct
-    reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring
+    reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring, direct
     all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise, direct
     gather         recvbuf (root)[r*count:...] = sendbuf of rank r           direct
     scatter        recvbuf = sendbuf (root)[rank*count:...]                  direct
@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,18 @@ def _nbytes(x: Any) -> int:
 
 
 _address_range = memory.address_range
+
+
+_OVERLAP = (
+    "sendbuf, recvbuf: the buffers overlap but are not the in-place layout this collective allows "
+    "(the same buffer, or this rank's block of the larger one)"
+)
+
+
+@functools.cache
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, remembered: NumPy builds the name in Python on every call."""
+    return str(dtype)
 
 
 class Collectives:
@@ -88,7 +101,7 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             local = self._contribution(send, op)
             return self._launch(
@@ -96,7 +109,7 @@ class Collectives:
                 "all_reduce",
                 algo,
                 async_op,
-                Signature("all_reduce", send.size, str(send.dtype), str(op), -1),
+                Signature("all_reduce", send.size, _dtype_name(send.dtype), str(op), -1),
                 lambda run, ctx: run(ctx, local, recv),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
@@ -121,14 +134,14 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             return self._launch(
                 seq,
                 "broadcast",
                 algo,
                 async_op,
-                Signature("broadcast", recv.size, str(recv.dtype), "-", root),
+                Signature("broadcast", recv.size, _dtype_name(recv.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(recv),
@@ -160,7 +173,7 @@ class Collectives:
             send = self._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._no_overlap(send, recv, allowed=recvbuf is None or _address_range(send) == _address_range(recv))
+            self._same_or_apart(send, recv)
             if self.rank == root:
                 memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             local = self._contribution(send, op)
@@ -170,7 +183,7 @@ class Collectives:
                 "reduce",
                 algo,
                 async_op,
-                Signature("reduce", send.size, str(send.dtype), str(op), root),
+                Signature("reduce", send.size, _dtype_name(send.dtype), str(op), root),
                 lambda run, ctx: run(ctx, local, out, root),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
@@ -201,7 +214,7 @@ class Collectives:
                 "all_gather",
                 algo,
                 async_op,
-                Signature("all_gather", count, str(send.dtype), "-", -1),
+                Signature("all_gather", count, _dtype_name(send.dtype), "-", -1),
                 lambda run, ctx: run(ctx, send, recv),
                 result=recvbuf,
                 nbytes=_nbytes(send),
@@ -235,7 +248,7 @@ class Collectives:
                 "reduce_scatter",
                 algo,
                 async_op,
-                Signature("reduce_scatter", count, str(send.dtype), str(op), -1),
+                Signature("reduce_scatter", count, _dtype_name(send.dtype), str(op), -1),
                 lambda run, ctx: run(ctx, local, recv),
                 result=recvbuf,
                 nbytes=_nbytes(recv),
@@ -267,7 +280,7 @@ class Collectives:
                 "all_to_all",
                 algo,
                 async_op,
-                Signature("all_to_all", send.size // self.size, str(send.dtype), "-", -1),
+                Signature("all_to_all", send.size // self.size, _dtype_name(send.dtype), "-", -1),
                 lambda run, ctx: run(ctx, send, recv),
                 result=recvbuf,
                 nbytes=_nbytes(send) // self.size,
@@ -307,7 +320,7 @@ class Collectives:
                 "gather",
                 algo,
                 async_op,
-                Signature("gather", count, str(send.dtype), "-", root),
+                Signature("gather", count, _dtype_name(send.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf,
                 nbytes=_nbytes(send),
@@ -347,7 +360,7 @@ class Collectives:
                 "scatter",
                 algo,
                 async_op,
-                Signature("scatter", count, str(recv.dtype), "-", root),
+                Signature("scatter", count, _dtype_name(recv.dtype), "-", root),
                 lambda run, ctx: run(ctx, send, recv, root),
                 result=recvbuf,
                 nbytes=_nbytes(recv),
@@ -426,10 +439,16 @@ class Collectives:
             return
         (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
         if s0 < r1 and r0 < s1:
-            raise ValueError(
-                "sendbuf, recvbuf: the buffers overlap but are not the in-place layout this collective allows "
-                "(the same buffer, or this rank's block of the larger one)"
-            )
+            raise ValueError(_OVERLAP)
+
+    @staticmethod
+    def _same_or_apart(send: Any, recv: Any) -> None:
+        """In place (``recv`` is ``send``, or the same bytes) or apart; each address range is read once."""
+        if recv is send or send.size == 0 or recv.size == 0:
+            return
+        (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
+        if (s0, s1) != (r0, r1) and s0 < r1 and r0 < s1:
+            raise ValueError(_OVERLAP)
 
     # -- running ------------------------------------------------------------------------------------------------
 
@@ -458,12 +477,16 @@ class Collectives:
     ) -> Any:
         """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group."""
         coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op)
+        if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
+            self.engine.mark_run(seq)
+            self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
+            return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:
             self._queue_in_group(coll, work)
         else:
             self.engine.mark_run(seq)
-            self.engine.progress.submit([coll], [work], wait=not async_op)
+            self.engine.progress.submit([coll], [work], wait=False)
         return work if async_op else result
 
     def _queue_in_group(self, coll: CollectiveOp, work: Work) -> None:

@@ -346,7 +346,16 @@ class Communicator(Collectives):
         return self.engine.alloc(int(count), memory.check_dtype(dtype))
 
     def free(self, array: Any) -> None:
-        """Let go of a buffer from :meth:`alloc` on this rank, once no collective uses it any more."""
+        """Let go of a buffer from :meth:`alloc` on this rank, once no collective uses it any more.
+
+        Local: every rank frees its own buffer, in any order.
+
+        >>> import numpy as np, nbcoll
+        >>> comm = nbcoll.init()
+        >>> x = comm.alloc(8, np.int32)
+        >>> comm.free(x)
+        >>> comm.destroy()
+        """
         self.engine.free(array)
 
     # -- point-to-point -----------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ variable                   default   meaning
 ``NBCOLL_CHECK``           0         1: compare every collective call's signature across ranks first
 ``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
+``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
+                                     (:mod:`.ll`); 0 turns LL off; a multiple of 8
 ========================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
@@ -117,6 +119,7 @@ class CommConfig:
     check: bool = False
     trace: str | None = None
     tuner_file: str | None = None
+    ll_bytes: int = 64 << 10
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -131,6 +134,8 @@ class CommConfig:
                 f"NBCOLL_BUFFSIZE: must be a multiple of 8 * NBCOLL_STEPS = {8 * self.steps} so that every chunk "
                 f"holds whole elements of any dtype, got {self.buffsize}"
             )
+        if self.ll_bytes < 0 or self.ll_bytes % 8:
+            raise ValueError(f"NBCOLL_LL_BYTES: must be a multiple of 8 and >= 0 (0 turns LL off), got {self.ll_bytes}")
         from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
 
         parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
@@ -171,4 +176,5 @@ class CommConfig:
             check=env.get("NBCOLL_CHECK", "0").strip() == "1",
             trace=env.get("NBCOLL_TRACE", "").strip() or None,
             tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
+            ll_bytes=_int(env, "NBCOLL_LL_BYTES", 64 << 10, 0),
         )

@@ -5,7 +5,7 @@ from one collective call to the next:
 
 * the call numbers, and the refusals of calls whose arguments failed here (:mod:`nbcoll.comm.refusal`);
 * the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model;
-* the tracer (``NBCOLL_TRACE``) and the direct windows of the one-shot algorithms;
+* the tracer (``NBCOLL_TRACE``), the direct windows of the one-shot algorithms and their LL buffers;
 * the progress queue every operation runs through (:mod:`nbcoll.comm.progress`).
 
 A collective call goes through it top-down::
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.ll import LLBuffers, buffer_bytes
 from nbcoll.comm.primitives import Step
 from nbcoll.comm.progress import Progress
 from nbcoll.comm.refusal import Refusals
@@ -42,6 +44,9 @@ from nbcoll.kernels import combine as combine_kernels
 
 WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all")
 """The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
+
+LL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter")
+"""The collectives whose direct algorithm sends a small message as LL lines (:mod:`nbcoll.comm.ll`)."""
 
 
 class Engine:
@@ -65,9 +70,12 @@ class Engine:
         self.tracer = Tracer(Path(config.trace) / f"rank{comm.rank}.jsonl" if config.trace else None, comm.rank)
         self.progress = Progress(comm.watchdog.drive, comm._check_usable, f"nbcoll-progress-rank{comm.rank}")
         self._link_models: dict[str, tuner.LinkModel] = {}
+        self._choices: dict[tuple[str, str, int], str] = {}  # (backend, collective, bytes) -> the tuner's choice
         self._windows: DirectWindows | None = None
         self._windows_made = False
         self._windows_failed: str | None = None
+        self._ll: LLBuffers | None = None
+        self._ll_made = False
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
 
@@ -163,13 +171,27 @@ class Engine:
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
             transports = comm.topology.transports() or {"ipc"}
             windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
+            ll_bytes = comm.config.ll_bytes if windows else 0
             self._link_models[current] = dataclasses.replace(
-                tuner.slowest(models, transports), window_bytes=windows, channels=comm.config.nchannels
+                tuner.slowest(models, transports),
+                window_bytes=windows,
+                channels=comm.config.nchannels,
+                ll_bytes=ll_bytes,
             )
         return self._link_models[current]
 
     def choose(self, collective: str, nbytes: int) -> str:
-        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank."""
+        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank.
+
+        Remembered per size: a training loop asks for the same few sizes on every step, and the answer depends
+        only on settings read once.
+        """
+        key = (backend.get_backend(), collective, nbytes)
+        if key not in self._choices:
+            self._choices[key] = self._choose(collective, nbytes)
+        return self._choices[key]
+
+    def _choose(self, collective: str, nbytes: int) -> str:
         allowed = [a for a in algorithms.ALGORITHMS[collective] if a in self.allowed[collective]]
         if not allowed:
             raise ValueError(
@@ -209,11 +231,14 @@ class Engine:
             except Exception:
                 self.refusals.skipped(seq)  # every rank raises here: none runs the call
                 raise
-        dtype = np.dtype(str(signature.dtype)) if signature.dtype != "-" else np.dtype(np.uint8)
+        dtype = _dtype_named(signature.dtype)
         post = None
         if op is not None and combine_kernels.parse_op(op) == "avg":
             nranks = comm.size
             post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
+        # The direct path: LL lines for a small message, else the windows (and registered buffers), else FIFOs.
+        # Every input here (algorithm, size, settings, transports) is the same on every rank, so is the path.
+        ll = self.ll_buffers() if algo == "direct" and self._fits_ll(name, nbytes) else None
         ctx = Context(
             rank=comm.rank,
             nranks=comm.size,
@@ -224,7 +249,8 @@ class Engine:
             send_connection=comm.send_connection,
             recv_connection=comm.recv_connection,
             counters=comm.peer_counters,
-            windows=self.direct_windows() if algo == "direct" and name in WINDOWED else None,
+            windows=self.direct_windows() if algo == "direct" and name in WINDOWED and ll is None else None,
+            ll=ll,
         )
         if comm.size == 1:
             channels = [_single_rank(ctx, single)]
@@ -235,8 +261,19 @@ class Engine:
             contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
             channels = [build(run, channel_ctx) for channel_ctx in contexts]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
-        comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
+        if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
+            comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
         return CollectiveOp(name, algo, channels, record, self.tracer, seq)
+
+    def _fits_ll(self, name: str, nbytes: int) -> bool:
+        """Whether a direct ``name`` of ``nbytes`` per rank fits one LL buffer (``NBCOLL_LL_BYTES``).
+
+        All-to-all and reduce-scatter write one segment per peer, each padded to whole 4-byte words.
+        """
+        if name not in LL_COLLECTIVES:
+            return False
+        segments = self.comm.size if name in ("all_to_all", "reduce_scatter") else 1
+        return 0 < segments * -(-nbytes // 4) * 4 <= self.comm.config.ll_bytes
 
     def direct_windows(self) -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
@@ -275,12 +312,44 @@ class Engine:
         if windows is not None:
             windows.free(array)
 
+    def ll_buffers(self) -> LLBuffers | None:
+        """The LL buffers, made at the first small one-shot collective; ``None`` unless every peer is on ipc.
+
+        They are windows of their own (:class:`DirectWindows`, set up the same collective way), so an LL round and
+        a window round never share memory or round numbers.
+        """
+        if self._windows_failed is not None:
+            return self.direct_windows()  # raises: the communicator cannot set windows up
+        if not self._ll_made:
+            comm = self.comm
+            peers = [p for p in range(comm.size) if p != comm.rank]
+            if peers and all(comm.transport_to(p) == "ipc" for p in peers):
+                wiring = comm._wiring
+                try:
+                    windows = DirectWindows(
+                        wiring.ctrl, buffer_bytes(comm.config.ll_bytes), comm.watchdog.drive, comm.recorder, wiring.uid
+                    )
+                except BaseException as exc:
+                    self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    raise
+                self._ll = LLBuffers(windows)
+            self._ll_made = True
+        return self._ll
+
     def close(self) -> None:
-        """Release what the engine holds: the call numbers' notes, the direct windows, the trace file."""
+        """Release what the engine holds: the call numbers' notes, the direct and LL windows, the trace file."""
         self.refusals.close()
         if self._windows is not None:
             self._windows.close()
+        if self._ll is not None:
+            self._ll.close()
         self.tracer.close()
+
+
+@functools.cache
+def _dtype_named(name: str) -> np.dtype:
+    """The dtype a signature names (``-``: none, counted in bytes); parsed once per name."""
+    return np.dtype(name) if name != "-" else np.dtype(np.uint8)
 
 
 def _single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:

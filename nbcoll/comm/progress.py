@@ -45,10 +45,12 @@ class Progress:
         self._busy = False
         self._thread: threading.Thread | None = None
 
-    def submit(self, ops: list[Any], works: list[Work], wait: bool) -> None:
+    def submit(self, ops: list[Any], works: list[Work], wait: bool, checked: bool = False) -> None:
         """Run ``ops`` after everything submitted before, then finish each of ``works`` with the outcome.
 
-        ``wait=True`` returns when the batch is done and re-raises its error.
+        ``wait=True`` returns when the batch is done and re-raises its error. ``checked=True``: the caller has just
+        checked that the communicator is usable (a collective's entry), so a batch run at once skips that check;
+        an abort that lands in between is still noticed by the watchdog while the batch waits.
         """
         with self._lock:
             inline = wait and not self._busy and not self._queue
@@ -68,7 +70,8 @@ class Progress:
             return
         error = None
         try:  # on this thread: the caller's buffers go straight to the watchdog's loop
-            self._check()
+            if not checked:
+                self._check()
             self._drive(ops)
         except BaseException as exc:
             error = exc

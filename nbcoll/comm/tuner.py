@@ -69,8 +69,9 @@ class LinkModel:
     """One transport's parameters: seconds per step, bytes per second, seconds per call.
 
     ``window_bytes`` is the size of the windows the direct algorithms read their peers through when every link
-    is ipc (0: they go through FIFOs), and ``channels`` the connection sets per pair of ranks; the communicator
-    sets both.
+    is ipc (0: they go through FIFOs), ``ll_bytes`` the largest message they send with the LL protocol there
+    (:mod:`nbcoll.comm.ll`), and ``channels`` the connection sets per pair of ranks; the communicator sets all
+    three.
     """
 
     alpha: float
@@ -78,6 +79,7 @@ class LinkModel:
     gamma: float = 0.0
     window_bytes: int = 0
     channels: int = 1
+    ll_bytes: int = 0
 
 
 def calibration_file(config: CommConfig | None = None) -> Path:
@@ -175,14 +177,24 @@ def cost_terms(
     chunk_bytes: int,
     window_bytes: int = 0,
     channels: int = 1,
+    ll_bytes: int = 0,
 ) -> tuple[float, float]:
     """``(steps, bytes)`` of the busiest rank: the steps it waits through and the bytes it copies or folds, for a
     buffer of ``nbytes`` (per rank where the collective has one block per rank: all-gather's input,
     reduce-scatter's output, all-to-all's total / n). ``window_bytes`` > 0: direct algorithms use IPC windows;
-    ``channels`` > 1: the two trees of a tree all-reduce run at once."""
+    up to ``ll_bytes`` they use LL lines (one wait a round, every byte written as two); ``channels`` > 1: the two
+    trees of a tree all-reduce run at once."""
     n, s = nranks, float(nbytes)
     if n == 1:
         return 1.0, 0.0
+    segments = n if collective in ("all_to_all", "reduce_scatter") else 1
+    if algo == "direct" and window_bytes and 0 < s * segments <= ll_bytes:
+        if collective == "all_reduce":
+            return 1.0, (n + 1) * s
+        if collective == "all_gather":
+            return 1.0, (n + 2) * s
+        if collective in ("all_to_all", "reduce_scatter"):  # every block written as lines, n - 1 of them read
+            return 1.0, (3 * n - 1) * s
     chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
     if collective == "all_reduce":
@@ -211,7 +223,7 @@ def cost_terms(
         if algo == "tree":
             return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
     if collective in ("all_gather", "reduce_scatter"):
-        if algo == "ring":
+        if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without LL is the ring
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:
@@ -230,7 +242,9 @@ def cost_terms(
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
     """Predicted seconds: ``gamma + steps x alpha + bytes / beta``."""
-    steps, moved = cost_terms(collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.channels)
+    steps, moved = cost_terms(
+        collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.channels, model.ll_bytes
+    )
     return model.gamma + steps * model.alpha + moved / model.beta
 
 

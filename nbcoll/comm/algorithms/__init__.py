@@ -5,7 +5,7 @@ Every algorithm is a generator of primitives (:mod:`nbcoll.comm.primitives`), on
 ==================== ==========================================================================
 ``ring``             all-reduce, broadcast, reduce, all-gather, reduce-scatter (:mod:`.ring`)
 ``tree``             all-reduce (double binary tree), broadcast, reduce (:mod:`.tree`)
-``direct``           all-reduce, all-gather, broadcast, all-to-all in one shot, gather, scatter (:mod:`.direct`)
+``direct``           one-shot all-reduce, all-gather, broadcast, all-to-all, reduce-scatter (LL); gather, scatter
 ``halving_doubling`` all-reduce by Rabenseifner's recursive halving and doubling (:mod:`.halving_doubling`)
 ``pairwise``         all-to-all, and the barrier (:mod:`.pairwise`)
 ==================== ==========================================================================
@@ -41,7 +41,7 @@ ALGORITHMS: dict[str, dict[str, Callable]] = {
     "broadcast": {"ring": ring.broadcast, "tree": tree.broadcast, "direct": direct.broadcast},
     "reduce": {"ring": ring.reduce, "tree": tree.reduce},
     "all_gather": {"ring": ring.all_gather, "direct": direct.all_gather},
-    "reduce_scatter": {"ring": ring.reduce_scatter},
+    "reduce_scatter": {"ring": ring.reduce_scatter, "direct": direct.reduce_scatter},
     "all_to_all": {"pairwise": pairwise.all_to_all, "direct": direct.all_to_all},
     "gather": {"direct": direct.gather},
     "scatter": {"direct": direct.scatter},

@@ -79,6 +79,7 @@ class Context:
     recv_connection: Callable[[int], Any]
     counters: Callable[[int], Any]
     windows: Any = None  # DirectWindows, when every peer's buffer can be read in place (nbcoll.comm.window)
+    ll: Any = None  # LLBuffers, when a one-shot collective is small enough for the LL protocol (nbcoll.comm.ll)
     channel: int = 0  # the channel this run of the algorithm uses: its connections and its part of the buffer
     nchannels: int = 1  # how many channels the collective is split across
 

@@ -10,18 +10,22 @@ When every rank is on one machine and reached over ipc, the peers' data are not 
 kernels read their peers' buffers over NVLink (:mod:`nbcoll.comm.window`). A buffer from ``comm.alloc()`` is
 *registered*: every peer has mapped it, so it is read in place and each byte is copied once per hop, straight
 into the reader's output. Any other buffer is staged: its owner copies each chunk into its own *window*, which
-every peer has mapped, and the peers read the window. Elsewhere the chunks travel through the same FIFOs as
-every other algorithm, one chunk per peer per step.
+every peer has mapped, and the peers read the window. A small message (up to ``NBCOLL_LL_BYTES`` per rank) uses
+the LL protocol instead (:mod:`nbcoll.comm.ll`): each 8-byte line carries its data and the round number together,
+so a round is one store and one poll, with no flag to wait for. Elsewhere the chunks travel through the same
+FIFOs as every other algorithm, one chunk per peer per step.
 
 All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
-straight into its output.
+straight into its output. A small all-to-all is one LL round in which each rank writes one segment per peer; a
+small reduce-scatter is the same round with a fold of the segments in rank order. Without LL or windows the
+all-to-all is the pairwise exchange; without LL the reduce-scatter is the ring.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
 
-The one-shot rounds are numbered when the collective is planned (``windows.reserve``), not when its steps run:
-with two collectives in flight, the ranks may take their steps in different orders, but they plan them in the
-same one.
+The one-shot rounds, LL and window alike, are numbered when the collective is planned (``reserve``), not when
+its steps run: with two collectives in flight, the ranks may take their steps in different orders, but they plan
+them in the same one.
 
 Gather and scatter are direct too: the root receives from, or sends to, each peer in turn.
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nbcoll.comm.algorithms import pairwise
+from nbcoll.comm.algorithms import pairwise, ring
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
 
@@ -42,6 +46,8 @@ def _peers(ctx: Context) -> list[int]:
 
 def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send every chunk to every peer, then fold every peer's chunk with ours, in rank order."""
+    if ctx.ll is not None:  # small: data and ready flag in one store, nothing to wait for before writing
+        return _ll_round(ctx, local, out, local.size, segments=1, reduce=True)
     if ctx.windows is not None:
         spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
         return _one_shot_reduce(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
@@ -67,6 +73,8 @@ def _fifo_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     """Send our block to every peer; receive each peer's block into its place."""
+    if ctx.ll is not None:
+        return _ll_round(ctx, local, out, local.size, segments=1, reduce=False)
     if ctx.windows is not None:
         spans = list(chunks(0, local.size, _window_elems(ctx, local, 1)))
         return _one_shot_gather(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
@@ -126,7 +134,10 @@ def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Ste
 
 
 def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
-    """Every rank reads its block of every peer's input in place; without windows, the pairwise exchange."""
+    """Every rank reads its block of every peer's input in place: one LL segment per peer when small, else
+    straight from the peers' buffers or windows; without either, the pairwise exchange."""
+    if ctx.ll is not None:
+        return _ll_round(ctx, local, out, out.size // ctx.nranks, segments=ctx.nranks, reduce=False)
     if ctx.windows is None:
         return pairwise.all_to_all(ctx, local, out)
     spans = list(chunks(0, out.size // ctx.nranks, _window_elems(ctx, local, ctx.nranks)))
@@ -147,6 +158,44 @@ def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, spans: list, first:
 def _window_elems(ctx: Context, buf: Any, blocks: int) -> int:
     """Elements per round: a staged round's ``blocks`` chunks (one per reader) fill the window."""
     return max(1, ctx.windows.nbytes // (blocks * buf.dtype.itemsize))
+
+
+def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
+    """Every rank writes its n blocks, one LL segment each; every rank folds its own segment of every rank's lines.
+
+    One-shot only over LL (:mod:`nbcoll.comm.ll`), folding in rank order; elsewhere it is the ring.
+    """
+    if ctx.ll is None:
+        return ring.reduce_scatter(ctx, local, out)
+    return _ll_round(ctx, local, out, out.size, segments=ctx.nranks, reduce=True)
+
+
+def _ll_round(ctx: Context, local: Any, out: Any, count: int, segments: int, reduce: bool) -> Iterator[Step]:
+    """Plan the LL rounds of a collective of ``count`` elements per block (numbered now) and return its steps."""
+    spans = list(chunks(0, count, ctx.ll.capacity(local.dtype, segments=segments)))
+    return _ll_steps(ctx, local, out, count, segments, reduce, spans, ctx.ll.reserve(len(spans)))
+
+
+def _ll_steps(ctx: Context, local: Any, out: Any, count: int, segments: int, reduce: bool, spans: list,
+              first: int) -> Iterator[Step]:  # fmt: skip
+    """One LL round per span: write this rank's lines, then fold or copy every peer's.
+
+    ``segments`` = 1: all-reduce (fold) or all-gather (copy each peer's block); ``segments`` = n: reduce-scatter
+    (fold this rank's segment of every rank) or all-to-all (copy this rank's segment of every peer).
+    """
+    ll, r = ctx.ll, ctx.rank
+    prims = ctx.prims(local, out, op=ctx.op, post=ctx.post) if reduce else ctx.prims(local, out)
+    block = count if segments > 1 else 0  # where each segment's data lie in the input
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield ll.send(prims, lo, hi, round_, block=block, segments=segments)
+        if reduce:
+            yield ll.recv_reduce_copy(prims, lo, hi, round_, block=block, segment=r if segments > 1 else 0)
+        elif segments > 1:  # all-to-all: this rank's own block, then its segment of every peer's lines
+            yield prims.copy(r * count + lo, r * count + hi)
+            yield ll.recv(prims, lo, hi, round_, block=count, segment=r)
+        else:  # all-gather: this rank's own block, then every peer's
+            yield prims.copy(lo, hi, out_at=r * count + lo)
+            yield ll.recv(prims, lo, hi, round_, block=count)
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:

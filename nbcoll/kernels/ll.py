@@ -1,0 +1,140 @@
+"""The LL ("low latency") line: 4 bytes of data and the 4-byte flag that says they are there, in one 8-byte word.
+
+A FIFO or a window announces data with a separate counter: write the data, make it visible, then write the flag,
+and the reader polls the flag before it reads the data. That is two writes with an ordering between them, and on
+the reader's side two reads. NCCL's LL protocol puts the flag *inside* the data: every 8-byte line holds one
+32-bit data word and a 32-bit flag (the round number), written with one 8-byte store and read with one 8-byte
+load. A reader that sees the round's flag in a line has that line's data too, whatever order the writes reached
+memory in, so the writer needs no fence and the reader no separate flag to wait for::
+
+    store:  for i: lines[i] = flag_high | words[i]           flag_high = round << 32
+    load:   for i: line = lines[i]                            (one 8-byte load, kept in a register)
+                   words[i] = line & 0xFFFFFFFF
+                   missing += (line & 0xFFFFFFFF00000000) != flag_high
+
+A load that counts ``missing == 0`` has read every line of the round at once, so ``words`` is a consistent
+snapshot of what the writer wrote. The price is bandwidth: half of every line is flag, which is why LL serves
+small messages only.
+
+Example::
+
+    >>> import numpy as np
+    >>> from nbcoll.kernels import ll
+    >>> lines = np.zeros(3, np.uint64)
+    >>> ll.store(lines, np.array([7, 8, 9], np.uint32), round_=5)
+    >>> words = np.zeros(3, np.uint32)
+    >>> ll.load(words, lines, round_=5), words           # every line carries round 5: nothing missing
+    (0, array([7, 8, 9], dtype=uint32))
+    >>> ll.load(words, lines, round_=6)                  # round 6 has not been written: 3 lines missing
+    3
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from nbcoll import backend, memory
+from nbcoll.kernels.dispatch import dispatch
+from nbcoll.kernels.indexing import launch_1d
+from nbcoll.kernels.registry import register
+
+DATA_MASK = np.uint64(0xFFFFFFFF)
+FLAG_MASK = np.uint64(0xFFFFFFFF00000000)
+MAX_ROUND = 0xFFFFFFFF
+"""The flag is 32 bits: rounds count up to this many, then start again at 1 (a reader tells rounds apart only
+from the one before it in the same buffer, so a wrap-around is harmless)."""
+
+
+def flag_of(round_: int) -> np.uint64:
+    """``round_ << 32``: the high half of every line of that round."""
+    return np.uint64(((round_ - 1) % MAX_ROUND + 1) << 32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NumPy references. Both go through ufuncs, which read and write each aligned 8-byte element with one access
+# (a plain copy may use string instructions that promise no such thing).
+
+
+def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) -> None:
+    """``for i: lines[i] = flag_high | words[i]``."""
+    np.bitwise_or(words, flag_high, out=lines, casting="unsafe")
+
+
+def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, missing: np.ndarray) -> None:
+    """``for i: words[i] = low half of lines[i]``; ``missing[0]`` = lines whose high half is not ``flag_high``."""
+    snapshot = np.bitwise_and(lines, ~np.uint64(0))  # every line read once: data and flag from the same load
+    np.bitwise_and(snapshot, DATA_MASK, out=words, casting="unsafe")
+    missing[0] = np.count_nonzero(np.bitwise_and(snapshot, FLAG_MASK) != flag_high)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels.
+
+
+@register("void(uint64[::1], uint32[::1], uint64)")
+@cuda.jit
+def ll_store_kernel(lines, words, flag_high):
+    # One thread writes one line with a single 8-byte store, so no reader can see its flag without its data.
+    i = cuda.grid(1)
+    if i < lines.size:
+        lines[i] = flag_high | words[i]
+
+
+@register("void(uint32[::1], uint64[::1], uint64, int32[::1])")
+@cuda.jit
+def ll_load_kernel(words, lines, flag_high, missing):
+    # One thread reads one line with a single 8-byte load and keeps its data word; a stale flag counts it missing.
+    # Each poll is a new launch, so no load is hoisted out of a spin loop (what a volatile read guards against).
+    i = cuda.grid(1)
+    if i < lines.size:
+        line = lines[i]
+        words[i] = line & DATA_MASK
+        if (line & FLAG_MASK) != flag_high:
+            cuda.atomic.add(missing, 0, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions. ``store`` and ``load`` run once per chunk of a small collective: the collective checked its
+# buffers when it was called, so these only check shapes that a caller inside nbcoll could get wrong.
+
+
+@dispatch(reference=store_reference)
+def _store(lines: Any, words: Any, flag_high: np.uint64) -> None:
+    launch_1d(ll_store_kernel, lines.size, lines, words, flag_high)
+
+
+@dispatch(reference=load_reference)
+def _load(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> None:
+    launch_1d(ll_load_kernel, lines.size, words, lines, flag_high, missing)
+
+
+def store(lines: Any, words: Any, round_: int) -> None:
+    """Write ``words`` (``uint32``) as the lines of round ``round_``: ``lines[i] = round_ << 32 | words[i]``."""
+    _same_count(lines, words)
+    _store(lines, words, flag_of(round_))
+
+
+def load(words: Any, lines: Any, round_: int, missing: Any = None) -> int:
+    """Copy the data half of ``lines`` into ``words``; return how many lines do not yet carry round ``round_``.
+
+    ``missing`` is a one-element ``int32`` device array to count in (one is made when not given); on a GPU the
+    count comes back to the host, which is the poll.
+    """
+    _same_count(lines, words)
+    if missing is None:
+        missing = memory.zeros(1, np.int32)
+    elif backend.get_backend() != "numpy":
+        missing[0] = 0
+    _load(words, lines, flag_of(round_), missing)
+    return int(memory.to_host(missing)[0]) if backend.get_backend() != "numpy" else int(missing[0])
+
+
+def _same_count(lines: Any, words: Any) -> None:
+    if lines.dtype != np.uint64 or words.dtype != np.uint32 or lines.size != words.size:
+        raise ValueError(
+            f"lines, words: expected uint64 lines and as many uint32 words, got {lines.size} x {lines.dtype} "
+            f"and {words.size} x {words.dtype}"
+        )
