@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 BACKENDS = ("cuda", "sim", "numpy")
 
 SIMULATOR_SWITCH_INTERVAL = 0.0005
@@ -150,6 +152,46 @@ def _make_simulated_launches_thread_safe() -> None:
     kernel.FakeCUDAKernel.__getitem__ = configured_copy
     kernel.FakeCUDAKernel.__call__ = call
     kernel.FakeCUDAKernel._nbcoll_thread_safe = True
+    _make_simulated_shared_arrays_thread_safe()
+
+
+def _make_simulated_shared_arrays_thread_safe() -> None:
+    """Give every thread of a simulated block the same ``cuda.shared.array``, as a GPU does.
+
+    The simulator finds a block's shared array by the source line that asks for it: the first thread to get
+    there makes the array and files it, and the others look it up. The look-up and the filing are two steps, and
+    between them the interpreter may switch to another thread of the block, which then finds nothing and files
+    an array of its own. Those two threads then write to different memory: a block reduction folds an
+    uninitialised slot, and the result is wrong in a way that changes from run to run (rare: a few launches in
+    ten minutes of a 4-rank training check, at a 0.5 ms switch interval). Here the look-up and the filing happen under one lock, and the
+    caller's line is read from its frame, which is also cheaper than the simulator's formatted stack.
+    Dynamic shared memory (``shape == 0``) is one buffer per block already and keeps the simulator's code.
+    """
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared, "_nbcoll_thread_safe", False):
+        return
+    simulator_array = shared.array
+    lock = threading.Lock()
+
+    def array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> Any:
+        if shape == 0 or alignment is not None:  # dynamic shared memory; alignment, which the simulator refuses
+            return simulator_array(self, shape, dtype, alignment)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        line = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            found = self._allocations.get(line)
+            if found is None:
+                found = self._allocations[line] = np.empty(shape, dtype)
+        return found
+
+    shared.array = array
+    shared._nbcoll_thread_safe = True
 
 
 _startup, _startup_error = _startup_backend()

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -118,3 +119,59 @@ def test_arrays_of_another_backend_are_refused():
     with nbcoll.use_backend(backend_module.device_backend()):
         with pytest.raises(TypeError, match="y: expected a device array of the 'sim' backend|'cuda' backend"):
             memory.as_device_array(np.ones(2), "y")
+
+
+# -- the simulator's shared arrays ---------------------------------------------------------------------------------
+
+
+def _shared_array_from_one_line(shared, shape):
+    return shared.array(shape, np.float32)  # every caller asks from this one line, as a block's threads do
+
+
+def test_threads_of_a_simulated_block_get_one_shared_array_even_when_switched_mid_allocation():
+    """The first thread is held inside the allocation (np.empty reads its shape) while a second thread asks for the
+    same line's array: both must get the same array, or a block reduction folds memory nobody wrote."""
+    from numba.cuda.simulator import kernelapi
+
+    backend_module._make_simulated_shared_arrays_thread_safe()  # done at import on sim; here on every backend
+    shared = kernelapi.FakeCUDAShared(0)
+    first_inside, second_done = threading.Event(), threading.Event()
+
+    class Length:
+        def __init__(self, pause: bool) -> None:
+            self.pause = pause
+
+        def __index__(self) -> int:
+            if self.pause:
+                first_inside.set()
+                second_done.wait(0.5)  # the interpreter runs the second thread here
+            return 4
+
+    got = {}
+
+    def first() -> None:
+        got[1] = _shared_array_from_one_line(shared, Length(pause=True))
+
+    def second() -> None:
+        got[2] = _shared_array_from_one_line(shared, Length(pause=False))
+        second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert first_inside.wait(10)
+    threads[1].start()
+    for thread in threads:
+        thread.join(10)
+    assert got[1] is got[2]
+    assert got[1].shape == (4,)
+
+
+def test_simulated_shared_arrays_are_one_per_source_line():
+    from numba.cuda.simulator import kernelapi
+
+    backend_module._make_simulated_shared_arrays_thread_safe()
+    shared = kernelapi.FakeCUDAShared(0)
+    a = _shared_array_from_one_line(shared, 3)
+    b = shared.array(3, np.float32)  # another line: another array
+    assert _shared_array_from_one_line(shared, 3) is a
+    assert b is not a
