@@ -163,8 +163,9 @@ def _make_simulated_shared_arrays_thread_safe() -> None:
     between them the interpreter may switch to another thread of the block, which then finds nothing and files
     an array of its own. Those two threads then write to different memory: a block reduction folds an
     uninitialised slot, and the result is wrong in a way that changes from run to run (rare: a few launches in
-    ten minutes of a 4-rank training check, at a 0.5 ms switch interval). Here the look-up and the filing happen under one lock, and the
-    caller's line is read from its frame, which is also cheaper than the simulator's formatted stack.
+    ten minutes of a 4-rank training check, at a 0.5 ms switch interval). Here the look-up and the filing happen
+    under one lock, and the caller's line is read from its frame, which is also cheaper than the simulator's
+    formatted stack.
     Dynamic shared memory (``shape == 0``) is one buffer per block already and keeps the simulator's code.
     """
     from numba.core import types
