@@ -264,6 +264,25 @@ def zeros(shape: Any, dtype: Any = np.float32) -> Any:
     return track(backend.cuda().to_device(np.zeros(shape, dt)))
 
 
+def communicator_zeros(shape: Any, dtype: Any = np.float32) -> Any:
+    """Zeros that :func:`stats` does not count: scratch a communicator keeps for as long as it lives.
+
+    A communicator's FIFOs and windows are shared segments outside these counts, as NCCL's own buffers are outside
+    a framework's allocator; its private scratch is left out too, so that ``stats()`` measures what a model and
+    its optimizer hold, whichever collectives have run.
+
+    >>> import nbcoll
+    >>> before = nbcoll.memory.stats().allocated_bytes
+    >>> scratch = nbcoll.memory.communicator_zeros(1024, "uint32")
+    >>> nbcoll.memory.stats().allocated_bytes - before
+    0
+    """
+    shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
+    if backend.get_backend() == "numpy":
+        return np.zeros(shape, dt)
+    return backend.cuda().to_device(np.zeros(shape, dt))
+
+
 def synchronize() -> None:
     """Wait until every kernel and copy this process launched has finished (nothing to wait for off the GPU).
 

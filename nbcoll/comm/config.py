@@ -25,7 +25,7 @@ variable                   default   meaning
 ``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
-                                     (:mod:`.ll`); 0 turns LL off; a multiple of 8
+                                     (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8
 ========================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO

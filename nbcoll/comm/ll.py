@@ -78,10 +78,11 @@ class LLBuffers:
         self.lines_per_half = windows.nbytes // (2 * LINE_BYTES)
         self.rounds = 0
         self.others = [p for p in range(self.nranks) if p != self.rank]
-        self.staging = memory.zeros(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
-        self.snapshots = {p: memory.zeros(self.lines_per_half, np.uint32) for p in self.others}
-        self.missing = memory.zeros(1, np.int32)
-        self.probe = memory.zeros(1, np.uint32)  # where a poll of one line puts its word
+        scratch = memory.communicator_zeros  # the communicator's own, not counted in memory.stats()
+        self.staging = scratch(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
+        self.snapshots = {p: scratch(self.lines_per_half, np.uint32) for p in self.others}
+        self.missing = scratch(1, np.int32)
+        self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
