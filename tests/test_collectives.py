@@ -16,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import nbcoll
@@ -297,3 +298,25 @@ def test_calibrate_stores_a_model_per_transport_that_the_tuner_loads(tmp_path):
     assert all(m["alpha"] > 0 and 0 < m["beta"] < float("inf") and m["gamma"] >= 0 for m in models.values())
     lonely = run_ranks(1, code="from nbcoll.__main__ import main; print('status', main(['calibrate']))", env=env)
     assert "needs at least 2 ranks" in lonely.outputs[0] and "status 2" in lonely.outputs[0]
+
+
+def test_the_roots_buffer_of_gather_and_scatter_is_checked_where_it_is_given():
+    # The root's buffer holds one block per rank: missing or the wrong size, the error names it (one rank: no peer
+    # waits for the refused calls).
+    def misuse(comm):
+        block = np.zeros(2, np.int32)
+        errors = []
+        for call in (
+            lambda: comm.gather(block, None, root=0),
+            lambda: comm.gather(block, np.zeros(3, np.int32), root=0),
+            lambda: comm.scatter(None, block, root=0),
+            lambda: comm.scatter(np.zeros(5, np.int32), block, root=0),
+        ):
+            with pytest.raises(ValueError) as info:
+                call()
+            errors.append(str(info.value).split(":")[0])
+        return errors
+
+    with nbcoll.use_backend("numpy"):
+        errors = loopback.run(1, misuse)
+    assert errors == [["recvbuf", "recvbuf", "sendbuf", "sendbuf"]]

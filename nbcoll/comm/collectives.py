@@ -306,14 +306,7 @@ class Collectives:
             count = send.size
             recv = None
             if self.rank == root:
-                if recvbuf is None:
-                    raise ValueError(
-                        f"recvbuf: the root (rank {root}) of gather needs a buffer of {self.size} x {count}"
-                    )
-                recv = self._buffer(recvbuf, "recvbuf")
-                self._same_size(recv, "recvbuf", send, "sendbuf", count * self.size, f"{self.size} x sendbuf.size")
-                own = recv[root * count : (root + 1) * count]
-                self._no_overlap(send, recv, allowed=_address_range(send) == _address_range(own))
+                recv = self._root_blocks(recvbuf, "recvbuf", "gather", root, send, "sendbuf")
                 memory.require_writable(recv, "recvbuf")
             return self._launch(
                 seq,
@@ -347,14 +340,7 @@ class Collectives:
             count = recv.size
             send = None
             if self.rank == root:
-                if sendbuf is None:
-                    raise ValueError(
-                        f"sendbuf: the root (rank {root}) of scatter needs a buffer of {self.size} x {count}"
-                    )
-                send = self._buffer(sendbuf, "sendbuf")
-                self._same_size(send, "sendbuf", recv, "recvbuf", count * self.size, f"{self.size} x recvbuf.size")
-                own = send[root * count : (root + 1) * count]
-                self._no_overlap(send, recv, allowed=_address_range(recv) == _address_range(own))
+                send = self._root_blocks(sendbuf, "sendbuf", "scatter", root, recv, "recvbuf")
             return self._launch(
                 seq,
                 "scatter",
@@ -432,6 +418,18 @@ class Collectives:
         if a.size != expected:
             what = expected_text or f"{b_arg}.size"
             raise ValueError(f"{a_arg}: expected {expected} elements ({what}), got {a.size}")
+
+    def _root_blocks(self, buf: Any, arg: str, name: str, root: int, block: Any, block_arg: str) -> Any:
+        """The root's buffer of one block per rank (gather's ``recvbuf``, scatter's ``sendbuf``), checked: its size
+        is ``size x block.size``, and ``block`` may only be its own slot (in place), not overlap it elsewhere."""
+        count = block.size
+        if buf is None:
+            raise ValueError(f"{arg}: the root (rank {root}) of {name} needs a buffer of {self.size} x {count}")
+        blocks = self._buffer(buf, arg)
+        self._same_size(blocks, arg, block, block_arg, count * self.size, f"{self.size} x {block_arg}.size")
+        own = blocks[root * count : (root + 1) * count]
+        self._no_overlap(block, blocks, allowed=_address_range(block) == _address_range(own))
+        return blocks
 
     @staticmethod
     def _no_overlap(send: Any, recv: Any, allowed: bool) -> None:
