@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+from vs_mpi import run_on_ranks
 
 HERE = Path(__file__).resolve().parent
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 64 << 10]
@@ -263,17 +264,7 @@ def run_rank(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from nbcoll.launch import launch, under_mpi
-
-    if under_mpi():
-        return run_rank(args)
-    status = 0
-    for nranks in (int(x) for x in args.ranks.split(",")):
-        result = launch(nranks, __file__, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
-        print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
-        status = status or (0 if result.ok else 1)
-    return status
+    return run_on_ranks(__file__, run_rank, parse_args(argv), argv)
 
 
 if __name__ == "__main__":
