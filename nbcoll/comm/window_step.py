@@ -22,7 +22,20 @@ class _Peer:
     peer: int
 
 
-class WindowStep:
+class _FlagWait:
+    """What a step that waits on the window flags shares: it is ready when no peer is late (``_late()``)."""
+
+    def _late(self) -> list[int]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return not self._late()
+
+    def waiting_peers(self) -> list[int]:
+        return self._late()
+
+
+class WindowStep(_FlagWait):
     """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits (``b = in_block``,
     ``B = out_block``, ``me`` this rank)::
 
@@ -63,12 +76,6 @@ class WindowStep:
                 return []  # lent again in the same collective: the same buffer, nothing overwritten
             return [p for p in self.others if self.w.done[p] < self.round - 1]
         return [p for p in self.sources if self.w.posted[p] < self.round]
-
-    def ready(self) -> bool:
-        return not self._late()
-
-    def waiting_peers(self) -> list[int]:
-        return self._late()
 
     def waiting_for(self) -> str:
         late = self._late()
@@ -138,7 +145,7 @@ class WindowStep:
             p.charge(rank, self.nbytes, sent=False)
 
 
-class Release:
+class Release(_FlagWait):
     """The last step of a collective that lent this rank's buffer: wait until every peer has read it.
 
     The user may overwrite the buffer as soon as the collective returns, so a rank that lent it in round ``k``
@@ -162,12 +169,6 @@ class Release:
     def _late(self) -> list[int]:
         lent = self.prims.lent_round
         return [] if lent is None else [p for p in self.others if self.w.done[p] < lent]
-
-    def ready(self) -> bool:
-        return not self._late()
-
-    def waiting_peers(self) -> list[int]:
-        return self._late()
 
     def waiting_for(self) -> str:
         late = self._late()
