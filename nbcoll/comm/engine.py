@@ -286,19 +286,23 @@ class Engine:
                 f"({self._windows_failed}); abort or shrink the communicator"
             )
         if not self._windows_made:
-            comm = self.comm
-            peers = [p for p in range(comm.size) if p != comm.rank]
-            if peers and all(comm.transport_to(p) == "ipc" for p in peers):
-                wiring = comm._wiring
-                try:
-                    self._windows = DirectWindows(
-                        wiring.ctrl, comm.config.buffsize, comm.watchdog.drive, comm.recorder, wiring.uid
-                    )
-                except BaseException as exc:
-                    self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    raise
+            self._windows = self._map_windows(self.comm.config.buffsize)
             self._windows_made = True
         return self._windows
+
+    def _map_windows(self, nbytes: int) -> DirectWindows | None:
+        """Collective: windows of ``nbytes`` every rank maps, or ``None`` unless every peer is on ipc. A failure is
+        remembered, so that every later one-shot collective on this communicator says why it cannot run."""
+        comm = self.comm
+        peers = [p for p in range(comm.size) if p != comm.rank]
+        if not peers or any(comm.transport_to(p) != "ipc" for p in peers):
+            return None
+        wiring = comm._wiring
+        try:
+            return DirectWindows(wiring.ctrl, nbytes, comm.watchdog.drive, comm.recorder, wiring.uid)
+        except BaseException as exc:
+            self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
 
     def alloc(self, count: int, dtype: Any) -> Any:
         """Collective: a buffer every peer maps (:meth:`DirectWindows.alloc`), or plain device memory when some
@@ -321,18 +325,8 @@ class Engine:
         if self._windows_failed is not None:
             return self.direct_windows()  # raises: the communicator cannot set windows up
         if not self._ll_made:
-            comm = self.comm
-            peers = [p for p in range(comm.size) if p != comm.rank]
-            if peers and all(comm.transport_to(p) == "ipc" for p in peers):
-                wiring = comm._wiring
-                try:
-                    windows = DirectWindows(
-                        wiring.ctrl, buffer_bytes(comm.config.ll_bytes), comm.watchdog.drive, comm.recorder, wiring.uid
-                    )
-                except BaseException as exc:
-                    self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    raise
-                self._ll = LLBuffers(windows)
+            windows = self._map_windows(buffer_bytes(self.comm.config.ll_bytes))
+            self._ll = None if windows is None else LLBuffers(windows)
             self._ll_made = True
         return self._ll
 
