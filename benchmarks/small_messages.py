@@ -64,7 +64,7 @@ STAGES = {
     ],
     "ready polls": [
         ("nbcoll.comm.primitives", "Step", "ready"),
-        ("nbcoll.comm.window_step", "WindowStep", "ready"),
+        ("nbcoll.comm.window_step", "_FlagWait", "ready"),  # window steps and releases
         ("nbcoll.comm.ll", "LLStep", "ready"),
     ],
     "step run (copies, folds, flags)": [
