@@ -55,6 +55,7 @@ class CollectiveOp:
         self.last: Step | None = None
         self.step = 0  # steps run so far, for the watchdog's messages
         self.done = False
+        self.replayable: list[Step] | None = None  # the steps, when the engine may run them again (a replay)
 
     @property
     def conn(self) -> CollectiveOp:

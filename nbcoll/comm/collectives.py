@@ -96,6 +96,9 @@ class Collectives:
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
+        key = self._replay_key("all_reduce", sendbuf, recvbuf, op, algo, async_op)
+        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_reduce") as seq:
             op = combine_kernels.parse_op(op)
             send = self._buffer(sendbuf, "sendbuf")
@@ -115,6 +118,7 @@ class Collectives:
                 nbytes=_nbytes(send),
                 op=op,
                 single=[(local, recv)],
+                keep=(key, sendbuf, recvbuf),
             )
 
     def broadcast(
@@ -202,6 +206,9 @@ class Collectives:
         array([0, 0], dtype=int32)
         >>> comm.destroy()
         """
+        key = self._replay_key("all_gather", sendbuf, recvbuf, "-", algo, async_op)
+        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_gather") as seq:
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
             count = send.size
@@ -219,6 +226,7 @@ class Collectives:
                 result=recvbuf,
                 nbytes=_nbytes(send),
                 single=[(send, recv)],
+                keep=(key, sendbuf, recvbuf),
             )
 
     def reduce_scatter(
@@ -234,6 +242,9 @@ class Collectives:
         array([0., 1., 2.], dtype=float32)
         >>> comm.destroy()
         """
+        key = self._replay_key("reduce_scatter", sendbuf, recvbuf, op, algo, async_op)
+        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("reduce_scatter") as seq:
             op = combine_kernels.parse_op(op)
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -254,6 +265,7 @@ class Collectives:
                 nbytes=_nbytes(recv),
                 op=op,
                 single=[(local, recv)],
+                keep=(key, sendbuf, recvbuf),
             )
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
@@ -268,6 +280,9 @@ class Collectives:
         array([0], dtype=int32)
         >>> comm.destroy()
         """
+        key = self._replay_key("all_to_all", sendbuf, recvbuf, "-", algo, async_op)
+        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_to_all") as seq:
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
             self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
@@ -285,6 +300,7 @@ class Collectives:
                 result=recvbuf,
                 nbytes=_nbytes(send) // self.size,
                 single=[(send, recv)],
+                keep=(key, sendbuf, recvbuf),
             )
 
     def gather(
@@ -450,6 +466,12 @@ class Collectives:
 
     # -- running ------------------------------------------------------------------------------------------------
 
+    def _replay_key(self, name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: Any, async_op: bool) -> Any:
+        """What a synchronous call outside a group is kept and found under (:mod:`nbcoll.comm.replay`), or ``None``."""
+        if async_op or self._group.depth:
+            return None
+        return self.engine.replays.key(name, sendbuf, recvbuf, extra, algo)
+
     def _contribution(self, send: Any, op: Any) -> Any:
         """This rank's input to a reduction: ``sendbuf``, or a pre-multiplied copy of it for premul_sum."""
         if not isinstance(op, combine_kernels.PremulSum) or send.size == 0:
@@ -472,12 +494,18 @@ class Collectives:
         nbytes: int,
         single: list[tuple[Any, Any]],
         op: Any = None,
+        keep: tuple[Any, Any, Any] | None = None,
     ) -> Any:
-        """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group."""
+        """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group.
+
+        ``keep`` is ``(key, sendbuf, recvbuf)`` of a call whose plan may be kept for replay once it has run.
+        """
         coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op)
         if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
             self.engine.mark_run(seq)
             self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
+            if keep is not None and coll.replayable is not None:
+                self.engine.replays.keep(keep[0], coll, keep[1], keep[2], result)
             return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:

@@ -6,6 +6,7 @@ from one collective call to the next:
 * the call numbers, and the refusals of calls whose arguments failed here (:mod:`nbcoll.comm.refusal`);
 * the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model;
 * the tracer (``NBCOLL_TRACE``), the direct windows of the one-shot algorithms and their LL buffers;
+* the plans of small calls kept for replay (:mod:`nbcoll.comm.replay`);
 * the progress queue every operation runs through (:mod:`nbcoll.comm.progress`).
 
 A collective call goes through it top-down::
@@ -37,6 +38,7 @@ from nbcoll.comm.ll import LLBuffers, buffer_bytes
 from nbcoll.comm.primitives import Step
 from nbcoll.comm.progress import Progress
 from nbcoll.comm.refusal import Refusals
+from nbcoll.comm.replay import Replays
 from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
@@ -76,6 +78,7 @@ class Engine:
         self._windows_failed: str | None = None
         self._ll: LLBuffers | None = None
         self._ll_made = False
+        self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
 
@@ -260,10 +263,16 @@ class Engine:
             nch = algorithms.channels_for(name, algo, count, ctx.chunk_elems, comm.config.nchannels, comm.size)
             contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
             channels = [build(run, channel_ctx) for channel_ctx in contexts]
+        steps = None
+        if ll is not None and len(channels) == 1:  # one LL round: its steps are known now, and can be replayed
+            steps = list(channels[0])
+            channels = [iter(steps)]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
             comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
-        return CollectiveOp(name, algo, channels, record, self.tracer, seq)
+        coll = CollectiveOp(name, algo, channels, record, self.tracer, seq)
+        coll.replayable = steps
+        return coll
 
     def _fits_ll(self, name: str, nbytes: int) -> bool:
         """Whether a direct ``name`` of ``nbytes`` per rank fits one LL buffer (``NBCOLL_LL_BYTES``).
@@ -333,6 +342,7 @@ class Engine:
     def close(self) -> None:
         """Release what the engine holds: the call numbers' notes, the direct and LL windows, the trace file."""
         self.refusals.close()
+        self.replays.clear()
         if self._windows is not None:
             self._windows.close()
         if self._ll is not None:

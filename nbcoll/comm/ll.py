@@ -161,6 +161,12 @@ class LLStep:
         self.send = [_Peer(p) for p in ll.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in ll.others]
 
+    def rearm(self, round_: int) -> None:
+        """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
+        self.round = round_
+        if self.recv:
+            self.late = list(self.ll.others)
+
     @property
     def name(self) -> str:
         return "ll_" + name_of(self.flags & ~DIRECT)

@@ -1,0 +1,147 @@
+"""Replays: a small one-shot collective called again with the same buffers reruns its plan, unchecked and unplanned.
+
+A training loop all-reduces the same gradient buffers on every step, and a benchmark the same buffers thousands
+of times. For a message of a few bytes, the checks of the arguments and the plan (the tuner's choice, binding the
+primitives, building the steps) cost more than the data's trip (``benchmarks/small_messages.py`` times each part).
+MPI answers with persistent collectives (``MPI_Allreduce_init``, then ``MPI_Start`` on every call), NCCL users
+with CUDA graphs that capture the calls once. nbcoll does it without a new call: after an LL collective
+(:mod:`nbcoll.comm.ll`) has run, the engine keeps its steps under the call's arguments, and the next call with
+the very same buffer objects, op, root and algorithm runs those steps again in a new LL round::
+
+    call  comm.all_reduce(x, y)      checks, plan, steps [ll_send, ll_recv_reduce_copy] in round 7, kept
+    call  comm.all_reduce(x, y)      same x, y, op: the kept steps, rearmed for round 8
+    call  comm.all_reduce(x, z)      another output: the checks and the plan again
+
+What a replay still does is what every call must do: refuse to run on an aborted or destroyed communicator,
+number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and run its
+steps through the progress queue and the watchdog (timeouts, abort, dead peers). What it skips is only what
+cannot have changed: a replay is found by the buffers' identities and still holds them (weakly), and it checks
+that their shape, strides and dtype and the output's writability are those it was planned with. An async call,
+a call inside ``comm.group()`` and every call with ``NBCOLL_CHECK`` on (which compares each call across ranks)
+take the full path.
+
+Example::
+
+    comm.all_reduce(x, y)                    # the full path; its plan is kept
+    comm.all_reduce(x, y)                    # a replay: the same steps, in the next round
+    comm.engine.replays.hits                 # 1
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+from nbcoll import backend, memory
+from nbcoll.comm.collective_op import CollectiveOp
+
+MAX_REPLAYS = 32
+"""Plans kept per communicator; the oldest goes first (a loop calls few signatures; one-off calls pass through)."""
+
+
+def _writable(x: Any) -> bool:
+    try:
+        memory.require_writable(x, "recvbuf")
+    except ValueError:
+        return False
+    return True
+
+
+class Replay:
+    """One kept plan: the steps of a one-round LL collective and what the call it came from passed.
+
+    Example::
+
+        replay = Replay(coll, steps, sendbuf, recvbuf, result)
+        if replay.matches(sendbuf, recvbuf):
+            replay.run(engine)
+    """
+
+    def __init__(self, coll: CollectiveOp, steps: list[Any], sendbuf: Any, recvbuf: Any, result: Any) -> None:
+        name, algo, _, record = coll.parts[0]
+        self.name, self.algo, self.nbytes, self.what = name, algo, record.nbytes, record.what
+        self.steps = steps
+        self.rounds = [step for step in steps if hasattr(step, "rearm")]  # the LL steps, numbered per call
+        self.ll = self.rounds[0].ll
+        first = min(step.round for step in self.rounds)
+        self.offsets = [step.round - first for step in self.rounds]
+        self.count = max(self.offsets) + 1
+        self.send_ref = weakref.ref(sendbuf)
+        self.recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
+        self.layout = (sendbuf.shape, sendbuf.strides, sendbuf.dtype)
+        self.out_layout = None if recvbuf is None else (recvbuf.shape, recvbuf.strides, recvbuf.dtype)
+        self.writes = recvbuf if recvbuf is not None else sendbuf  # in place: the input is the output
+        self.backend = backend.get_backend()
+        self.result_is_send = result is sendbuf
+
+    def matches(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Whether this call passes the objects the plan was made for, unchanged since, on the same backend."""
+        if self.send_ref() is not sendbuf or (self.recv_ref() if self.recv_ref else None) is not recvbuf:
+            return False
+        if (sendbuf.shape, sendbuf.strides, sendbuf.dtype) != self.layout:
+            return False
+        if recvbuf is not None and (recvbuf.shape, recvbuf.strides, recvbuf.dtype) != self.out_layout:
+            return False
+        return backend.get_backend() == self.backend and _writable(recvbuf if recvbuf is not None else sendbuf)
+
+    def run(self, engine: Any, sendbuf: Any, recvbuf: Any) -> Any:
+        """Run the kept steps as a new call, in the next LL round(s); return what the call returns."""
+        comm = engine.comm
+        comm._check_usable()
+        engine.settle()
+        seq = engine.refusals.number()
+        engine.mark_run(seq)
+        first = self.ll.reserve(self.count)
+        for step, offset in zip(self.rounds, self.offsets, strict=True):
+            step.rearm(first + offset)
+        record = comm.recorder.record(self.name, -1, self.nbytes, self.what)
+        if comm.log.enabled("INFO", "COLL"):
+            comm.log.info("COLL", f"{self.name} #{seq} via {self.algo} (replayed): {self.what}")
+        coll = CollectiveOp(self.name, self.algo, [iter(self.steps)], record, engine.tracer, seq)
+        engine.progress.submit([coll], [], wait=True, checked=True)
+        return sendbuf if self.result_is_send else recvbuf
+
+
+class Replays:
+    """The plans one communicator keeps, found by the arguments of the call.
+
+    Example::
+
+        key = replays.key("all_reduce", x, y, "sum", None)
+        replay = replays.find(key, x, y)          # None until a call with these arguments has run
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.kept: dict[Hashable, Replay] = {}
+        self.hits = 0
+
+    @staticmethod
+    def key(name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: str | None) -> Hashable | None:
+        """What identifies a call; ``None`` for arguments a key cannot hold (an op object such as premul_sum)."""
+        if not isinstance(extra, (str, int)) or not (algo is None or isinstance(algo, str)):
+            return None
+        return (name, id(sendbuf), id(recvbuf), extra, algo)
+
+    def find(self, key: Hashable | None, sendbuf: Any, recvbuf: Any) -> Replay | None:
+        if key is None or not self.kept:
+            return None
+        replay = self.kept.get(key)
+        if replay is None or not replay.matches(sendbuf, recvbuf):
+            return None
+        self.hits += 1
+        return replay
+
+    def keep(self, key: Hashable | None, coll: CollectiveOp, sendbuf: Any, recvbuf: Any, result: Any) -> None:
+        """Keep ``coll``'s plan under ``key`` if it can be replayed: one LL round of kept steps (see module doc)."""
+        steps = getattr(coll, "replayable", None)
+        if key is None or not self.enabled or steps is None:
+            return
+        if key not in self.kept and len(self.kept) >= MAX_REPLAYS:
+            del self.kept[next(iter(self.kept))]
+        self.kept[key] = Replay(coll, steps, sendbuf, recvbuf, result)
+
+    def clear(self) -> None:
+        self.kept.clear()
+

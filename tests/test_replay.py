@@ -1,0 +1,142 @@
+"""Replays: a small LL collective called again with the same buffers reruns its kept steps in a new round, exact,
+and any change of the arguments (another object, a new shape, a read-only output, async, a group, NBCOLL_CHECK)
+takes the full path with its checks; an error on one rank of a replayed call is refused everywhere."""
+
+import numpy as np
+import pytest
+
+import nbcoll
+from nbcoll.comm import CommConfig, loopback
+from nbcoll.comm.errors import CommError
+from nbcoll.kernels.combine import premul_sum
+
+
+def _values(rank, count, call, dtype=np.int64):
+    return (np.arange(count) * 7 + 13 * rank + 101 * call).astype(dtype)
+
+
+def _five_collectives(comm, calls, count=3):
+    """Every LL collective ``calls`` times on the same buffers, new values written in between; checks each result."""
+    n, r = comm.size, comm.rank
+    x, y, full, swapped, mine = (np.zeros(k, np.int64) for k in (count, count, count * n, count * n, count))
+    blocks = np.zeros(count * n, np.int64)
+    for call in range(calls):
+        x[...] = _values(r, count, call)
+        blocks[...] = _values(r, count * n, call)
+        everyone = [_values(p, count, call) for p in range(n)]
+        everyone_blocks = [_values(p, count * n, call) for p in range(n)]
+        own = slice(r * count, (r + 1) * count)
+        assert np.array_equal(comm.all_reduce(x, y, algo="direct"), sum(everyone))
+        assert np.array_equal(comm.all_gather(x, full, algo="direct"), np.concatenate(everyone))
+        assert np.array_equal(comm.all_to_all(blocks, swapped), np.concatenate([b[own] for b in everyone_blocks]))
+        assert np.array_equal(comm.reduce_scatter(blocks, mine, op="max"), np.max(everyone_blocks, axis=0)[own])
+        comm.all_reduce(x, algo="direct")  # in place: on 3 ranks and more the fold keeps this rank's input first
+        assert np.array_equal(x, sum(everyone))
+    return comm.engine.replays.hits
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_repeated_calls_on_the_same_buffers_are_replayed_and_exact(nranks):
+    with nbcoll.use_backend("numpy"):
+        hits = loopback.run(nranks, _five_collectives, 4)
+    assert hits == [0 if nranks == 1 else 5 * 3] * nranks  # the first call of each plans, the next three replay
+
+
+def test_replays_run_on_the_simulator():
+    with nbcoll.use_backend("sim"):
+
+        def body(comm):
+            x, y = nbcoll.zeros(3, np.int32), nbcoll.zeros(3, np.int32)
+            for call in range(3):
+                x[:] = nbcoll.to_device(_values(comm.rank, 3, call, np.int32))
+                got = nbcoll.to_host(comm.all_reduce(x, y, algo="direct"))
+                assert np.array_equal(got, sum(_values(p, 3, call, np.int32) for p in range(comm.size)))
+            return comm.engine.replays.hits
+
+        assert loopback.run(2, body) == [2, 2]
+
+
+def test_a_changed_argument_takes_the_full_path():
+    def body(comm):
+        n, r = comm.size, comm.rank
+        x, y = np.full(4, r + 1, np.int32), np.zeros(4, np.int32)
+        comm.all_reduce(x, y)
+        comm.all_reduce(x, y)
+        hits = [comm.engine.replays.hits]
+        comm.all_reduce(x, np.zeros(4, np.int32))  # another output object
+        comm.all_reduce(x, y, op="max")  # another op
+        comm.all_reduce(x, y, algo="direct")  # an algorithm named (the tuner's choice was not named)
+        comm.all_reduce(x, y, async_op=True).wait()  # async: a handle, the full path
+        with comm.group():
+            comm.all_reduce(x, y)
+        hits.append(comm.engine.replays.hits)
+        y.shape = (2, 2)  # the same object, reshaped in place: still 4 elements, a new layout
+        comm.all_reduce(x, y)
+        hits.append(comm.engine.replays.hits)
+        y.shape = (4,)  # back: the plan kept last was for the (2, 2) layout, so the full path again
+        assert np.array_equal(comm.all_reduce(x, y), np.full(4, n * (n + 1) // 2))
+        hits.append(comm.engine.replays.hits)
+        return hits
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(3, body) == [[1, 1, 1, 1]] * 3
+
+
+def test_a_buffer_made_read_only_on_one_rank_is_refused_there_and_no_rank_returns_a_result():
+    def body(comm):
+        r = comm.rank
+        x, y = np.full(4, r + 1, np.int32), np.zeros(4, np.int32)
+        comm.all_reduce(x, y)
+        comm.all_reduce(x, y)  # replayed on every rank
+        if r == 1:
+            y.flags.writeable = False
+        before = y.copy()
+        x[...] = 100
+        try:
+            comm.all_reduce(x, y)
+        except ValueError as exc:
+            assert r == 1 and "recvbuf: is read-only" in str(exc), exc
+            return "refused"
+        except CommError as exc:  # the others learn of the refusal instead of reading what rank 1 never wrote
+            assert np.array_equal(y, before), "a result was written although a peer refused the call"
+            return type(exc).__name__
+        return "returned"
+
+    with nbcoll.use_backend("numpy"):
+        outcomes = loopback.run(3, body, config=CommConfig(timeout=20.0))
+    assert outcomes[1] == "refused" and outcomes[0] == outcomes[2] == "CommAbortedError", outcomes
+
+
+def test_nbcoll_check_compares_every_call_so_nothing_is_replayed():
+    def body(comm):
+        x, y = np.ones(4, np.int32), np.zeros(4, np.int32)
+        for _ in range(3):
+            assert np.array_equal(comm.all_reduce(x, y), np.full(4, comm.size))
+        return comm.engine.replays.hits, len(comm.engine.replays.kept)
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(2, body, config=CommConfig(check=True)) == [(0, 0)] * 2
+
+
+def test_a_premul_sum_is_never_kept_and_is_exact():
+    def body(comm):
+        x, y = np.ones(4, np.float64), np.zeros(4, np.float64)
+        for _ in range(2):
+            comm.all_reduce(x, y, op=premul_sum(0.5))
+            assert np.array_equal(y, np.full(4, comm.size * 0.5))
+        return comm.engine.replays.hits
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(2, body) == [0, 0]
+
+
+def test_the_kept_plans_are_bounded_and_a_dead_buffer_is_never_matched():
+    from nbcoll.comm.replay import MAX_REPLAYS
+
+    def body(comm):
+        for _ in range(MAX_REPLAYS + 5):  # new buffers every call: each plan kept, the oldest dropped
+            comm.all_reduce(np.ones(2, np.int32), np.zeros(2, np.int32))
+        return len(comm.engine.replays.kept), comm.engine.replays.hits
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(2, body) == [(MAX_REPLAYS, 0)] * 2
