@@ -144,4 +144,3 @@ class Replays:
 
     def clear(self) -> None:
         self.kept.clear()
-
