@@ -150,10 +150,11 @@ def test_ll_on_the_simulator():
         total = nbcoll.to_host(comm.all_reduce(x, algo="direct"))
         mine = nbcoll.to_device(np.array([comm.rank + 1], np.int32))
         gathered = nbcoll.to_host(comm.all_gather(mine, nbcoll.zeros(comm.size, np.int32), algo="direct"))
-        return total.tolist(), gathered.tolist(), comm.engine._ll.rounds
+        sent = nbcoll.to_host(comm.broadcast(mine, nbcoll.zeros(1, np.int32), root=1, algo="direct"))
+        return total.tolist(), gathered.tolist(), sent.tolist(), comm.engine._ll.rounds
 
     with nbcoll.use_backend("sim"):
-        assert loopback.run(2, body) == [([3, 14], [1, 2], 2)] * 2
+        assert loopback.run(2, body) == [([3, 14], [1, 2], [2], 3)] * 2
 
 
 # -- under mpiexec, over ipc -----------------------------------------------------------------------------------
@@ -176,7 +177,9 @@ for dtype in (np.int8, np.int32, np.int64, np.float16):
         assert np.array_equal(got, np.concatenate(theirs))
         got = comm.reduce_scatter(blocks, np.zeros(count, dtype), algo="direct")
         assert np.array_equal(got, sum(theirs).astype(dtype))
-        ok += 4
+        got = comm.broadcast(x, np.zeros_like(x), root=count % n, algo="direct")
+        assert np.array_equal(got, ((np.arange(count) + 5 * (count % n)) % 50).astype(dtype))
+        ok += 5
 print(json.dumps({"rank": r, "ok": ok, "rounds": comm.engine._ll.rounds}))
 comm.destroy()
 """
@@ -186,9 +189,9 @@ comm.destroy()
 def test_ll_under_mpiexec_over_ipc():
     result = run_ranks(3, code=MPI_CASES, env={"NBCOLL_BACKEND": "numpy"})
     reports = [json.loads(out.strip().splitlines()[-1]) for out in result.outputs]
-    # 4 dtypes x 3 counts x 4 collectives; the all-to-all and reduce-scatter of 3 x 4096 int64 (96 KiB) are too
+    # 4 dtypes x 3 counts x 5 collectives; the all-to-all and reduce-scatter of 3 x 4096 int64 (96 KiB) are too
     # large for LL
-    assert [rep["ok"] for rep in reports] == [48] * 3 and [rep["rounds"] for rep in reports] == [46] * 3
+    assert [rep["ok"] for rep in reports] == [60] * 3 and [rep["rounds"] for rep in reports] == [58] * 3
 
 
 def _window_rounds(comm) -> int:
@@ -217,3 +220,59 @@ def test_direct_all_to_all_takes_ll_when_small_and_the_windows_above():
     with nbcoll.use_backend("numpy"):
         rounds = loopback.run(3, body, config=CommConfig(ll_bytes=64))
     assert rounds == [[(1, 0), (1, 1), (2, 1), (2, 2), (2, 2)]] * 3
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_small_broadcasts_from_every_root_are_exact_between_other_ll_rounds(nranks):
+    """Each root's lines reach every rank, in and out of place, whatever the round before was (a broadcast with
+    another root, an all-gather): the readers' presence lines keep the credit chain of the rounds unbroken."""
+
+    def body(comm):
+        for dtype in (np.int8, np.float16, np.int64):
+            for count in (1, 3, 1000):
+                for root in range(comm.size):
+                    x = _inputs(comm.rank, count, dtype)
+                    got = comm.broadcast(x, np.zeros(count, dtype), root=root, algo="direct")
+                    assert np.array_equal(got, _inputs(root, count, dtype)), (dtype, count, root)
+                    comm.broadcast(x, root=(root + 1) % comm.size, algo="direct")  # in place
+                    assert np.array_equal(x, _inputs((root + 1) % comm.size, count, dtype))
+                    gathered = comm.all_gather(x, np.zeros(count * comm.size, dtype), algo="direct")
+                    assert np.array_equal(gathered, np.tile(x, comm.size))
+        return 0 if comm.engine._ll is None else comm.engine._ll.rounds
+
+    with nbcoll.use_backend("numpy"):
+        rounds = loopback.run(nranks, body)
+    assert rounds == [0 if nranks == 1 else 3 * 3 * nranks * 3] * nranks  # every call one LL round
+
+
+def test_a_broadcast_root_runs_at_most_one_round_ahead_of_its_readers():
+    """A root that broadcasts while its readers have stopped writes two rounds (both halves of its buffer), then
+    waits for them to begin the previous round instead of overwriting lines they may still read."""
+
+    def body(comm):
+        x = np.arange(3, dtype=np.int32)
+        calls = 3 if comm.rank == 0 else 1
+        for _ in range(calls):
+            comm.broadcast(x, root=0, algo="direct")
+
+    with nbcoll.use_backend("numpy"), pytest.raises(CommTimeoutError) as caught:
+        loopback.run(3, body, config=CommConfig(timeout=1.0))
+    message = str(caught.value)
+    assert "broadcast" in message and "rank 0" in message
+    assert "ranks [1, 2] to begin LL round 2 before this rank writes round 3" in message, message
+
+
+def test_many_small_broadcasts_in_a_row_with_slow_readers_stay_exact():
+    import time
+
+    def body(comm):
+        x, y = np.zeros(5, np.int64), np.zeros(5, np.int64)
+        for call in range(40):
+            x[...] = np.arange(5) + 1000 * call + comm.rank
+            if comm.rank and call % 7 == comm.rank:
+                time.sleep(0.01)  # a reader falls behind; the root must not overwrite what it still reads
+            assert np.array_equal(comm.broadcast(x, y, root=0, algo="direct"), np.arange(5) + 1000 * call)
+        return comm.engine.replays.hits
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(3, body) == [39] * 3  # replayed after the first call

@@ -47,7 +47,7 @@ from nbcoll.kernels import combine as combine_kernels
 WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all")
 """The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
 
-LL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter")
+LL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast")
 """The collectives whose direct algorithm sends a small message as LL lines (:mod:`nbcoll.comm.ll`)."""
 
 

@@ -11,12 +11,23 @@ alternate rounds. Round ``r`` of a one-shot collective, on every rank::
     for each peer p: poll lines(p)[r % 2] until every line carries r     (a snapshot of p's words)
     out = fold(words of rank 0, ..., of rank n-1)      # in rank order; or copy each peer's words into its block
 
-The writer never waits. When rank ``a`` writes half ``h`` in round ``r``, every peer ``b`` has finished reading
-``a``'s round ``r-2`` there: ``a`` has finished round ``r-1``, so it has read ``b``'s round ``r-1`` lines, which
-``b`` wrote only after its round ``r-2`` ended, and ``b``'s round ``r-2`` ends by reading ``a``'s half ``h``.
-With two halves, the previous round's reads are the credit. The poll is a step like every other, so the watchdog
-bounds it (timeout, abort, dead peer). Every rank folds the same words in the same rank order, so every rank
-computes the same bits.
+The writer of an all-reduce never waits. When rank ``a`` writes half ``h`` in round ``r``, every peer ``b`` has
+finished reading ``a``'s round ``r-2`` there: ``a`` has finished round ``r-1``, so it has read ``b``'s round ``r-1``
+lines, which ``b`` wrote only after its round ``r-2`` ended, and ``b``'s round ``r-2`` ends by reading ``a``'s half
+``h``. With two halves, the previous round's reads are the credit. The poll is a step like every other, so the
+watchdog bounds it (timeout, abort, dead peer). Every rank folds the same words in the same rank order, so every
+rank computes the same bits.
+
+A broadcast breaks that chain: only the root writes data, and each other rank reads the root alone. So in an LL
+broadcast every other rank still writes one *presence* line (line 0, no data) in the round, and every write of
+round ``r`` first makes sure that every peer has begun round ``r-1``: ``seen``, the last round in which this rank
+read every peer's lines, says so at once after an all-reduce; otherwise the write polls line 0 of each peer's
+round ``r-1``. The root of a broadcast therefore runs at most one round ahead of its slowest reader, and never
+waits for the readers of the round it writes::
+
+    root:    wait until every peer's line 0 carries r-1;  lines(root)[r % 2] = r | words
+    others:  wait until every peer's line 0 carries r-1;  line 0 of lines(me)[r % 2] = r
+             poll lines(root)[r % 2] until every line carries r;  out = root's words
 
 Half of every line is flag, so LL moves twice the bytes: the engine uses it for one-shot collectives of at most
 ``NBCOLL_LL_BYTES`` per rank (default 64 KiB, 0 turns it off), when every peer is on this machine.
@@ -77,6 +88,7 @@ class LLBuffers:
         self.rank, self.nranks = windows.rank, windows.nranks
         self.lines_per_half = windows.nbytes // (2 * LINE_BYTES)
         self.rounds = 0
+        self.seen = 0  # the last round in which this rank read every peer's lines (each had begun that round)
         self.others = [p for p in range(self.nranks) if p != self.rank]
         scratch = memory.communicator_zeros  # the communicator's own, not counted in memory.stats()
         self.staging = scratch(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
@@ -120,10 +132,16 @@ class LLBuffers:
         flags = DIRECT | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
         return LLStep(self, prims, flags, lo, hi, round_, block, segment=segment)
 
-    def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0) -> LLStep:
-        """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p``: an all-gather's chunk
-        (segment 0), or an all-to-all's (the segment of this rank)."""
-        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment)
+    def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
+             sources: list[int] | None = None) -> LLStep:  # fmt: skip
+        """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p`` (of ``sources``): an
+        all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only)."""
+        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources)
+
+    def presence(self, prims: Prims, round_: int) -> LLStep:
+        """``line 0 of lines(me) = round_``, no data: a broadcast's reader says it has begun the round, which is
+        what the writers of the next round wait for (see the module's docstring)."""
+        return LLStep(self, prims, DIRECT | SEND, 0, 0, round_)
 
     def close(self) -> None:
         self.windows.close()
@@ -132,7 +150,8 @@ class LLBuffers:
 class LLStep:
     """One step of an LL round; it has the interface of a :class:`~nbcoll.comm.primitives.Step`.
 
-    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round (always ready);
+    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round (a presence line when
+      empty); ready when every peer has begun the previous round;
     * ``DIRECT | RECV | REDUCE | COPY``: ready when every peer's lines carry the round; fold in rank order;
     * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``.
 
@@ -150,22 +169,24 @@ class LLStep:
         block: int = 0,
         segments: int = 1,
         segment: int = 0,
+        sources: list[int] | None = None,
     ) -> None:
         self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
         self.round, self.block, self.segments, self.segment = round_, block, segments, segment
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
-        sending = bool(self.bits & _SEND)
-        self.late = [] if sending else list(ll.others)  # peers whose lines of this round have not all arrived
-        self.send = [_Peer(p) for p in ll.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in ll.others]
+        self.sending = bool(self.bits & _SEND)
+        self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
+        self.reads_everyone = len(self.sources) == len(ll.others)
+        self.late = list(ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
+        self.send = [_Peer(p) for p in ll.others] if self.sending else []
+        self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
 
     def rearm(self, round_: int) -> None:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
         self.round = round_
-        if self.recv:
-            self.late = list(self.ll.others)
+        self.late = list(self.ll.others if self.sending else self.sources)
 
     @property
     def name(self) -> str:
@@ -177,13 +198,33 @@ class LLStep:
 
     @property
     def peers(self) -> list[int]:
-        return self.ll.others
+        return self.ll.others if self.sending else self.sources
 
     def ready(self) -> bool:
-        """Poll every peer still late: a load that finds every line of the round keeps their words."""
+        """A write: every peer has begun the previous round. A read: poll every peer still late; a load that
+        finds every line of the round keeps their words."""
+        if not self.late:
+            return True
+        ll = self.ll
+        if self.sending:
+            before = self.round - 1
+            if ll.seen < before:  # after a broadcast: ask each peer's line 0 of the previous round
+                self.late = [peer for peer in self.late if self._previous_round_missing(peer, before)]
+                if self.late:
+                    return False
+                ll.seen = before
+            self.late = []
+            return True
+        self.late = [peer for peer in self.late if self._lines_missing(peer)]
         if self.late:
-            self.late = [peer for peer in self.late if self._lines_missing(peer)]
-        return not self.late
+            return False
+        if self.reads_everyone and ll.seen < self.round:
+            ll.seen = self.round
+        return True
+
+    def _previous_round_missing(self, peer: int, before: int) -> int:
+        ll = self.ll
+        return ll_kernels.load(ll.probe, ll.lines(peer, before, 0, 1), before, ll.missing)
 
     def _lines_missing(self, peer: int) -> int:
         ll, words = self.ll, self.words
@@ -198,6 +239,8 @@ class LLStep:
     def waiting_for(self) -> str:
         if not self.late:
             return "nothing (ready)"
+        if self.sending:
+            return f"ranks {self.late} to begin LL round {self.round - 1} before this rank writes round {self.round}"
         return f"ranks {self.late} to write their LL lines of round {self.round}"
 
     def describe(self) -> str:
@@ -229,16 +272,18 @@ class LLStep:
 
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
-        if self.nbytes:
-            if self.segments == 1 and p.itemsize % WORD_BYTES == 0:  # whole words already: store the input
-                staged = p.local[lo:hi].view(np.uint32)
-            else:  # bytes, half-words, or one segment per peer: through a staging row, each segment padded
-                staged = ll.staging[: self.segments * words]
-                for s in range(self.segments):
-                    segment = staged[s * words : (s + 1) * words].view(np.uint8)[: self.nbytes].view(p.dtype)
-                    copy_device(segment, p.local[s * self.block + lo : s * self.block + hi])
-            ll_kernels.store(ll.lines(ll.rank, self.round, 0, staged.size), staged, self.round)
-            p.charge_copy(ll.rank, self.segments * self.nbytes)  # into this rank's own lines, read by every peer
+        if not self.nbytes:  # a presence line: its flag is all that is read
+            ll_kernels.store(ll.lines(ll.rank, self.round, 0, 1), ll.staging[:1], self.round)
+            return
+        if self.segments == 1 and p.itemsize % WORD_BYTES == 0:  # whole words already: store the input
+            staged = p.local[lo:hi].view(np.uint32)
+        else:  # bytes, half-words, or one segment per peer: through a staging row, each segment padded
+            staged = ll.staging[: self.segments * words]
+            for s in range(self.segments):
+                segment = staged[s * words : (s + 1) * words].view(np.uint8)[: self.nbytes].view(p.dtype)
+                copy_device(segment, p.local[s * self.block + lo : s * self.block + hi])
+        ll_kernels.store(ll.lines(ll.rank, self.round, 0, staged.size), staged, self.round)
+        p.charge_copy(ll.rank, self.segments * self.nbytes)  # into this rank's own lines, read by every peer
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)
 
@@ -248,12 +293,12 @@ class LLStep:
     def _copy_blocks(self) -> None:
         p = self.prims
         if self.nbytes:
-            for peer in self.ll.others:
+            for peer in self.sources:
                 start = peer * self.block + self.lo
                 copy_device(p.out[start : start + self.hi - self.lo], self._words_of(peer))
         self._charge_received()
 
     def _charge_received(self) -> None:
-        for peer in self.ll.others:
+        for peer in self.sources:
             self.prims.charge_copy(peer, self.nbytes)  # out of the lines the peer wrote
             self.prims.charge(peer, self.nbytes, sent=False)

@@ -195,6 +195,8 @@ def cost_terms(
             return 1.0, (n + 2) * s
         if collective in ("all_to_all", "reduce_scatter"):  # every block written as lines, n - 1 of them read
             return 1.0, (3 * n - 1) * s
+        if collective == "broadcast":  # a reader reads the root's lines (twice the bytes) and copies the words out
+            return 1.0, 3 * s
     chunks = _chunks(s, chunk_bytes)
     depth = max(1, math.floor(math.log2(n)))
     if collective == "all_reduce":

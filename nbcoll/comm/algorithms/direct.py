@@ -17,8 +17,10 @@ FIFOs as every other algorithm, one chunk per peer per step.
 
 All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
 straight into its output. A small all-to-all is one LL round in which each rank writes one segment per peer; a
-small reduce-scatter is the same round with a fold of the segments in rank order. Without LL or windows the
-all-to-all is the pairwise exchange; without LL the reduce-scatter is the ring.
+small reduce-scatter is the same round with a fold of the segments in rank order. In a small broadcast only the
+root writes data; every other rank writes one presence line, which keeps the rounds' credit chain unbroken
+(:mod:`nbcoll.comm.ll`). Without LL or windows the all-to-all is the pairwise exchange; without LL the
+reduce-scatter is the ring.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
@@ -103,7 +105,11 @@ def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 
 def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
-    """Every rank reads the root's buffer; without windows, the root sends every chunk to every peer."""
+    """Every rank reads the root's buffer (its LL lines when small); without windows, the root sends every chunk to
+    every peer."""
+    if ctx.ll is not None:
+        spans = list(chunks(0, out.size, ctx.ll.capacity(out.dtype)))
+        return _ll_broadcast(ctx, src, out, root, spans, ctx.ll.reserve(len(spans)))
     if ctx.windows is not None:
         spans = list(chunks(0, out.size, _window_elems(ctx, out, 1)))
         return _one_shot_broadcast(ctx, src, out, root, spans, ctx.windows.reserve(len(spans)))
@@ -120,6 +126,18 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list
         yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
+
+
+def _ll_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
+    """The root writes its lines; every other rank writes a presence line and copies the root's words."""
+    ll, prims = ctx.ll, ctx.prims(src, out)
+    for round_, (lo, hi) in enumerate(spans, first):
+        if ctx.rank == root:
+            yield ll.send(prims, lo, hi, round_)
+            yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+        else:
+            yield ll.presence(prims, round_)
+            yield ll.recv(prims, lo, hi, round_, block=0, sources=[root])
 
 
 def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
