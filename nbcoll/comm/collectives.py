@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -36,34 +35,14 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.check import Signature
-from nbcoll.comm.collective_op import CollectiveOp
+from nbcoll.comm.collective_checks import CollectiveChecks, _address_range, _dtype_name, _nbytes
 from nbcoll.comm.work import Work
 from nbcoll.kernels import combine as combine_kernels
-from nbcoll.kernels import copy as copy_kernels
 
 premul_sum = combine_kernels.premul_sum
 
 
-def _nbytes(x: Any) -> int:
-    return int(x.size) * x.dtype.itemsize
-
-
-_address_range = memory.address_range
-
-
-_OVERLAP = (
-    "sendbuf, recvbuf: the buffers overlap but are not the in-place layout this collective allows "
-    "(the same buffer, or this rank's block of the larger one)"
-)
-
-
-@functools.cache
-def _dtype_name(dtype: np.dtype) -> str:
-    """``str(dtype)``, remembered: NumPy builds the name in Python on every call."""
-    return str(dtype)
-
-
-class Collectives:
+class Collectives(CollectiveChecks):
     """The collective operations of :class:`~nbcoll.comm.communicator.Communicator` (a mixin).
 
     Example::
@@ -96,7 +75,7 @@ class Collectives:
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self._replay_key("all_reduce", sendbuf, recvbuf, op, algo, async_op)
+        key = self.engine.replays.key("all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
         if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_reduce") as seq:
@@ -133,7 +112,7 @@ class Collectives:
         array([0., 0., 0.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self._replay_key("broadcast", sendbuf, recvbuf, root, algo, async_op)
+        key = self.engine.replays.key("broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth)
         if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("broadcast") as seq:
@@ -210,7 +189,7 @@ class Collectives:
         array([0, 0], dtype=int32)
         >>> comm.destroy()
         """
-        key = self._replay_key("all_gather", sendbuf, recvbuf, "-", algo, async_op)
+        key = self.engine.replays.key("all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
         if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_gather") as seq:
@@ -246,7 +225,7 @@ class Collectives:
         array([0., 1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self._replay_key("reduce_scatter", sendbuf, recvbuf, op, algo, async_op)
+        key = self.engine.replays.key("reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
         if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("reduce_scatter") as seq:
@@ -284,7 +263,7 @@ class Collectives:
         array([0], dtype=int32)
         >>> comm.destroy()
         """
-        key = self._replay_key("all_to_all", sendbuf, recvbuf, "-", algo, async_op)
+        key = self.engine.replays.key("all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
         if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_to_all") as seq:
@@ -414,76 +393,7 @@ class Collectives:
         algorithms.check_algo(collective, algo)
         return tuner.estimate(collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.link_model())
 
-    # -- checks -------------------------------------------------------------------------------------------------
-
-    def _buffer(self, buf: Any, arg: str) -> Any:
-        if buf is None:
-            raise ValueError(f"{arg}: a buffer is required here")
-        buf = memory.as_device_array(buf, arg)
-        memory.check_dtype(buf.dtype, f"{arg}.dtype")
-        memory.require_contiguous(buf, arg)
-        return buf.reshape(buf.size) if buf.ndim != 1 else buf
-
-    def _root(self, root: Any) -> int:
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
-            raise TypeError(f"root: expected an int rank, got {type(root).__name__}")
-        if not 0 <= root < self.size:
-            raise ValueError(f"root: rank {root} is out of range for a communicator of {self.size} ranks")
-        return int(root)
-
-    @staticmethod
-    def _same_size(a: Any, a_arg: str, b: Any, b_arg: str, expected: int, expected_text: str | None = None) -> None:
-        if a.dtype != b.dtype:
-            raise TypeError(f"{a_arg}, {b_arg}: dtypes must match, got {a.dtype} and {b.dtype}")
-        if a.size != expected:
-            what = expected_text or f"{b_arg}.size"
-            raise ValueError(f"{a_arg}: expected {expected} elements ({what}), got {a.size}")
-
-    def _root_blocks(self, buf: Any, arg: str, name: str, root: int, block: Any, block_arg: str) -> Any:
-        """The root's buffer of one block per rank (gather's ``recvbuf``, scatter's ``sendbuf``), checked: its size
-        is ``size x block.size``, and ``block`` may only be its own slot (in place), not overlap it elsewhere."""
-        count = block.size
-        if buf is None:
-            raise ValueError(f"{arg}: the root (rank {root}) of {name} needs a buffer of {self.size} x {count}")
-        blocks = self._buffer(buf, arg)
-        self._same_size(blocks, arg, block, block_arg, count * self.size, f"{self.size} x {block_arg}.size")
-        own = blocks[root * count : (root + 1) * count]
-        self._no_overlap(block, blocks, allowed=_address_range(block) == _address_range(own))
-        return blocks
-
-    @staticmethod
-    def _no_overlap(send: Any, recv: Any, allowed: bool) -> None:
-        if allowed or send.size == 0 or recv.size == 0:
-            return
-        (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
-        if s0 < r1 and r0 < s1:
-            raise ValueError(_OVERLAP)
-
-    @staticmethod
-    def _same_or_apart(send: Any, recv: Any) -> None:
-        """In place (``recv`` is ``send``, or the same bytes) or apart; each address range is read once."""
-        if recv is send or send.size == 0 or recv.size == 0:
-            return
-        (s0, s1), (r0, r1) = _address_range(send), _address_range(recv)
-        if (s0, s1) != (r0, r1) and s0 < r1 and r0 < s1:
-            raise ValueError(_OVERLAP)
-
     # -- running ------------------------------------------------------------------------------------------------
-
-    def _replay_key(self, name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: Any, async_op: bool) -> Any:
-        """What a synchronous call outside a group is kept and found under (:mod:`nbcoll.comm.replay`), or ``None``."""
-        if async_op or self._group.depth:
-            return None
-        return self.engine.replays.key(name, sendbuf, recvbuf, extra, algo)
-
-    def _contribution(self, send: Any, op: Any) -> Any:
-        """This rank's input to a reduction: ``sendbuf``, or a pre-multiplied copy of it for premul_sum."""
-        if not isinstance(op, combine_kernels.PremulSum) or send.size == 0:
-            return send
-        scratch = memory.empty(send.size, send.dtype)
-        copy_kernels.copy(scratch, send)
-        combine_kernels.premul(scratch, op.scalar)
-        return scratch
 
     def _launch(
         self,
@@ -513,21 +423,8 @@ class Collectives:
             return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:
-            self._queue_in_group(coll, work)
+            self._group.queue_collective(coll, work)
         else:
             self.engine.mark_run(seq)
             self.engine.progress.submit([coll], [work], wait=False)
         return work if async_op else result
-
-    def _queue_in_group(self, coll: CollectiveOp, work: Work) -> None:
-        queued = self._group.queued
-        if any(not isinstance(op, CollectiveOp) for op in queued):
-            raise ValueError(
-                "comm.group(): this group already holds point-to-point operations; put collectives and "
-                "send/recv in separate groups"
-            )
-        if queued:
-            queued[-1].fuse(coll)  # one operation: the collectives run in the order they were issued
-        else:
-            queued.append(coll)
-        self._group.works.append(work)

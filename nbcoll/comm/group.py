@@ -61,6 +61,19 @@ class Group:
         else:
             self._run([op], [] if work is None else [work])
 
+    def queue_collective(self, coll: Any, work: Work) -> None:
+        """Queue a collective in the open group: fused after the ones already queued, so they run in issue order."""
+        if any(op.kind != "collective" for op in self.queued):
+            raise ValueError(
+                "comm.group(): this group already holds point-to-point operations; put collectives and "
+                "send/recv in separate groups"
+            )
+        if self.queued:
+            self.queued[-1].fuse(coll)  # one operation: the collectives run in the order they were issued
+        else:
+            self.queued.append(coll)
+        self.works.append(work)
+
     def __enter__(self) -> Group:
         self.depth += 1
         return self

@@ -118,9 +118,10 @@ class Replays:
         self.hits = 0
 
     @staticmethod
-    def key(name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: str | None) -> Hashable | None:
-        """What identifies a call; ``None`` for arguments a key cannot hold (an op object such as premul_sum)."""
-        if not isinstance(extra, (str, int)) or not (algo is None or isinstance(algo, str)):
+    def key(name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: Any, deferred: Any = False) -> Hashable | None:
+        """What identifies a call; ``None`` for a call that is never replayed: ``deferred`` (async, or in a group),
+        or with arguments a key cannot hold (an op object such as premul_sum)."""
+        if deferred or not isinstance(extra, (str, int)) or not (algo is None or isinstance(algo, str)):
             return None
         return (name, id(sendbuf), id(recvbuf), extra, algo)
 
