@@ -140,3 +140,38 @@ def test_the_kept_plans_are_bounded_and_a_dead_buffer_is_never_matched():
 
     with nbcoll.use_backend("numpy"):
         assert loopback.run(2, body) == [(MAX_REPLAYS, 0)] * 2
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_window_rounds_are_replayed_too_with_plain_and_registered_buffers(registered):
+    """Above NBCOLL_LL_BYTES the one-shot collectives read the windows (a registered input in place): their kept
+    steps run again in new window rounds, several rounds per call when the message is larger than a window."""
+
+    def body(comm):
+        n, r = comm.size, comm.rank
+        count = 700  # 5600 bytes of int64: two rounds of a 4 KiB window
+        make = (lambda k: comm.alloc(k, np.int64)) if registered else (lambda k: np.zeros(k, np.int64))
+        x, blocks = make(count), make(count * n)
+        y, full, swapped = np.zeros(count, np.int64), np.zeros(count * n, np.int64), np.zeros(count * n, np.int64)
+        for call in range(3):
+            x[...] = _values(r, count, call)
+            blocks[...] = _values(r, count * n, call)
+            own = slice(r * count, (r + 1) * count)
+            assert np.array_equal(comm.all_reduce(x, y, algo="direct"), sum(_values(p, count, call) for p in range(n)))
+            assert np.array_equal(
+                comm.all_gather(x, full, algo="direct"), np.concatenate([_values(p, count, call) for p in range(n)])
+            )
+            got = comm.all_to_all(blocks, swapped, algo="direct")
+            assert np.array_equal(got, np.concatenate([_values(p, count * n, call)[own] for p in range(n)]))
+            assert np.array_equal(comm.broadcast(x, y, root=call % n, algo="direct"), _values(call % n, count, call))
+        hits = comm.engine.replays.hits
+        if registered:
+            comm.free(x)  # a kept plan may lend x: every kept plan goes
+            assert not comm.engine.replays.kept
+        return hits, comm.engine._windows.rounds
+
+    with nbcoll.use_backend("numpy"):
+        got = loopback.run(3, body, config=CommConfig(ll_bytes=0, buffsize=4096))
+    # all-reduce, all-gather, all-to-all: 2 calls of 3 replayed; the broadcasts change root on every call
+    assert [hits for hits, _ in got] == [6] * 3
+    assert len({rounds for _, rounds in got}) == 1

@@ -264,8 +264,8 @@ class Engine:
             contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
             channels = [build(run, channel_ctx) for channel_ctx in contexts]
         steps = None
-        if ll is not None and len(channels) == 1:  # one LL round: its steps are known now, and can be replayed
-            steps = list(channels[0])
+        if (ll is not None or ctx.windows is not None) and len(channels) == 1:  # one-shot rounds, numbered now:
+            steps = list(channels[0])  # the steps are known now, and can be replayed
             channels = [iter(steps)]
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
@@ -323,6 +323,7 @@ class Engine:
         """Let go of a buffer from :meth:`alloc` (local; see :meth:`DirectWindows.free`)."""
         windows = self.direct_windows()
         if windows is not None:
+            self.replays.clear()  # a kept plan may lend the buffer that is freed here
             windows.free(array)
 
     def ll_buffers(self) -> LLBuffers | None:

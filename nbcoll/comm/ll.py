@@ -189,6 +189,11 @@ class LLStep:
         self.late = list(self.ll.others if self.sending else self.sources)
 
     @property
+    def numbering(self) -> LLBuffers:
+        """What numbers this step's rounds (``reserve``): the LL buffers."""
+        return self.ll
+
+    @property
     def name(self) -> str:
         return "ll_" + name_of(self.flags & ~DIRECT)
 

@@ -2,11 +2,13 @@
 
 A training loop all-reduces the same gradient buffers on every step, and a benchmark the same buffers thousands
 of times. For a message of a few bytes, the checks of the arguments and the plan (the tuner's choice, binding the
-primitives, building the steps) cost more than the data's trip (``benchmarks/small_messages.py`` times each part).
+primitives, building the steps) cost more than the data's trip (``benchmarks/small_messages.py`` times each part),
+and at a megabyte they are still a fifth of it.
 MPI answers with persistent collectives (``MPI_Allreduce_init``, then ``MPI_Start`` on every call), NCCL users
-with CUDA graphs that capture the calls once. nbcoll does it without a new call: after an LL collective
-(:mod:`nbcoll.comm.ll`) has run, the engine keeps its steps under the call's arguments, and the next call with
-the very same buffer objects, op, root and algorithm runs those steps again in a new LL round::
+with CUDA graphs that capture the calls once. nbcoll does it without a new call: after a one-shot collective that
+ran over LL lines (:mod:`nbcoll.comm.ll`) or the direct windows (:mod:`nbcoll.comm.window`) has run, the engine
+keeps its steps under the call's arguments, and the next call with the very same buffer objects, op, root and
+algorithm runs those steps again in new rounds::
 
     call  comm.all_reduce(x, y)      checks, plan, steps [ll_send, ll_recv_reduce_copy] in round 7, kept
     call  comm.all_reduce(x, y)      same x, y, op: the kept steps, rearmed for round 8
@@ -16,7 +18,8 @@ What a replay still does is what every call must do: refuse to run on an aborted
 number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and run its
 steps through the progress queue and the watchdog (timeouts, abort, dead peers). What it skips is only what
 cannot have changed: a replay is found by the buffers' identities and still holds them (weakly), and it checks
-that their shape, strides and dtype and the output's writability are those it was planned with. An async call,
+that their shape, strides and dtype and the output's writability are those it was planned with; ``comm.free``
+drops every kept plan, since one may lend the freed buffer. An async call,
 a call inside ``comm.group()`` and every call with ``NBCOLL_CHECK`` on (which compares each call across ranks)
 take the full path.
 
@@ -49,7 +52,7 @@ def _writable(x: Any) -> bool:
 
 
 class Replay:
-    """One kept plan: the steps of a one-round LL collective and what the call it came from passed.
+    """One kept plan: the steps of a one-shot collective (LL or window rounds) and what its call passed.
 
     Example::
 
@@ -62,8 +65,8 @@ class Replay:
         name, algo, _, record = coll.parts[0]
         self.name, self.algo, self.nbytes, self.what = name, algo, record.nbytes, record.what
         self.steps = steps
-        self.rounds = [step for step in steps if hasattr(step, "rearm")]  # the LL steps, numbered per call
-        self.ll = self.rounds[0].ll
+        self.rounds = [step for step in steps if hasattr(step, "rearm")]  # the LL or window steps, numbered per call
+        self.numbering = self.rounds[0].numbering  # the LL buffers or the direct windows
         first = min(step.round for step in self.rounds)
         self.offsets = [step.round - first for step in self.rounds]
         self.count = max(self.offsets) + 1
@@ -86,13 +89,13 @@ class Replay:
         return backend.get_backend() == self.backend and _writable(recvbuf if recvbuf is not None else sendbuf)
 
     def run(self, engine: Any, sendbuf: Any, recvbuf: Any) -> Any:
-        """Run the kept steps as a new call, in the next LL round(s); return what the call returns."""
+        """Run the kept steps as a new call, in the next rounds; return what the call returns."""
         comm = engine.comm
         comm._check_usable()
         engine.settle()
         seq = engine.refusals.number()
         engine.mark_run(seq)
-        first = self.ll.reserve(self.count)
+        first = self.numbering.reserve(self.count)
         for step, offset in zip(self.rounds, self.offsets, strict=True):
             step.rearm(first + offset)
         record = comm.recorder.record(self.name, -1, self.nbytes, self.what)
@@ -135,10 +138,10 @@ class Replays:
         return replay
 
     def keep(self, key: Hashable | None, coll: CollectiveOp, sendbuf: Any, recvbuf: Any, result: Any) -> None:
-        """Keep ``coll``'s plan under ``key`` if it can be replayed: one LL round of kept steps (see module doc)."""
+        """Keep ``coll``'s plan under ``key`` if it can be replayed: one-shot rounds, steps kept (see module doc)."""
         steps = getattr(coll, "replayable", None)
-        if key is None or not self.enabled or steps is None:
-            return
+        if key is None or not self.enabled or steps is None or not any(hasattr(s, "rearm") for s in steps):
+            return  # (a collective of nothing has no round to renumber; it costs nothing to plan either)
         if key not in self.kept and len(self.kept) >= MAX_REPLAYS:
             del self.kept[next(iter(self.kept))]
         self.kept[key] = Replay(coll, steps, sendbuf, recvbuf, result)

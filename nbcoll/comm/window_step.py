@@ -62,6 +62,15 @@ class WindowStep(_FlagWait):
         self.send = [_Peer(p) for p in self.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in self.sources]
 
+    def rearm(self, round_: int) -> None:
+        """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
+        self.round = round_
+
+    @property
+    def numbering(self) -> Any:
+        """What numbers this step's rounds (``reserve``): the windows."""
+        return self.w
+
     @property
     def name(self) -> str:
         return name_of(self.flags)
