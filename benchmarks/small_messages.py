@@ -44,7 +44,7 @@ STAGES = {
         ("nbcoll.comm.engine", "Engine", "settle"),
         ("nbcoll.comm.engine", "Engine", "mark_run"),
         ("nbcoll.comm.refusal", "Refusals", "number"),
-        ("nbcoll.comm.communicator", "Communicator", "_check_usable"),
+        ("nbcoll.comm.lifecycle", "Lifecycle", "_check_usable"),
     ],
     "plan: algorithm choice (tuner)": [("nbcoll.comm.engine", "Engine", "choose")],
     "plan: context, record, operation": [("nbcoll.comm.engine", "Engine", "plan")],

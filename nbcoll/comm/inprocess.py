@@ -8,8 +8,9 @@ queues under one lock instead of a network. :class:`~nbcoll.comm.local_memory.Lo
 stands in for :class:`~nbcoll.ipc_memory.IpcBuffer`: the FIFOs, the control page and the direct windows are plain
 arrays that every thread sees.
 
-Every blocking call is bounded by the timeout of its :class:`Fabric`, and ends at once when the fabric fails (a
-rank's thread raised): the error names the call, the rank, and the ranks it waited for.
+Every blocking call is bounded by the timeout of its :class:`~nbcoll.comm.fabric.Fabric` (the mailboxes and
+meeting points the threads share), and ends at once when the fabric fails (a rank's thread raised): the error names
+the call, the rank, and the ranks it waited for.
 
 Example::
 
@@ -22,133 +23,20 @@ from __future__ import annotations
 
 import pickle
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mpi4py import MPI
 
-from nbcoll.comm.errors import CommAbortedError, CommTimeoutError
+from nbcoll.comm.fabric import (  # noqa: F401  (POLL_SECONDS and Fabric: importable from here as before)
+    POLL_SECONDS,
+    Fabric,
+    Message,
+    Receive,
+    copy_into,
+)
 from nbcoll.comm.local_memory import LocalBuffer
-
-POLL_SECONDS = 0.05
-"""How often a blocked call looks at the fabric's failure flag and its deadline (it wakes at once on news)."""
-
-
-# -- the fabric: mailboxes and meeting points, shared by every ThreadComm of one world --------------------------
-
-
-@dataclass
-class _Message:
-    source: int
-    tag: int
-    payload: bytes
-    matched: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class _Receive:
-    """A posted receive: filled by the first message that matches it, in posting order."""
-
-    buffer: memoryview | None
-    source: int
-    tag: int
-    message: _Message | None = None
-    error: Exception | None = None
-    cancelled: bool = False
-
-
-class Fabric:
-    """What the threads of one loopback world share: a lock, mailboxes, meeting points, and a failure flag."""
-
-    def __init__(self, nranks: int, timeout: float) -> None:
-        self.nranks = nranks
-        self.timeout = timeout
-        self.changed = threading.Condition()
-        self.mailboxes: dict[tuple[Hashable, int], deque[_Message]] = {}
-        self.posted: dict[tuple[Hashable, int], deque[_Receive]] = {}
-        self.meetings: dict[Hashable, dict[int, Any]] = {}
-        self.readers: dict[Hashable, int] = {}
-        self.failure: str | None = None
-
-    def fail(self, why: str) -> None:
-        """Every blocked call of this world raises from now on (a rank's thread failed)."""
-        with self.changed:
-            if self.failure is None:
-                self.failure = why
-            self.changed.notify_all()
-
-    def check(self, rank: int, what: str) -> None:
-        if self.failure is not None:
-            raise CommAbortedError(f"rank {rank}: {what} stopped: {self.failure}")
-
-    def wait_until(self, ready: Callable[[], Any], rank: int, what: str, waiting_for: Callable[[], str]) -> Any:
-        """Block (holding ``changed``) until ``ready()`` returns something true; bounded by the timeout."""
-        deadline = time.monotonic() + self.timeout
-        while not (result := ready()):
-            self.check(rank, what)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CommTimeoutError(
-                    f"rank {rank}: {what} waited {self.timeout:g} s (NBCOLL_TIMEOUT) for {waiting_for()}"
-                )
-            self.changed.wait(min(POLL_SECONDS, left))
-        return result
-
-    # Meetings: every member of a communicator leaves a value under the same key; all read them all.
-
-    def arrive(self, key: Hashable, rank: int, value: Any) -> None:
-        with self.changed:
-            self.meetings.setdefault(key, {})[rank] = value
-            self.changed.notify_all()
-
-    def collect(self, key: Hashable, size: int) -> list[Any] | None:
-        """The values of all ``size`` members in rank order once all have arrived, else ``None``; a member calls
-        this until it gets them, once more after that never (call holding ``changed``)."""
-        values = self.meetings.get(key, {})
-        if len(values) < size:
-            return None
-        self.readers[key] = self.readers.get(key, 0) + 1
-        if self.readers[key] == size:  # the last reader: the meeting is over
-            del self.meetings[key], self.readers[key]
-        return [values[r] for r in range(size)]
-
-    # Point to point: deliver into the mailbox of (context, destination), then match posted receives in order.
-
-    def deliver(self, box: tuple[Hashable, int], message: _Message) -> None:
-        with self.changed:
-            self.mailboxes.setdefault(box, deque()).append(message)
-            self.match(box)
-            self.changed.notify_all()
-
-    def take(self, box: tuple[Hashable, int], source: int, tag: int) -> _Message | None:
-        """Remove and return the oldest message that matches (call holding ``changed``)."""
-        queue = self.mailboxes.get(box, deque())
-        for message in queue:
-            if source in (MPI.ANY_SOURCE, message.source) and tag in (MPI.ANY_TAG, message.tag):
-                queue.remove(message)
-                message.matched.set()
-                return message
-        return None
-
-    def match(self, box: tuple[Hashable, int]) -> None:
-        """Give each posted receive, oldest first, the oldest arrived message it matches (call holding ``changed``).
-
-        A receive whose message has not come does not hold up later receives from other senders.
-        """
-        receives = self.posted.get(box, deque())
-        for receive in list(receives):
-            message = self.take(box, receive.source, receive.tag)
-            if message is None:
-                continue
-            receives.remove(receive)
-            receive.message = message
-            try:
-                _copy_into(receive.buffer, message.payload, f"a message from rank {message.source}")
-            except ValueError as exc:  # raised on the receiver's side, as MPI's truncation error is
-                receive.error = exc
 
 
 def _bytes_of(spec: Any) -> memoryview:
@@ -157,15 +45,7 @@ def _bytes_of(spec: Any) -> memoryview:
     return memoryview(buf).cast("B")
 
 
-def _copy_into(buffer: memoryview | None, payload: bytes, what: str) -> None:
-    if buffer is None:
-        return
-    if len(payload) > len(buffer):
-        raise ValueError(f"{what} of {len(payload)} bytes does not fit the receive buffer of {len(buffer)} bytes")
-    buffer[: len(payload)] = payload
-
-
-def _fill(status: MPI.Status | None, message: _Message) -> None:
+def _fill(status: MPI.Status | None, message: Message) -> None:
     if status is not None:
         status.Set_source(message.source)
         status.Set_tag(message.tag)
@@ -215,7 +95,7 @@ class _Group:
 
 
 class ThreadComm:
-    """Rank ``rank`` of a communicator of threads: the mpi4py calls nbcoll makes, on a :class:`Fabric`.
+    """Rank ``rank`` of a communicator of threads: nbcoll's mpi4py calls, on a :class:`~nbcoll.comm.fabric.Fabric`.
 
     ``context`` names the communicator: every rank's object for it has the same one, and split, dup and shrink
     derive their children's from it, so messages of different communicators never meet.
@@ -301,7 +181,7 @@ class ThreadComm:
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> ThreadRequest:  # noqa: N802
         out = _bytes_of(recvbuf)
         mine = bytes(_bytes_of(sendbuf))
-        return self._nonblocking("Iallgather", mine, lambda values: _copy_into(out, b"".join(values), "Iallgather"))
+        return self._nonblocking("Iallgather", mine, lambda values: copy_into(out, b"".join(values), "Iallgather"))
 
     def _child(self, what: str, color: int, key: int) -> ThreadComm | Any:
         """Split's core: ranks of one colour, ordered by (key, rank), get a communicator of their own."""
@@ -336,8 +216,8 @@ class ThreadComm:
 
     # -- point to point ---------------------------------------------------------------------------------------
 
-    def _send(self, payload: bytes, dest: int, tag: int) -> _Message:
-        message = _Message(self.rank, tag, payload)
+    def _send(self, payload: bytes, dest: int, tag: int) -> Message:
+        message = Message(self.rank, tag, payload)
         self.fabric.deliver((self.context, dest), message)
         return message
 
@@ -356,7 +236,7 @@ class ThreadComm:
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> ThreadRequest:  # noqa: N802
         box = (self.context, self.rank)
-        receive = _Receive(_bytes_of(buf), source, tag)
+        receive = Receive(_bytes_of(buf), source, tag)
         with self.fabric.changed:
             self.fabric.posted.setdefault(box, deque()).append(receive)
             self.fabric.match(box)
@@ -398,7 +278,7 @@ class ThreadComm:
         _fill(status, message)
         return _Matched(message)
 
-    def _wait_message(self, source: int, tag: int, what: str) -> _Message:
+    def _wait_message(self, source: int, tag: int, what: str) -> Message:
         box = (self.context, self.rank)
         with self.fabric.changed:
             return self.fabric.wait_until(
@@ -407,7 +287,7 @@ class ThreadComm:
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:  # noqa: N802
         message = self._wait_message(source, tag, "Recv")
-        _copy_into(_bytes_of(buf), message.payload, f"a message from rank {message.source}")
+        copy_into(_bytes_of(buf), message.payload, f"a message from rank {message.source}")
         _fill(status, message)
 
     def recv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
@@ -419,9 +299,9 @@ class ThreadComm:
 class _Matched:
     """What ``Improbe`` returns: the message it took, received with ``Recv``."""
 
-    def __init__(self, message: _Message) -> None:
+    def __init__(self, message: Message) -> None:
         self.message = message
 
     def Recv(self, buf: Any, status: Any = None) -> None:  # noqa: N802
-        _copy_into(_bytes_of(buf), self.message.payload, f"a message from rank {self.message.source}")
+        copy_into(_bytes_of(buf), self.message.payload, f"a message from rank {self.message.source}")
         _fill(status, self.message)

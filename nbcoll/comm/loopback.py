@@ -1,9 +1,10 @@
 """A loopback world: n ranks as n threads of this process, each with a real communicator, and no MPI job.
 
 Every collective algorithm, primitive and FIFO runs exactly as under ``mpiexec``; only the wiring underneath is
-in-process (:mod:`nbcoll.comm.inprocess`): control messages go through queues, and the FIFOs, the control page
-and the direct windows are arrays all threads see instead of ``/dev/shm`` segments. So an algorithm can be
-stepped in a notebook or a docs page, and tests of what algorithms compute run without launching processes.
+in-process (:mod:`nbcoll.comm.inprocess`): control messages go through queues (:mod:`nbcoll.comm.fabric`), and
+the FIFOs, the control page and the direct windows are arrays all threads see instead of ``/dev/shm`` segments.
+So an algorithm can be stepped in a notebook or a docs page, and tests of what algorithms compute run without
+launching processes.
 Settings that shape the wiring work too: ``CommConfig(transport="mpi")`` moves every chunk through the MPI
 transport's staged, synchronous sends (here between threads), and ``ranks_per_node=2`` pretends nodes.
 
@@ -81,7 +82,8 @@ class Loopback:
         self.size = int(nranks)
         # The in-process wiring subclasses mpi4py's Request, so it is imported here: `import nbcoll.comm`
         # works without mpi4py, and only a loopback world needs it.
-        from nbcoll.comm.inprocess import Fabric, ThreadComm
+        from nbcoll.comm.fabric import Fabric
+        from nbcoll.comm.inprocess import ThreadComm
 
         self._fabric = Fabric(self.size, self.config.timeout)
         self.comms: list[Communicator | None] = [None] * self.size
