@@ -1,11 +1,12 @@
-"""``python -m nbcoll calibrate``: measure, per transport, the three parameters of the tuner's cost model.
+"""``python -m nbcoll calibrate``: measure, per transport, the parameters of the tuner's cost model.
 
 For each transport in turn, every rank runs a fixed set of collectives and algorithms (``CALIBRATION``) at sizes
 from 64 bytes up to ``max_bytes``, interleaved repeat by repeat so that every case sees the same machine noise; a
 sample is the slowest rank's time, and the median of the repeats is kept. A weighted least-squares fit of
 ``seconds = gamma + steps x alpha + bytes / beta``, with the steps and bytes that
-:func:`nbcoll.comm.tuner.cost_terms` counts for each case, gives the three parameters
-(:func:`nbcoll.comm.tuner.fit`), which rank 0 stores for this machine and backend.
+:func:`nbcoll.comm.tuner.cost_terms` counts for each case, gives the parameters
+(:func:`nbcoll.comm.tuner.fit`), which rank 0 stores for this machine and backend. Every case calls with the same
+buffers again and again, so the direct ones over the windows are replays, and give ``gamma_replay``.
 
 Timing the collectives themselves, rather than a ping-pong, is what makes the parameters fit what they
 predict: a point-to-point message pays a whole call's fixed cost per transfer, while a step inside a
@@ -33,8 +34,9 @@ from nbcoll.comm.config import CommConfig
 
 CALIBRATION = {
     "all_reduce": ("ring", "tree", "direct", "halving_doubling"),
-    "broadcast": ("ring", "tree"),
+    "broadcast": ("ring", "tree", "direct"),
     "all_gather": ("ring", "direct"),
+    "all_to_all": ("pairwise", "direct"),
 }
 """The collectives and algorithms timed: every term of the model varies across them."""
 SIZES = (64, 4 << 10, 64 << 10, 1 << 20, 4 << 20)
@@ -49,6 +51,10 @@ def _call(comm: Communicator, collective: str, algo: str, nbytes: int) -> Callab
     if collective == "broadcast":
         out = nbcoll.zeros(count, np.float32)
         return lambda: comm.broadcast(send, out, root=0, algo=algo)
+    if collective == "all_to_all":  # ``nbytes`` per rank's block, as the tuner counts it
+        blocks = nbcoll.to_device(np.ones(count * comm.size, np.float32))
+        out = nbcoll.zeros(count * comm.size, np.float32)
+        return lambda: comm.all_to_all(blocks, out, algo=algo)
     out = nbcoll.zeros(count * comm.size, np.float32)
     return lambda: comm.all_gather(send, out, algo=algo)
 
@@ -86,8 +92,10 @@ def fit_transport(transport: str, max_bytes: int, repeats: int) -> tuple[tuner.L
     cases, seconds, windows = measure(transport, max_bytes, repeats)
     config = CommConfig.from_env()
     chunk, nch, ll = config.chunk_bytes, config.nchannels, config.ll_bytes if windows else 0  # as the calls ran
-    terms = [tuner.cost_terms(c, a, s, world.Get_size(), chunk, windows, nch, ll) for c, a, s in cases]
-    model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], seconds)
+    n = world.Get_size()
+    terms = [tuner.cost_terms(c, a, s, n, chunk, windows, nch, ll) for c, a, s in cases]
+    again = [tuner.replayed(c, a, s, n, windows, ll) for c, a, s in cases]  # every call repeats its buffers
+    model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], seconds, again)
     check = dataclasses.replace(model, window_bytes=windows, channels=nch, ll_bytes=ll)
     lines = [
         f"  {c:>10} {a:<16} {s:>9} B  {sec * 1e6:9.1f} us measured, "
@@ -109,7 +117,8 @@ def main(max_bytes: int = 4 << 20, repeats: int = 5) -> int:
             m = models[transport]
             print(
                 f"{transport}: alpha = {m.alpha * 1e6:.1f} us, beta = {m.beta / 1e9:.3f} GB/s, "
-                f"gamma = {m.gamma * 1e6:.1f} us  ({nbcoll.get_backend()} backend, {world.Get_size()} ranks)"
+                f"gamma = {m.gamma * 1e6:.1f} us, replayed {(m.gamma_replay or m.gamma) * 1e6:.1f} us  "
+                f"({nbcoll.get_backend()} backend, {world.Get_size()} ranks)"
             )
             print("\n".join(lines))
     if world.Get_rank() == 0:

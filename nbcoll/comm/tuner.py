@@ -1,13 +1,15 @@
 """The cost model that picks an algorithm, NCCL-style: ``time = gamma + steps x alpha + bytes / beta``.
 
 A collective call costs a fixed ``gamma`` (the Python that checks its arguments, plans its steps and starts the
-progress loop: NCCL's base latency); every step that waits for a peer costs a latency ``alpha`` (the hand-over
-through the FIFO or window, a kernel launch, a poll); and every byte the busiest rank copies or folds costs
-``1 / beta``. Bytes are counted where the time goes: a chunk sent through a FIFO is copied into the slot by its
-sender and out of it by its receiver, a fold reads two operands and writes one, so ``beta`` is the rate of the
-copy and combine kernels as much as of the link. For each collective and algorithm, :func:`cost_terms` counts,
-for the busiest rank, the steps it waits through and the bytes it copies or folds (buffer of ``S`` bytes, ``n``
-ranks, chunks of ``c`` bytes, windows of ``w``)::
+progress loop: NCCL's base latency), or ``gamma_replay`` for a one-shot call whose plan the engine keeps and
+replays when it is made again on the same buffers (:mod:`nbcoll.comm.replay`: the checks and the plan are gone,
+which is what a training loop or a benchmark pays on every call after the first); every step that waits for a
+peer costs a latency ``alpha`` (the hand-over through the FIFO or window, a kernel launch, a poll); and every
+byte the busiest rank copies or folds costs ``1 / beta``. Bytes are counted where the time goes: a chunk sent
+through a FIFO is copied into the slot by its sender and out of it by its receiver, a fold reads two operands and
+writes one, so ``beta`` is the rate of the copy and combine kernels as much as of the link. For each collective
+and algorithm, :func:`cost_terms` counts, for the busiest rank, the steps it waits through and the bytes it
+copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, windows of ``w``)::
 
     ring all-reduce      (2n-1) steps per round of n chunks;           (3n-2)/n x S   (copy in, fold, copy out)
     tree all-reduce      4 (S/2c + log2 n) steps (two trees, up, down);  2 S (n = 2) to 3.5 S (inner nodes)
@@ -58,15 +60,17 @@ DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call). numpy's ipc:
     # fitted to the times in benchmarks/results/quiet/model_fit_2ranks_* (2 ranks of a 2-core machine at rest);
     # the rest set by hand.
+    # A fourth number is gamma_replay (seconds per replayed call); none: the same as gamma.
     "numpy": {"ipc": (52e-6, 11.0e9, 96e-6), "mpi": (80e-6, 5.0e9, 96e-6)},
-    "sim": {"ipc": (8e-3, 2.0e6, 20e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
-    "cuda": {"ipc": (20e-6, 50e9, 100e-6), "mpi": (60e-6, 5e9, 100e-6)},
+    "sim": {"ipc": (8e-3, 2.0e6, 20e-3, 10e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
+    "cuda": {"ipc": (20e-6, 50e9, 100e-6, 50e-6), "mpi": (60e-6, 5e9, 100e-6)},
 }
 
 
 @dataclass
 class LinkModel:
-    """One transport's parameters: seconds per step, bytes per second, seconds per call.
+    """One transport's parameters: seconds per step, bytes per second, seconds per call (and per replayed call:
+    ``None`` is the same as ``gamma``).
 
     ``window_bytes`` is the size of the windows the direct algorithms read their peers through when every link
     is ipc (0: they go through FIFOs), ``ll_bytes`` the largest message they send with the LL protocol there
@@ -77,6 +81,7 @@ class LinkModel:
     alpha: float
     beta: float
     gamma: float = 0.0
+    gamma_replay: float | None = None
     window_bytes: int = 0
     channels: int = 1
     ll_bytes: int = 0
@@ -97,7 +102,7 @@ def default_models(backend_name: str) -> dict[str, LinkModel]:
     return {t: LinkModel(*p) for t, p in DEFAULTS[backend_name].items()}
 
 
-_STORED = ("alpha", "beta", "gamma")
+_STORED = ("alpha", "beta", "gamma", "gamma_replay")
 """The fields a calibration stores (a file written before ``gamma`` existed keeps the default's)."""
 
 
@@ -133,11 +138,18 @@ def slowest(models: dict[str, LinkModel], transports: set[str]) -> LinkModel:
     has the lower bandwidth; taking the worst of each keeps the result independent of which is which.
     """
     used = [models[t] for t in sorted(transports)]
-    return LinkModel(alpha=max(m.alpha for m in used), beta=min(m.beta for m in used), gamma=max(m.gamma for m in used))
+    replays = [m.gamma if m.gamma_replay is None else m.gamma_replay for m in used]
+    return LinkModel(
+        alpha=max(m.alpha for m in used),
+        beta=min(m.beta for m in used),
+        gamma=max(m.gamma for m in used),
+        gamma_replay=max(replays),
+    )
 
 
-def fit(steps: list[float], moved: list[float], seconds: list[float]) -> LinkModel:
-    """Fit ``seconds = gamma + steps x alpha + moved / beta`` to measured collectives, in relative terms.
+def fit(steps: list[float], moved: list[float], seconds: list[float], replayed: list[bool] | None = None) -> LinkModel:
+    """Fit ``seconds = gamma + steps x alpha + moved / beta`` to measured collectives, in relative terms; with
+    ``replayed`` (which cases were replayed calls), ``gamma_replay`` in their ``gamma``'s place.
 
     It minimizes ``sum(log(predicted / measured) ** 2)``: an estimate twice too high costs as much as one twice
     too low, and a 100 us call counts as much as a 10 ms one. A linear least-squares fit weighted by
@@ -145,8 +157,11 @@ def fit(steps: list[float], moved: list[float], seconds: list[float]) -> LinkMod
     step costs less than nothing, no copy is infinitely fast).
     """
     y = np.asarray(seconds, dtype=np.float64)
-    x = np.stack([np.ones_like(y), np.asarray(steps, float), np.asarray(moved, float)], axis=1)
-    floors = np.array([0.0, 1e-7, 1e-12])  # gamma, alpha, 1 / beta
+    again = np.asarray(replayed if replayed is not None else [False] * len(y), dtype=np.float64)
+    both = 0 < again.sum() < len(y)  # a separate gamma_replay only when both kinds of call were measured
+    calls = [1.0 - again, again] if both else [np.ones_like(y)]
+    x = np.stack([*calls, np.asarray(steps, float), np.asarray(moved, float)], axis=1)
+    floors = np.array([0.0] * len(calls) + [1e-7, 1e-12])  # gamma(s), alpha, 1 / beta
     theta = np.maximum(np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)[0], floors)
 
     def cost(t: np.ndarray) -> float:
@@ -161,8 +176,8 @@ def fit(steps: list[float], moved: list[float], seconds: list[float]) -> LinkMod
         if scale <= 1e-4:
             break
         theta = np.maximum(theta + scale * step, floors)
-    gamma, alpha, inv_beta = (float(v) for v in theta)
-    return LinkModel(alpha=alpha, beta=1.0 / inv_beta, gamma=gamma)
+    *gammas, alpha, inv_beta = (float(v) for v in theta)
+    return LinkModel(alpha=alpha, beta=1.0 / inv_beta, gamma=gammas[0], gamma_replay=gammas[-1] if both else None)
 
 
 def _chunks(nbytes: float, chunk_bytes: float) -> int:
@@ -242,12 +257,28 @@ def cost_terms(
     raise ValueError(f"algo: no cost model for {collective} with {algo!r}")
 
 
+def replayed(collective: str, algo: str, nbytes: int, nranks: int, window_bytes: int, ll_bytes: int) -> bool:
+    """Whether a call made again on the same buffers is a replay (:mod:`nbcoll.comm.replay`): a direct collective
+    that runs over the windows or the LL lines, as the engine plans it."""
+    if algo != "direct" or not window_bytes or nranks == 1:
+        return False
+    if collective in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
+        return True
+    segments = nranks if collective == "reduce_scatter" else 1
+    return collective == "reduce_scatter" and 0 < nbytes * segments <= ll_bytes
+
+
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
-    """Predicted seconds: ``gamma + steps x alpha + bytes / beta``."""
+    """Predicted seconds: ``gamma + steps x alpha + bytes / beta`` (``gamma_replay`` for a replayed call)."""
     steps, moved = cost_terms(
         collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.channels, model.ll_bytes
     )
-    return model.gamma + steps * model.alpha + moved / model.beta
+    gamma = model.gamma
+    if model.gamma_replay is not None and replayed(
+        collective, algo, nbytes, nranks, model.window_bytes, model.ll_bytes
+    ):
+        gamma = model.gamma_replay
+    return gamma + steps * model.alpha + moved / model.beta
 
 
 def choose(collective: str, allowed: list[str], nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> str:
