@@ -12,6 +12,7 @@ Run::
     python benchmarks/small_messages.py                      # launches itself on 2 and then 4 ranks, numpy backend
     mpiexec -n 4 python benchmarks/small_messages.py --collective all_gather --algo ring
     python benchmarks/small_messages.py --quick              # two sizes, few calls: a smoke test
+    python benchmarks/small_messages.py --no-replay          # every call planned in full (first calls)
 
 It writes ``small_messages_<collective>_<n>ranks.txt`` into ``--out`` (default ``benchmarks/results``).
 """
@@ -39,7 +40,7 @@ QUICK_SIZES = [8, 4 << 10]
 # stage -> (module, class, attribute): what the stopwatch wraps (module "comm": an object of the communicator).
 # The collective's own method is the outermost stage, so what it does itself (argument checks) is its own time.
 STAGES = {
-    "argument checks (the collective's method)": [("nbcoll.comm.collectives", "Collectives", "{collective}")],
+    "the method: checks, or a replay's match": [("nbcoll.comm.collectives", "Collectives", "{collective}")],
     "numbering, refusals, usability": [
         ("nbcoll.comm.engine", "Engine", "settle"),
         ("nbcoll.comm.engine", "Engine", "mark_run"),
@@ -90,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec (default 2,4)")
     p.add_argument("--iters", type=int, default=None, help="timed calls per size (default 300)")
     p.add_argument("--quick", action="store_true", help="two sizes, 30 calls each (a smoke test)")
+    p.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="plan every call in full, as the first call on new buffers is (by default a repeated direct call is a "
+        "replay: nbcoll.comm.replay)",
+    )
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .txt table")
     return p.parse_args(argv)
 
@@ -237,6 +244,7 @@ def run_rank(args: argparse.Namespace) -> int:
 
     world = MPI.COMM_WORLD
     comm = init(world)
+    comm.engine.replays.enabled = not args.no_replay
     sizes = QUICK_SIZES if args.quick else SIZES
     iters = args.iters or (30 if args.quick else 300)
     rows = {size: measure(comm, world, args.collective, args.algo, size, iters) for size in sizes}
@@ -250,13 +258,15 @@ def run_rank(args: argparse.Namespace) -> int:
             f"{load:.1f}, {os.cpu_count()} cores: python benchmarks/small_messages.py"
             + (f" --collective {args.collective}" if args.collective != "all_reduce" else "")
             + (f" --algo {args.algo}" if args.algo else "")
+            + (" --no-replay" if args.no_replay else "")
             + f"  (mpiexec -n {comm.size})"
         )
         table = format_table(rows, title)
         print(table, flush=True)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"small_messages_{args.collective}_{comm.size}ranks{'_quick' if args.quick else ''}.txt"
+        tags = ("_no_replay" if args.no_replay else "") + ("_quick" if args.quick else "")
+        path = out / f"small_messages_{args.collective}_{comm.size}ranks{tags}.txt"
         path.write_text(table + "\n")
         print(f"# wrote {path}", flush=True)
     comm.destroy()
