@@ -142,6 +142,8 @@ class Replays:
         steps = getattr(coll, "replayable", None)
         if key is None or not self.enabled or steps is None or not any(hasattr(s, "rearm") for s in steps):
             return  # (a collective of nothing has no round to renumber; it costs nothing to plan either)
+        if not all(b is None or memory.as_device_array(b) is b for b in (sendbuf, recvbuf)):
+            return  # another library's array, wrapped for this call: its memory could move under the same shape
         if key not in self.kept and len(self.kept) >= MAX_REPLAYS:
             del self.kept[next(iter(self.kept))]
         self.kept[key] = Replay(coll, steps, sendbuf, recvbuf, result)
