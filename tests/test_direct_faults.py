@@ -33,18 +33,21 @@ def assert_no_shared_memory_left(result):
 # runs cover every case at 2, 3 or 4 ranks: LL and windows, registered and staged inputs, four collectives.
 DEATH_STAGES = {
     "ll-and-lenders": [
-        "ll_all_reduce_never_comes@4+registered_all_reduce_dies_mid_rounds@3+registered_all_gather_reader_dies_before_release@3",
+        "ll_all_reduce_never_comes@4+registered_all_reduce_dies_mid_rounds@3"
+        "+registered_all_gather_reader_dies_before_release@2+ll_all_reduce_dies_after_writing@2",
         "ll_all_gather_dies_before_writing@3+staged_all_reduce_dies_mid_rounds@4",
         "ll_async_all_reduce_in_flight@2+registered_broadcast_root_dies_mid_rounds@3",
         "staged_all_gather_dies_mid_rounds@3",
-        "ll_all_reduce_dies_after_writing@2",
+        "ll_all_reduce_dies_halfway_through_its_lines@2",
     ],
     "windows-and-setup": [
-        "registered_all_gather_dies_mid_rounds@4+ll_all_to_all_dies_before_writing@3+registered_all_reduce_reader_dies_before_release@3",
-        "registered_all_to_all_dies_mid_rounds@3+staged_broadcast_root_dies_mid_rounds@2+staged_all_gather_reader_dies_after_posting@2",
+        "registered_all_gather_dies_mid_rounds@4+ll_all_to_all_dies_before_writing@3"
+        "+registered_all_reduce_reader_dies_before_release@2+ll_all_gather_dies_after_writing@2",
+        "registered_all_to_all_dies_mid_rounds@3+staged_broadcast_root_dies_mid_rounds@2"
+        "+staged_all_gather_reader_dies_after_posting@2",
         "staged_all_to_all_never_comes@4",
-        "ll_setup_never_comes@3",
-        "ll_all_gather_dies_after_writing@2",
+        "lent_by_victim_all_gather_dies_after_posting@3",
+        "ll_setup_never_comes@2",
     ],
 }
 
@@ -54,11 +57,13 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     run, mpiexec_keeping_survivors
 ):
     stages = DEATH_STAGES[run]
-    nprocs = 10
+    nprocs = 11  # ten cases, each of which ends a rank
     result = launch(nprocs, SCRIPTS / "direct_deaths.py", args=stages, env={**ENV, "NBCOLL_TIMEOUT": "10"}, timeout=120)
     assert not result.timed_out, result.report()
     outputs = "".join(result.outputs)
     assert "Traceback" not in outputs, result.report()
+    # MPICH signals every rank's process group when one dies: the resource tracker of a survivor must live on.
+    assert "resource_tracker" not in outputs, result.report()
     survivors = [r for r, out in enumerate(result.outputs) if "direct deaths ok" in out]
     assert len(survivors) == 1, result.report()  # every case took one rank away
     cases = {m for m in re.findall(r"^case (\w+) n=\d", outputs, re.M)}
@@ -66,26 +71,30 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     assert_no_shared_memory_left(result)
 
 
-@pytest.mark.parametrize(("nprocs", "cases"), [(2, "some"), (3, "all"), (4, "some")])
-def test_a_bad_argument_on_one_rank_makes_every_rank_raise_and_an_abort_fails_work_in_flight(nprocs, cases):
-    """``all``: 4 collectives x LL, registered, staged x wrong size, dtype, read-only; ``some``: one of the
-    three bad arguments per collective and path, in turn."""
-    args = [cases]
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_a_bad_argument_on_one_rank_makes_every_rank_raise_and_an_abort_fails_work_in_flight(nprocs):
+    """4 collectives x LL, registered, staged inputs, each with one of the three bad arguments (wrong size, dtype,
+    read-only), in turn: the three rank counts together refuse every combination once."""
+    args = [str(nprocs % 3)]
     result = launch(nprocs, SCRIPTS / "direct_refusals.py", args=args, env={**ENV, "NBCOLL_TIMEOUT": "20"}, timeout=180)
     assert result.ok, result.report()
     for rank, out in enumerate(result.outputs):
         assert "direct refusals ok" in out, result.report()
-        expected = 36 if cases == "all" else 12
-        assert len(re.findall(rf"^rank {rank}: refuse/", out, re.M)) == expected, result.report()
+        assert len(re.findall(rf"^rank {rank}: refuse/", out, re.M)) == 12, result.report()
     assert_no_shared_memory_left(result)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a refusal of a communicator's first one-shot collective is heard only after NBCOLL_TIMEOUT: the other "
-    "ranks set up the windows while the call is still open, and an open call's refusal is no conflict",
-)
 def test_a_bad_argument_on_the_first_one_shot_call_is_heard_while_the_others_set_the_windows_up():
+    """The refused call is the communicator's first one-shot collective: the others are setting up the LL buffers or
+    the windows, a collective exchange, when the refusal comes. Every rank should raise at once, as above.
+
+    Today they wait NBCOLL_TIMEOUT in the exchange: the call is still open (numbered, not yet run) while the engine
+    plans it, and a peer's refusal of an open call is no conflict (nbcoll/comm/refusal.py), so the refusal aborts
+    nothing. Bounded, and no rank returns, but slow; remove the xfail once a rank that has passed its checks counts
+    as running the call before it sets the windows up.
+    """
     result = launch(2, SCRIPTS / "direct_refusals.py", args=["cold"], env={**ENV, "NBCOLL_TIMEOUT": "3"}, timeout=120)
     assert_no_shared_memory_left(result)
-    assert result.ok, result.report()
+    if not result.ok:
+        assert "direct window setup (handles) made no progress for 3 s" in "".join(result.outputs), result.report()
+        pytest.xfail("the others hear of the refusal only when the window setup times out")

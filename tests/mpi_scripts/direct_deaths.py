@@ -35,6 +35,7 @@ from mpi4py import MPI
 from nbcoll.comm import CommPeerLostError, init
 from nbcoll.comm.ll import LLStep
 from nbcoll.comm.window_step import Release, WindowStep
+from nbcoll.kernels import ll as ll_kernels
 
 print(f"pid={os.getpid()}", flush=True)
 
@@ -45,13 +46,14 @@ LL, ONE_ROUND, ROUNDS = 8, 40, 200
 @dataclass(frozen=True)
 class Case:
     collective: str  # all_reduce, all_gather, all_to_all or broadcast
-    path: str  # ll (plain buffers), registered (comm.alloc: lent to the peers) or staged (plain: through the window)
+    path: str  # ll; registered (comm.alloc: lent to the peers), staged (plain: through the window), or lent_by_victim
     count: int  # elements per block (all-to-all: per destination)
     point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective
     victim: int = -1  # its rank in the case's communicator; -1 the last (a broadcast's root is the victim)
     expect: str = "lost"  # what the survivors see: "lost" (CommPeerLostError) or "done" (the exact result)
     warm: bool = True  # run the collective once, fault-free, first: the windows exist when the victim dies
     async_op: bool = False
+    torn: bool = False  # the victim dies halfway through storing its LL lines (at its step ``point``, an LL send)
     says: tuple[str, ...] = ()  # what the survivors' error names besides their rank and the victim (the collective)
 
 
@@ -62,8 +64,9 @@ CASES = {
     "ll_all_gather_dies_before_writing": Case("all_gather", "ll", LL, 0, victim=0),
     "ll_all_gather_dies_after_writing": Case("all_gather", "ll", LL, 1, victim=0, expect="done"),
     "ll_all_to_all_dies_before_writing": Case("all_to_all", "ll", 2, 0),
+    "ll_all_reduce_dies_halfway_through_its_lines": Case("all_reduce", "ll", LL, 0, torn=True),
     "ll_async_all_reduce_in_flight": Case("all_reduce", "ll", LL, 0, async_op=True),
-    "ll_setup_never_comes": Case("all_reduce", "ll", LL, -1, warm=False, says=("direct window setup", "first one-shot collective")),
+    "ll_setup_never_comes": Case("all_reduce", "ll", LL, -1, warm=False, says=("window setup", "first one-shot")),
     # Windows, several rounds: the victim posts some and leaves the survivors waiting for the next.
     "registered_all_reduce_dies_mid_rounds": Case("all_reduce", "registered", ROUNDS, 3),
     "staged_all_reduce_dies_mid_rounds": Case("all_reduce", "staged", ROUNDS, 3, victim=0),
@@ -82,6 +85,8 @@ CASES = {
         "all_reduce", "registered", ONE_ROUND, 1, victim=0, says=("all_reduce", "direct_release")
     ),
     "staged_all_gather_reader_dies_after_posting": Case("all_gather", "staged", ONE_ROUND, 1, expect="done"),
+    # The victim lent its buffer and died after posting: the others read a dead process's memory, still mapped.
+    "lent_by_victim_all_gather_dies_after_posting": Case("all_gather", "lent_by_victim", ROUNDS, 7, expect="done"),
 }
 
 
@@ -91,10 +96,19 @@ CASES = {
 class Exit:
     at: int | None = None  # exit before this step (counted from 0)
     steps = 0
+    torn = False
 
     @classmethod
-    def arm(cls, point: int) -> None:
-        cls.at, cls.steps = point, 0
+    def arm(cls, point: int, torn: bool) -> None:
+        cls.at, cls.steps, cls.torn = point, 0, torn
+
+
+def store_half_then_die(step: LLStep) -> None:
+    """Store the first half of this rank's lines of the round, as a writer cut off in the middle would."""
+    half = step.words // 2
+    words = step.prims.local[step.lo : step.hi].view(np.uint32)[:half]
+    ll_kernels.store(step.ll.lines(step.ll.rank, step.round, 0, half), words, step.round)
+    die(f"after {half} of its {step.words} LL lines")
 
 
 def die(note: str) -> None:
@@ -107,6 +121,8 @@ def _counted(run):
     def wrapper(self, *args, **kwargs):
         if Exit.at is not None:
             if Exit.steps == Exit.at:
+                if Exit.torn:
+                    store_half_then_die(self)
                 die(f"before its one-shot step {Exit.steps} ({self.name})")
             Exit.steps += 1
         return run(self, *args, **kwargs)
@@ -126,10 +142,12 @@ def values(rank: int, size: int) -> np.ndarray:
 
 
 def collective(comm, case: Case, root: int):
-    """Buffers for ``case`` on this rank, and ``(call, expected)``: ``call(async_op)`` runs the collective."""
+    """This rank's buffers for ``case``: ``(call, out, expected)``; ``call(async_op)`` runs the collective."""
     n, r, count = comm.size, comm.rank, case.count
     size = count * n if case.collective == "all_to_all" else count
-    send = comm.alloc(size, np.int32) if case.path == "registered" else np.empty(size, np.int32)
+    registered = comm.alloc(size, np.int32) if case.path != "ll" else None  # collective: each rank takes one
+    lends = case.path == "registered" or (case.path == "lent_by_victim" and r == case.victim % n)
+    send = registered if lends else np.empty(size, np.int32)
     send[:] = values(r, size)
     out = np.full(count * n if case.collective in ("all_gather", "all_to_all") else count, -7, np.int32)
     name = case.collective
@@ -142,7 +160,11 @@ def collective(comm, case: Case, root: int):
     else:
         expected = values(root, count)
     kwargs = {"root": root} if name == "broadcast" else {}
-    return (lambda async_op=False: getattr(comm, name)(send, out, algo="direct", async_op=async_op, **kwargs)), out, expected
+
+    def call(async_op: bool = False):
+        return getattr(comm, name)(send, out, algo="direct", async_op=async_op, **kwargs)
+
+    return call, out, expected
 
 
 def own_names(pid: int) -> list[str]:
@@ -170,7 +192,7 @@ def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
     if me == victim:
         if case.point < 0:
             die("before the collective")
-        Exit.arm(case.point)
+        Exit.arm(case.point, case.torn)
         result = call(case.async_op)
         if case.async_op:
             result.wait()

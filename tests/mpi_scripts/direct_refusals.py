@@ -1,15 +1,16 @@
 """One-sided errors on the LL path and the direct windows: a bad argument on one rank, an abort with work in flight.
 
-``mpiexec -n N python direct_refusals.py`` runs every case below, each on a communicator of its own, and prints
-``rank R: <case> ok`` per case and ``direct refusals ok`` at the end; every rank prints ``pid=...`` first.
+``mpiexec -n N python direct_refusals.py [all|0|1|2|cold]`` runs the cases below (see :func:`cases`), each on a
+communicator of its own, and prints ``rank R: <case> ok`` per case and ``direct refusals ok`` at the end; every
+rank prints ``pid=...`` first.
 
 * ``refuse/<collective>/<path>/<bad>``: one rank passes a bad output buffer (``size``: one element too many,
   ``dtype``: float32 for int32, ``read_only``) to a direct collective small enough for LL (``ll``) or big enough
   for the windows (``registered``: its input from ``comm.alloc``, ``staged``: a plain one). That rank raises a
   ``ValueError`` or ``TypeError`` naming ``recvbuf``; no other rank may return a result (in a broadcast that a
-  reader refused, the root and the other readers may: they never read from it, and their result is exact); every rank raises at its next collective,
-  within ``PROMPT`` seconds. ``/cold``: the call is the communicator's first one-shot collective, so the others
-  are setting the windows up when the refusal comes.
+  reader refused, the root and the other readers may: they never read from it, and their result is exact);
+  every rank raises at its next collective, within ``PROMPT`` seconds. ``/cold``: the call is the
+  communicator's first one-shot collective, so the others are setting the windows up when the refusal comes.
 * ``check/<path>``: with ``NBCOLL_CHECK=1`` the refusal travels in the signature exchange: the others raise
   :class:`~nbcoll.comm.errors.CollectiveMismatchError` naming the refusing rank, and later LL and window
   collectives run exactly on every rank (their rounds are still numbered alike).
@@ -124,11 +125,12 @@ def case_check(base, path: str) -> None:
     for refuser, collective in enumerate(("all_reduce", "all_gather", "all_to_all", "broadcast")):
         refuser %= n
         send, out_size, expected = setup(comm, collective, path)
+        out = bad_output("dtype", out_size) if r == refuser else np.zeros(out_size, np.int32)
         if r == refuser:
-            raises((ValueError, TypeError), lambda: run(comm, collective, send, bad_output("dtype", out_size)))
+            raises((ValueError, TypeError), lambda: run(comm, collective, send, out))  # noqa: B023 - called now
         else:
-            raises(CollectiveMismatchError, lambda: run(comm, collective, send, np.zeros(out_size, np.int32)),
-                   f"rank(s) {refuser} refused")  # fmt: skip
+            message = f"rank(s) {refuser} refused"
+            raises(CollectiveMismatchError, lambda: run(comm, collective, send, out), message)  # noqa: B023
         for again in ("ll", path):  # an LL round and a window round after the refusal: both in step
             send, out_size, expected = setup(comm, collective, again)
             got = run(comm, collective, send, np.zeros(out_size, np.int32))
@@ -158,8 +160,9 @@ def case_abort_in_flight(base) -> None:
 
 
 def cases(which: str) -> list[tuple[str, tuple]]:
-    """Every collective x path x bad argument (``all``), one bad argument per collective and path in turn
-    (``some``), or the refusals of a communicator's first one-shot call (``cold``)."""
+    """Every collective x path x bad argument (``all``), one bad argument per collective and path in turn,
+    starting with the ``k``-th (``k`` = 0, 1 or 2: the three together make ``all``), or the refusals of a
+    communicator's first one-shot call (``cold``)."""
     listed, bads = [], ("size", "dtype", "read_only")
     for i, collective in enumerate(("all_reduce", "all_gather", "all_to_all", "broadcast")):
         if which == "cold":
@@ -167,7 +170,7 @@ def cases(which: str) -> list[tuple[str, tuple]]:
                 listed.append((f"refuse/{collective}/{path}/read_only/cold", (collective, path, "read_only", True)))
             continue
         for j, path in enumerate(("ll", "registered", "staged")):
-            for bad in bads if which == "all" else [bads[(i + j) % 3]]:
+            for bad in bads if which == "all" else [bads[(i + j + int(which)) % 3]]:
                 listed.append((f"refuse/{collective}/{path}/{bad}", (collective, path, bad, False)))
     return listed
 
