@@ -1,6 +1,7 @@
-"""Faults on the one-shot path, LL lines and direct windows alike: a rank that dies mid-round, a bad argument on
-one rank, an abort with async work in flight. Nothing hangs, no rank returns a wrong result, and no
-``/dev/shm/nbcoll_<pid>_*`` name of the launched ranks is left behind.
+"""Faults on the one-shot path, LL lines and direct windows alike: a rank that dies (or stops) mid-round, a bad
+argument on one rank, an abort with async work in flight. Nothing hangs, no rank returns a wrong result, every
+error names the rank, the peer and the operation, and no ``/dev/shm/nbcoll_<pid>_*`` name of the launched ranks
+is left behind.
 
 The cases live in ``mpi_scripts/direct_deaths.py`` (each death ends a rank, so one launch deals its ranks out to
 several cases side by side, and the survivors carry on to the next stage: 4, 3 and 2 ranks in one run) and
@@ -34,19 +35,22 @@ def assert_no_shared_memory_left(result):
 DEATH_STAGES = {
     "ll-and-lenders": [
         "ll_all_reduce_never_comes@4+registered_all_reduce_dies_mid_rounds@3"
-        "+registered_all_gather_reader_dies_before_release@2+ll_all_reduce_dies_after_writing@2",
+        "+registered_all_gather_reader_dies_before_release@2+ll_all_reduce_dies_after_writing@2"
+        "+registration_never_comes@2",
         "ll_all_gather_dies_before_writing@3+staged_all_reduce_dies_mid_rounds@4",
-        "ll_async_all_reduce_in_flight@2+registered_broadcast_root_dies_mid_rounds@3",
-        "staged_all_gather_dies_mid_rounds@3",
+        "ll_async_all_reduce_in_flight@2+registered_broadcast_root_dies_mid_rounds@4",
+        "staged_all_gather_dies_mid_rounds@4",
+        "lent_by_victim_all_gather_dies_after_posting@3",
         "ll_all_reduce_dies_halfway_through_its_lines@2",
     ],
-    "windows-and-setup": [
+    "windows-stops-and-setup": [
+        "registered_all_reduce_stops_mid_rounds@3+registered_all_gather_reader_stops_before_release@3"
+        "+ll_all_gather_stops_before_writing@4+ll_all_gather_dies_after_writing@3",
         "registered_all_gather_dies_mid_rounds@4+ll_all_to_all_dies_before_writing@3"
-        "+registered_all_reduce_reader_dies_before_release@2+ll_all_gather_dies_after_writing@2",
-        "registered_all_to_all_dies_mid_rounds@3+staged_broadcast_root_dies_mid_rounds@2"
+        "+registered_all_reduce_reader_dies_before_release@2",
+        "registered_all_to_all_dies_mid_rounds@2+staged_broadcast_root_dies_mid_rounds@2"
         "+staged_all_gather_reader_dies_after_posting@2",
-        "staged_all_to_all_never_comes@4",
-        "lent_by_victim_all_gather_dies_after_posting@3",
+        "staged_all_to_all_never_comes@3",
         "ll_setup_never_comes@2",
     ],
 }
@@ -57,7 +61,8 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     run, mpiexec_keeping_survivors
 ):
     stages = DEATH_STAGES[run]
-    nprocs = 11  # ten cases, each of which ends a rank
+    cases = [entry.split("@")[0] for stage in stages for entry in stage.split("+")]
+    nprocs = len(cases) + 1  # each case ends one rank
     result = launch(nprocs, SCRIPTS / "direct_deaths.py", args=stages, env={**ENV, "NBCOLL_TIMEOUT": "10"}, timeout=120)
     assert not result.timed_out, result.report()
     outputs = "".join(result.outputs)
@@ -66,8 +71,7 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     assert "resource_tracker" not in outputs, result.report()
     survivors = [r for r, out in enumerate(result.outputs) if "direct deaths ok" in out]
     assert len(survivors) == 1, result.report()  # every case took one rank away
-    cases = {m for m in re.findall(r"^case (\w+) n=\d", outputs, re.M)}
-    assert cases == {entry.split("@")[0] for stage in stages for entry in stage.split("+")}, result.report()
+    assert set(re.findall(r"^case (\w+) n=\d", outputs, re.M)) == set(cases), result.report()
     assert_no_shared_memory_left(result)
 
 

@@ -5,6 +5,7 @@
 any left over sit it out), and each case runs on a communicator of its own. In a case one rank, the *victim*,
 calls ``os._exit`` (as a crash: no clean-up of any kind) at a chosen point of the collective:
 
+* point ``-2``: it never calls ``comm.alloc`` (the windows exist: the registration's own exchange waits);
 * point ``-1``: it never calls the collective;
 * point ``k >= 0``: it exits just before the ``k``-th one-shot step it would run (LL or window steps, counted
   from 0), or just after the collective if it has fewer steps: ``1`` is after writing its LL lines, or after
@@ -13,7 +14,9 @@ calls ``os._exit`` (as a crash: no clean-up of any kind) at a chosen point of th
 Every survivor must then either raise :class:`~nbcoll.comm.CommPeerLostError` naming its rank, the victim and the
 collective, well within ``NBCOLL_TIMEOUT`` (the dead-peer check, not the timeout, must end the wait), or, where
 the victim wrote everything the survivors read before it died, finish with the exact result; never hang, never
-return a wrong result. After each stage no ``/dev/shm`` name of the victims nor of the survivors is left, and
+return a wrong result. A victim that stops instead (``SIGSTOP``: alive but silent) makes the survivors raise
+:class:`~nbcoll.comm.CommTimeoutError` after the case's ``NBCOLL_TIMEOUT`` of 1.5 s, naming the same; then they
+resume it, and it exits. After each stage no ``/dev/shm`` name of the victims nor of the survivors is left, and
 the survivors carry on among themselves.
 
 Run with ``NBCOLL_LL_BYTES=64`` and ``NBCOLL_BUFFSIZE=256``: 8 int32 go by LL, 40 take one window round, 200 four.
@@ -23,8 +26,11 @@ Every rank prints ``pid=...``, one ``case ...`` line per case it ran, and ``dire
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import glob
 import os
+import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from nbcoll.comm import CommPeerLostError, init
+from nbcoll.comm import CommConfig, CommPeerLostError, CommTimeoutError, init
 from nbcoll.comm.ll import LLStep
 from nbcoll.comm.window_step import Release, WindowStep
 from nbcoll.kernels import ll as ll_kernels
@@ -48,12 +54,13 @@ class Case:
     collective: str  # all_reduce, all_gather, all_to_all or broadcast
     path: str  # ll; registered (comm.alloc: lent to the peers), staged (plain: through the window), or lent_by_victim
     count: int  # elements per block (all-to-all: per destination)
-    point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective
+    point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective, -2 comm.alloc
     victim: int = -1  # its rank in the case's communicator; -1 the last (a broadcast's root is the victim)
-    expect: str = "lost"  # what the survivors see: "lost" (CommPeerLostError) or "done" (the exact result)
+    expect: str = "lost"  # what the survivors see: "lost" (CommPeerLostError), "timeout" or "done" (exact result)
     warm: bool = True  # run the collective once, fault-free, first: the windows exist when the victim dies
     async_op: bool = False
     torn: bool = False  # the victim dies halfway through storing its LL lines (at its step ``point``, an LL send)
+    stop: bool = False  # the victim stops (SIGSTOP) instead of exiting: the survivors time out
     says: tuple[str, ...] = ()  # what the survivors' error names besides their rank and the victim (the collective)
 
 
@@ -87,7 +94,15 @@ CASES = {
     "staged_all_gather_reader_dies_after_posting": Case("all_gather", "staged", ONE_ROUND, 1, expect="done"),
     # The victim lent its buffer and died after posting: the others read a dead process's memory, still mapped.
     "lent_by_victim_all_gather_dies_after_posting": Case("all_gather", "lent_by_victim", ROUNDS, 7, expect="done"),
+    "registration_never_comes": Case("all_gather", "registered", ONE_ROUND, -2, warm=False, says=("setup (reg0)",)),
+    # Alive but silent: only the timeout ends the wait, and it names the rank that is late.
+    "registered_all_reduce_stops_mid_rounds": Case("all_reduce", "registered", ROUNDS, 3, stop=True, expect="timeout"),
+    "registered_all_gather_reader_stops_before_release": Case(
+        "all_gather", "registered", ONE_ROUND, 1, stop=True, expect="timeout", says=("all_gather", "finish reading")
+    ),
+    "ll_all_gather_stops_before_writing": Case("all_gather", "ll", LL, 0, victim=0, stop=True, expect="timeout"),
 }
+STOPPED_TIMEOUT = 1.5
 
 
 # -- the victim's exit: counted at every one-shot step -------------------------------------------------------------
@@ -96,11 +111,11 @@ CASES = {
 class Exit:
     at: int | None = None  # exit before this step (counted from 0)
     steps = 0
-    torn = False
+    torn = stop = False
 
     @classmethod
-    def arm(cls, point: int, torn: bool) -> None:
-        cls.at, cls.steps, cls.torn = point, 0, torn
+    def arm(cls, case: Case) -> None:
+        cls.at, cls.steps, cls.torn, cls.stop = case.point, 0, case.torn, case.stop
 
 
 def store_half_then_die(step: LLStep) -> None:
@@ -123,6 +138,9 @@ def _counted(run):
             if Exit.steps == Exit.at:
                 if Exit.torn:
                     store_half_then_die(self)
+                if Exit.stop:
+                    print(f"victim {os.getpid()}: stopping before its one-shot step {Exit.steps}", flush=True)
+                    os.kill(os.getpid(), signal.SIGSTOP)  # until every survivor has timed out
                 die(f"before its one-shot step {Exit.steps} ({self.name})")
             Exit.steps += 1
         return run(self, *args, **kwargs)
@@ -145,7 +163,8 @@ def collective(comm, case: Case, root: int):
     """This rank's buffers for ``case``: ``(call, out, expected)``; ``call(async_op)`` runs the collective."""
     n, r, count = comm.size, comm.rank, case.count
     size = count * n if case.collective == "all_to_all" else count
-    registered = comm.alloc(size, np.int32) if case.path != "ll" else None  # collective: each rank takes one
+    lending = case.path in ("registered", "lent_by_victim")
+    registered = comm.alloc(size, np.int32) if lending else None  # collective: every rank takes one
     lends = case.path == "registered" or (case.path == "lent_by_victim" and r == case.victim % n)
     send = registered if lends else np.empty(size, np.int32)
     send[:] = values(r, size)
@@ -180,11 +199,23 @@ def ended(pid: int) -> bool:
 
 
 def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
-    """Run ``case`` on ``sub``; the victim exits, a survivor returns what it saw."""
-    comm = init(sub)
+    """Run ``case`` on ``sub``; the victim exits (or stops), a survivor returns what it saw."""
+    config = CommConfig.from_env()
+    comm = init(sub, dataclasses.replace(config, timeout=STOPPED_TIMEOUT) if case.stop else config)
     me, n, timeout = comm.rank, comm.size, comm.config.timeout
     victim = case.victim % n
-    call, out, expected = collective(comm, case, root=victim)
+    pids = sub.allgather(os.getpid())
+    if case.point == -2:  # the windows exist; the registration that follows is the victim's to miss
+        staged = Case(case.collective, "staged", case.count, 0)
+        call, _, expected = collective(comm, staged, root=victim)
+        assert np.array_equal(call(), expected), f"{label}: the fault-free call is wrong"
+        if me == victim:
+            die("before comm.alloc")
+    start = time.monotonic()
+    try:
+        call, out, expected = collective(comm, case, root=victim)
+    except CommPeerLostError as err:
+        return lost(comm, label, case, err, time.monotonic() - start)
     if case.warm:
         assert np.array_equal(call(), expected), f"{label}: the fault-free call is wrong"
         out[:] = -7
@@ -192,7 +223,7 @@ def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
     if me == victim:
         if case.point < 0:
             die("before the collective")
-        Exit.arm(case.point, case.torn)
+        Exit.arm(case)
         result = call(case.async_op)
         if case.async_op:
             result.wait()
@@ -204,24 +235,43 @@ def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
             work.wait(timeout=timeout + 5)
         else:
             result = call()
-        outcome = "done"
     except CommPeerLostError as err:
-        elapsed = time.monotonic() - start
-        text = str(err)
-        words = [f"rank {me}", f"peer rank {victim}", *(case.says or [case.collective])]
-        missing = [w for w in words if w not in text]
-        assert not missing, f"rank {me}: {label}: the error lacks {missing}:\n{text}"
-        assert case.expect == "lost", f"rank {me}: {label}: expected the exact result, got\n{text}"
-        assert elapsed < timeout / 2, f"rank {me}: {label}: the dead peer was noticed after {elapsed:.2f} s"
         if case.async_op:
             assert work.is_completed() and np.all(out == -7), f"rank {me}: {label}: output touched: {out}"
-        outcome = f"CommPeerLostError: {text.splitlines()[0][:150]}"
-    else:
-        elapsed = time.monotonic() - start
-        assert case.expect == "done", f"rank {me}: {label}: returned without the dead rank {victim}"
-        assert np.array_equal(result if not case.async_op else out, expected), f"rank {me}: {label}: wrong: {out}"
+        return lost(comm, label, case, err, time.monotonic() - start)
+    except CommTimeoutError as err:
+        elapsed, text = time.monotonic() - start, str(err)
+        late = re.search(rf"ranks \[[^\]]*\b{victim}\b[^\]]*\]", text)
+        missing = [w for w in [f"rank {me}", "NBCOLL_TIMEOUT", *(case.says or [case.collective])] if w not in text]
+        assert late and not missing, f"rank {me}: {label}: the error lacks {missing} or rank {victim}:\n{text}"
+        assert case.expect == "timeout", f"rank {me}: {label}: expected {case.expect}, got\n{text}"
+        assert timeout <= elapsed < timeout + 5, f"rank {me}: {label}: timed out after {elapsed:.2f} s"
+        survivors = sub.Create_group(sub.Get_group().Excl([victim]), tag=14)
+        survivors.Barrier()  # every survivor has timed out: the stopped victim may go on, and exit
+        if survivors.Get_rank() == 0:
+            os.kill(pids[victim], signal.SIGCONT)  # not SIGKILL: mpiexec ends the whole job when a rank is killed
+        survivors.Free()
+        return finish(comm, label, f"CommTimeoutError: {text.splitlines()[0][:150]}", elapsed)
+    elapsed = time.monotonic() - start
+    assert case.expect == "done", f"rank {me}: {label}: returned without the dead rank {victim}"
+    assert np.array_equal(result if not case.async_op else out, expected), f"rank {me}: {label}: wrong: {out}"
+    return finish(comm, label, "done", elapsed)
+
+
+def lost(comm, label: str, case: Case, err: CommPeerLostError, elapsed: float) -> str:
+    """Check a survivor's CommPeerLostError: it names this rank, the victim and the collective, and came at once."""
+    me, text = comm.rank, str(err)
+    words = [f"rank {me}", f"peer rank {case.victim % comm.size}", *(case.says or [case.collective])]
+    missing = [w for w in words if w not in text]
+    assert not missing, f"rank {me}: {label}: the error lacks {missing}:\n{text}"
+    assert case.expect == "lost", f"rank {me}: {label}: expected {case.expect}, got\n{text}"
+    assert elapsed < comm.config.timeout / 2, f"rank {me}: {label}: the dead peer was noticed after {elapsed:.2f} s"
+    return finish(comm, label, f"CommPeerLostError: {text.splitlines()[0][:150]}", elapsed)
+
+
+def finish(comm, label: str, outcome: str, elapsed: float) -> str:
     comm.destroy()
-    assert not own_names(os.getpid()), f"rank {me}: {label}: left {own_names(os.getpid())}"
+    assert not own_names(os.getpid()), f"rank {comm.rank}: {label}: left {own_names(os.getpid())}"
     return f"{outcome} after {elapsed:.2f} s"
 
 
