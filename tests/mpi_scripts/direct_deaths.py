@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from nbcoll.comm import CommConfig, CommPeerLostError, CommTimeoutError, init
+from nbcoll.comm import CommConfig, CommPeerLostError, CommTimeoutError, init, window
 from nbcoll.comm.ll import LLStep
 from nbcoll.comm.window_step import Release, WindowStep
 from nbcoll.kernels import ll as ll_kernels
@@ -61,6 +61,7 @@ class Case:
     async_op: bool = False
     torn: bool = False  # the victim dies halfway through storing its LL lines (at its step ``point``, an LL send)
     stop: bool = False  # the victim stops (SIGSTOP) instead of exiting: the survivors time out
+    in_setup: str = ""  # the victim exits at this exchange of the windows' setup, its own segment created
     says: tuple[str, ...] = ()  # what the survivors' error names besides their rank and the victim (the collective)
 
 
@@ -94,6 +95,13 @@ CASES = {
     "staged_all_gather_reader_dies_after_posting": Case("all_gather", "staged", ONE_ROUND, 1, expect="done"),
     # The victim lent its buffer and died after posting: the others read a dead process's memory, still mapped.
     "lent_by_victim_all_gather_dies_after_posting": Case("all_gather", "lent_by_victim", ROUNDS, 7, expect="done"),
+    # The first one-shot call sets the windows up: the victim dies holding a segment whose name it never removed.
+    "ll_setup_dies_holding_its_window": Case(
+        "all_reduce", "ll", LL, 0, warm=False, in_setup="handles", says=("window setup (handles)",)
+    ),
+    "window_setup_dies_once_mapped": Case(
+        "all_gather", "staged", ONE_ROUND, 0, warm=False, in_setup="handles-mapped", says=("handles-mapped",)
+    ),
     "registration_never_comes": Case("all_gather", "registered", ONE_ROUND, -2, warm=False, says=("setup (reg0)",)),
     # Alive but silent: only the timeout ends the wait, and it names the rank that is late.
     "registered_all_reduce_stops_mid_rounds": Case("all_reduce", "registered", ROUNDS, 3, stop=True, expect="timeout"),
@@ -150,6 +158,18 @@ def _counted(run):
 
 for _step in (LLStep, WindowStep, Release):
     _step.run = _counted(_step.run)
+
+
+def die_at_setup_exchange(what: str) -> None:
+    """Make this rank exit when its windows' setup reaches the exchange ``what``."""
+    exchange = window._exchange
+
+    def exchange_or_die(mpi_comm, uid, value, step, *args):
+        if step == what:
+            die(f"at the window setup's exchange {what!r}")
+        return exchange(mpi_comm, uid, value, step, *args)
+
+    window._exchange = exchange_or_die
 
 
 # -- one collective --------------------------------------------------------------------------------------------------
@@ -223,6 +243,8 @@ def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
     if me == victim:
         if case.point < 0:
             die("before the collective")
+        if case.in_setup:
+            die_at_setup_exchange(case.in_setup)
         Exit.arm(case)
         result = call(case.async_op)
         if case.async_op:
@@ -292,13 +314,16 @@ def run_stage(world: MPI.Comm, stage: str) -> MPI.Comm:
         outcome = run_case(sub, mine[1], mine[2])
         print(f"{mine[1]} rank {sub.Get_rank()}: {outcome}", flush=True)
         sub.Free()
-    for victim in victims:  # the victim's names go with it, or with the survivor that finds it dead
+    for victim in victims:
         deadline = time.monotonic() + 30
         while not ended(pids[victim]) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert ended(pids[victim]), f"stage {stage}: the victim (pid {pids[victim]}) is still running"
-        assert not own_names(pids[victim]), f"stage {stage}: the dead victim left {own_names(pids[victim])}"
-    return world.Create_group(world.Get_group().Excl(victims), tag=13)
+    survivors = world.Create_group(world.Get_group().Excl(victims), tag=13)
+    survivors.Barrier()  # every case of the stage is over: a victim's names went with it, or with its survivors
+    left = [name for victim in victims for name in own_names(pids[victim])]
+    assert not left, f"stage {stage}: the dead victims left {left}"
+    return survivors
 
 
 def main() -> None:
