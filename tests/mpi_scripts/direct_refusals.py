@@ -14,6 +14,8 @@ rank prints ``pid=...`` first.
 * ``check/<path>``: with ``NBCOLL_CHECK=1`` the refusal travels in the signature exchange: the others raise
   :class:`~nbcoll.comm.errors.CollectiveMismatchError` naming the refusing rank, and later LL and window
   collectives run exactly on every rank (their rounds are still numbered alike).
+* ``refused_while_in_flight/<path>``: the others' async all-reduce is in flight when the last rank refuses it:
+  their ``work.wait()`` raises :class:`~nbcoll.comm.CommAbortedError`, and the output is untouched.
 * ``abort_in_flight``: async LL collectives are in flight on every rank but the last when rank 0 aborts: each
   ``work.wait()`` raises :class:`~nbcoll.comm.CommAbortedError` and leaves its output untouched.
 
@@ -138,6 +140,27 @@ def case_check(base, path: str) -> None:
     comm.destroy()
 
 
+def case_refused_while_in_flight(base, path: str) -> None:
+    """The others' async all-reduce is in flight when the last rank refuses it: each ``work.wait()`` raises
+    CommAbortedError, promptly, and its output is untouched."""
+    comm = base.dup()
+    n, r = comm.size, comm.rank
+    send, out_size, expected = setup(comm, "all_reduce", path)
+    assert np.array_equal(run(comm, "all_reduce", send, np.zeros(out_size, np.int32)), expected)  # windows set up
+    if r == n - 1:
+        MPI.COMM_WORLD.Barrier()  # the others' works are in flight
+        raises(ValueError, lambda: run(comm, "all_reduce", send, bad_output("size", out_size)), "recvbuf")
+    else:
+        out = np.full(out_size, -7, np.int32)
+        work = comm.all_reduce(send, out, algo="direct", async_op=True)
+        MPI.COMM_WORLD.Barrier()
+        elapsed, _ = raises(CommAbortedError, lambda: work.wait(timeout=30), f"rank {r}")
+        assert elapsed < PROMPT and work.is_completed(), elapsed
+        assert np.all(out == -7), f"rank {r}: a refused collective wrote its output: {out}"
+    raises(CommError, lambda: comm.all_reduce(np.ones(8, np.int32), algo="direct"))
+    comm.destroy()
+
+
 def case_abort_in_flight(base) -> None:
     comm = base.dup()
     n, r = comm.size, comm.rank
@@ -190,6 +213,9 @@ def main(which: str) -> int:
     for path in ("registered", "staged"):
         case_check(base, path)
         print(f"rank {base.rank}: check/{path} ok", flush=True)
+    for path in ("ll", "staged"):
+        case_refused_while_in_flight(base, path)
+        print(f"rank {base.rank}: refused_while_in_flight/{path} ok", flush=True)
     case_abort_in_flight(base)
     print(f"rank {base.rank}: abort_in_flight ok", flush=True)
     base.destroy()
