@@ -51,9 +51,9 @@ LL, ONE_ROUND, ROUNDS = 8, 40, 200
 
 @dataclass(frozen=True)
 class Case:
-    collective: str  # all_reduce, all_gather, all_to_all or broadcast
+    collective: str  # all_reduce, all_gather, all_to_all, reduce_scatter or broadcast
     path: str  # ll; registered (comm.alloc: lent to the peers), staged (plain: through the window), or lent_by_victim
-    count: int  # elements per block (all-to-all: per destination)
+    count: int  # elements per block (all-to-all, reduce-scatter: per destination)
     point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective, -2 comm.alloc
     victim: int = -1  # its rank in the case's communicator; -1 the last (a broadcast's root is the victim)
     expect: str = "lost"  # what the survivors see: "lost" (CommPeerLostError), "timeout" or "done" (exact result)
@@ -72,6 +72,7 @@ CASES = {
     "ll_all_gather_dies_before_writing": Case("all_gather", "ll", LL, 0, victim=0),
     "ll_all_gather_dies_after_writing": Case("all_gather", "ll", LL, 1, victim=0, expect="done"),
     "ll_all_to_all_dies_before_writing": Case("all_to_all", "ll", 2, 0),
+    "ll_reduce_scatter_dies_before_writing": Case("reduce_scatter", "ll", 2, 0, victim=0),
     "ll_all_reduce_dies_halfway_through_its_lines": Case("all_reduce", "ll", LL, 0, torn=True),
     "ll_async_all_reduce_in_flight": Case("all_reduce", "ll", LL, 0, async_op=True),
     "ll_setup_never_comes": Case("all_reduce", "ll", LL, -1, warm=False, says=("window setup", "first one-shot")),
@@ -182,7 +183,7 @@ def values(rank: int, size: int) -> np.ndarray:
 def collective(comm, case: Case, root: int):
     """This rank's buffers for ``case``: ``(call, out, expected)``; ``call(async_op)`` runs the collective."""
     n, r, count = comm.size, comm.rank, case.count
-    size = count * n if case.collective == "all_to_all" else count
+    size = count * n if case.collective in ("all_to_all", "reduce_scatter") else count
     lending = case.path in ("registered", "lent_by_victim")
     registered = comm.alloc(size, np.int32) if lending else None  # collective: every rank takes one
     lends = case.path == "registered" or (case.path == "lent_by_victim" and r == case.victim % n)
@@ -196,6 +197,8 @@ def collective(comm, case: Case, root: int):
         expected = np.concatenate([values(p, count) for p in range(n)])
     elif name == "all_to_all":
         expected = np.concatenate([values(p, size)[r * count : (r + 1) * count] for p in range(n)])
+    elif name == "reduce_scatter":
+        expected = sum(values(p, size)[r * count : (r + 1) * count] for p in range(n))
     else:
         expected = values(root, count)
     kwargs = {"root": root} if name == "broadcast" else {}

@@ -6,7 +6,8 @@ rank prints ``pid=...`` first.
 
 * ``refuse/<collective>/<path>/<bad>``: one rank passes a bad output buffer (``size``: one element too many,
   ``dtype``: float32 for int32, ``read_only``) to a direct collective small enough for LL (``ll``) or big enough
-  for the windows (``registered``: its input from ``comm.alloc``, ``staged``: a plain one). That rank raises a
+  for the windows (``registered``: its input from ``comm.alloc``, ``staged``: a plain one; a reduce-scatter that
+  big is a ring). That rank raises a
   ``ValueError`` or ``TypeError`` naming ``recvbuf``; no other rank may return a result (in a broadcast that a
   reader refused, the root and the other readers may: they never read from it, and their result is exact);
   every rank raises at its next collective, within ``PROMPT`` seconds. ``/cold``: the call is the
@@ -38,6 +39,9 @@ PROMPT = 5.0
 """Seconds within which every rank must raise once one refused (NBCOLL_TIMEOUT is larger)."""
 
 COUNTS = {"ll": 8, "registered": 100, "staged": 100}
+COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast")
+BLOCKED = ("all_to_all", "reduce_scatter")
+"""The collectives whose input holds a block per rank."""
 
 
 def values(rank: int, size: int) -> np.ndarray:
@@ -57,9 +61,9 @@ def bad_output(bad: str, size: int) -> np.ndarray:
 def setup(comm, collective: str, path: str):
     """This rank's buffers for ``collective`` on ``path``: ``(send, out size, expected result)``."""
     n, r, count = comm.size, comm.rank, COUNTS[path]
-    if collective == "all_to_all":
-        count = max(1, count // n)  # an LL all-to-all carries a segment per peer
-    size = count * n if collective == "all_to_all" else count
+    if collective in BLOCKED:
+        count = max(1, count // n)  # LL carries a segment per peer
+    size = count * n if collective in BLOCKED else count
     send = comm.alloc(size, np.int32) if path == "registered" else np.empty(size, np.int32)
     send[:] = values(r, size)
     if collective == "all_reduce":
@@ -68,6 +72,8 @@ def setup(comm, collective: str, path: str):
         return send, count * n, np.concatenate([values(p, count) for p in range(n)])
     if collective == "all_to_all":
         return send, count * n, np.concatenate([values(p, size)[r * count : (r + 1) * count] for p in range(n)])
+    if collective == "reduce_scatter":
+        return send, count, sum(values(p, size)[r * count : (r + 1) * count] for p in range(n))
     return send, count, values(0, count)  # broadcast from rank 0
 
 
@@ -124,7 +130,7 @@ def case_check(base, path: str) -> None:
     finally:
         del os.environ["NBCOLL_CHECK"]
     n, r = comm.size, comm.rank
-    for refuser, collective in enumerate(("all_reduce", "all_gather", "all_to_all", "broadcast")):
+    for refuser, collective in enumerate(COLLECTIVES):
         refuser %= n
         send, out_size, expected = setup(comm, collective, path)
         out = bad_output("dtype", out_size) if r == refuser else np.zeros(out_size, np.int32)
@@ -187,7 +193,7 @@ def cases(which: str) -> list[tuple[str, tuple]]:
     starting with the ``k``-th (``k`` = 0, 1 or 2: the three together make ``all``), or the refusals of a
     communicator's first one-shot call (``cold``)."""
     listed, bads = [], ("size", "dtype", "read_only")
-    for i, collective in enumerate(("all_reduce", "all_gather", "all_to_all", "broadcast")):
+    for i, collective in enumerate(COLLECTIVES):
         if which == "cold":
             for path in ("ll", "staged"):
                 listed.append((f"refuse/{collective}/{path}/read_only/cold", (collective, path, "read_only", True)))
