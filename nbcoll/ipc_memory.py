@@ -45,6 +45,7 @@ from nbcoll.shm_names import (  # noqa: F401  (the names and sweeps, importable 
     creator_pid,
     new_name,
     release,
+    start_resource_tracker,
     track_created,
     unlink,
     unlink_names_of,
@@ -138,6 +139,7 @@ class IpcBuffer:
         if not host and backend.get_backend() == "cuda":
             return cls._create_cuda(shape, dt, tag)
         nbytes = max(math.prod(shape) * dt.itemsize, 1)  # a segment cannot be empty
+        start_resource_tracker()  # one that a peer's death cannot take down
         for _attempt in range(1000):
             name = new_name(tag)
             try:

@@ -131,6 +131,24 @@ def _register_nothing(name: str, rtype: str) -> None:
     pass
 
 
+def start_resource_tracker() -> None:
+    """Start Python's resource tracker, before this process creates its first segment, with SIGUSR1 blocked in it.
+
+    When one rank of an MPICH job dies, ``mpiexec`` sends SIGUSR1 to every other rank's process group, for MPI's
+    own failure handling. The tracker, a child in that group with no handler, would die of it, and the rank's
+    next create or unlink of a segment, which tells the tracker, could fail with ``BrokenPipeError``. A child
+    starts with its parent thread's signal mask, so a tracker started with SIGUSR1 blocked never receives it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        resource_tracker.ensure_running()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _close_mapping(shm: SharedMemory) -> None:
     """Unmap a segment, unless arrays over it are still in use; then leave the mapping to them.
 

@@ -238,6 +238,30 @@ def test_no_leak_after_sigkill_when_the_name_is_unlinked_after_attach():
     peer.close()
 
 
+TRACKER_SURVIVES_SIGUSR1 = """
+import os, signal, time
+from multiprocessing import resource_tracker
+from nbcoll.ipc_memory import IpcBuffer
+buffer = IpcBuffer.create(4, "float32", host=True)
+tracker = resource_tracker._resource_tracker._pid
+os.kill(tracker, signal.SIGUSR1)  # what MPICH's mpiexec sends every rank's process group when one rank dies
+time.sleep(0.2)
+state = open(f"/proc/{tracker}/stat").read().rsplit(")", 1)[1].split()[0]
+buffer.close()
+print("tracker", state)
+"""
+
+
+@needs_dev_shm
+def test_the_resource_tracker_outlives_the_sigusr1_of_a_dying_peer():
+    # Else the rank's next create or unlink of a segment could fail with BrokenPipeError.
+    done = subprocess.run([sys.executable, "-c", TRACKER_SURVIVES_SIGUSR1], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    word, state = done.stdout.split()
+    assert word == "tracker" and state not in ("Z", "X"), done.stdout + done.stderr  # not dead
+    assert "resource_tracker" not in done.stderr, done.stderr
+
+
 @needs_dev_shm
 def test_cleanup_stale_removes_a_segment_left_by_a_killed_process():
     # The whole session is killed, the resource tracker included: nothing but cleanup_stale can remove it.

@@ -12,7 +12,7 @@ fault and a point:
 * ``raise``: the victim raises an exception, as a bug in user code or in nbcoll would;
 
 at point ``-1`` (before it calls the operation: it never comes) or ``k >= 0`` (after its ``k``-th chunk sent,
-chunk received or window step). Each case runs on a communicator of its own. Every survivor must either finish
+chunk received, window step or LL step). Each case runs on a communicator of its own. Every survivor must either finish
 the operation or raise a :class:`~nbcoll.comm.CommError` that names its rank, within ``NBCOLL_TIMEOUT`` plus
 ``--margin`` seconds, and no ``/dev/shm`` name of any rank may be left after the case. After an ``exit`` the
 survivors carry on among themselves, so one launch covers every rank count from N down to 2.
@@ -39,6 +39,7 @@ from mpi4py import MPI
 
 import nbcoll
 from nbcoll.comm import CommError, init
+from nbcoll.comm.ll import LLStep
 from nbcoll.comm.transport.ipc import IpcRecvConnection, IpcSendConnection
 from nbcoll.comm.transport.mpi import MpiRecvConnection, MpiSendConnection
 from nbcoll.comm.window import WindowStep
@@ -128,6 +129,7 @@ for cls, name in [
     (IpcRecvConnection, "release"),
     (MpiRecvConnection, "release"),
     (WindowStep, "run"),
+    (LLStep, "run"),
 ]:
     setattr(cls, name, _counted(getattr(cls, name)))
 
