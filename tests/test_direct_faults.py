@@ -90,15 +90,9 @@ def test_a_bad_argument_on_one_rank_makes_every_rank_raise_and_an_abort_fails_wo
 
 def test_a_bad_argument_on_the_first_one_shot_call_is_heard_while_the_others_set_the_windows_up():
     """The refused call is the communicator's first one-shot collective: the others are setting up the LL buffers or
-    the windows, a collective exchange, when the refusal comes. Every rank should raise at once, as above.
-
-    Today they wait NBCOLL_TIMEOUT in the exchange: the call is still open (numbered, not yet run) while the engine
-    plans it, and a peer's refusal of an open call is no conflict (nbcoll/comm/refusal.py), so the refusal aborts
-    nothing. Bounded, and no rank returns, but slow; remove the xfail once a rank that has passed its checks counts
-    as running the call before it sets the windows up.
-    """
+    the windows, a collective exchange, when the refusal comes. The refuser will never join it, so the refusal is a
+    conflict there (``Refusals.setting_up``): every rank raises at once, as above, not at NBCOLL_TIMEOUT."""
     result = launch(2, SCRIPTS / "direct_refusals.py", args=["cold"], env={**ENV, "NBCOLL_TIMEOUT": "3"}, timeout=120)
+    assert result.ok, result.report()
+    assert "made no progress" not in "".join(result.outputs), result.report()
     assert_no_shared_memory_left(result)
-    if not result.ok:
-        assert "direct window setup (handles) made no progress for 3 s" in "".join(result.outputs), result.report()
-        pytest.xfail("the others hear of the refusal only when the window setup times out")

@@ -241,7 +241,11 @@ class Engine:
             post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
         # The direct path: LL lines for a small message, else the windows (and registered buffers), else FIFOs.
         # Every input here (algorithm, size, settings, transports) is the same on every rank, so is the path.
-        ll = self.ll_buffers() if algo == "direct" and self._fits_ll(name, nbytes) else None
+        ll = windows = None
+        if algo == "direct":
+            with self.refusals.setting_up(seq):  # the first one-shot call sets the windows up, with every peer
+                ll = self.ll_buffers() if self._fits_ll(name, nbytes) else None
+                windows = self.direct_windows() if name in WINDOWED and ll is None else None
         ctx = Context(
             rank=comm.rank,
             nranks=comm.size,
@@ -252,7 +256,7 @@ class Engine:
             send_connection=comm.send_connection,
             recv_connection=comm.recv_connection,
             counters=comm.peer_counters,
-            windows=self.direct_windows() if algo == "direct" and name in WINDOWED and ll is None else None,
+            windows=windows,
             ll=ll,
         )
         if comm.size == 1:

@@ -32,10 +32,11 @@ The communicator's engine numbers every call and refuses those whose checks fail
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -66,6 +67,7 @@ class Refusals:
         self._open: set[int] = set()  # numbered, but not yet run or refused here (being checked, or in a group)
         self._mine: dict[int, str] = {}  # refused here, waiting for every peer's word
         self._heard: dict[int, set[int]] = {}  # call -> peers that refused it
+        self._setting_up: set[int] = set()  # open calls whose plan waits in a collective set-up (the windows)
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
         self.conflict: str | None = None  # why this communicator must be aborted, once known
 
@@ -114,7 +116,22 @@ class Refusals:
                 self._heard.setdefault(seq, set()).add(peer)
                 if seq <= self._calls and seq not in self._open and seq not in self._mine:
                     self._note_conflict(seq)  # this rank ran (or queued) the call the peer refused
+            for seq in self._setting_up & self._heard.keys():
+                self._note_conflict(seq)  # the refuser never joins the set-up this rank waits in for that call
             return self.conflict
+
+    @contextlib.contextmanager
+    def setting_up(self, seq: int) -> Iterator[None]:
+        """While open call ``seq`` waits in a collective set-up (the first one-shot call sets the windows up), a
+        peer's refusal of it is a conflict: the refuser will never join, so waiting would only end at the timeout.
+        """
+        with self._lock:
+            self._setting_up.add(seq)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._setting_up.discard(seq)
 
     def _receive(self) -> list[tuple[int, int]]:
         """Every note of this communicator that has arrived, as (peer, call); notes of an older one are dropped."""
