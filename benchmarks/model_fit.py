@@ -247,7 +247,8 @@ def rescore(path: str, out: Path) -> int:
     stored = json.loads(Path(path).read_text())
     n, config = stored["nranks"], CommConfig()
     model = tuner.slowest(tuner.default_models("numpy"), {"ipc"})
-    model.window_bytes = config.buffsize  # one node: the direct algorithms read through windows
+    model.window_bytes = config.buffsize  # one node: the direct algorithms read through windows (LL when small)
+    model.ll_bytes, model.channels = config.ll_bytes, config.nchannels
     rows = [r for rows in stored["results"].values() for r in rows]
     for r in rows:
         r.setdefault("block_bytes", r["nbytes"] // n if r["collective"] == "all_gather" else r["nbytes"])
@@ -264,7 +265,8 @@ def rescore(path: str, out: Path) -> int:
     totals = summary(rows)
     totals["refit"] = refit(rows, n, config.chunk_bytes, config.buffsize)
     print(
-        f"# times of {stored['env']['date']}, {n} ranks, today's defaults (gamma {model.gamma * 1e6:.0f} us, alpha "
+        f"# times of {stored['env']['date']}, {n} ranks, today's defaults (gamma {model.gamma * 1e6:.0f} us, replayed "
+        f"{(model.gamma_replay or model.gamma) * 1e6:.0f} us, alpha "
         f"{model.alpha * 1e6:.0f} us, beta {model.beta / 1e9:.2f} GB/s): median |error| "
         f"{totals['median_abs_error']:.0%}; choice fastest in {totals['choice_accuracy']:.0%}, within 10% of it in "
         f"{totals['choice_within_10pct']:.0%}; median time lost {totals['median_time_lost']:.0%}, worst "
@@ -272,7 +274,8 @@ def rescore(path: str, out: Path) -> int:
     )
     stem = out / f"{Path(path).stem}_rescored"
     described = (
-        f"today's defaults (gamma {model.gamma * 1e6:.0f} us, alpha {model.alpha * 1e6:.0f} us, beta "
+        f"today's defaults (gamma {model.gamma * 1e6:.0f} us, replayed {(model.gamma_replay or model.gamma) * 1e6:.0f} "
+        f"us, alpha {model.alpha * 1e6:.0f} us, beta "
         f"{model.beta / 1e9:.2f} GB/s) against the times measured then"
     )
     where = Path(path).resolve()
