@@ -48,10 +48,11 @@ from nbcoll.kernels import copy as copy_kernels
 def copy_device(dst: Any, src: Any) -> None:
     """``for i: dst[i] = src[i]`` between contiguous device arrays of one dtype and size, on any backend.
 
-    Always the copy kernel (the NumPy reference on ``numpy``), so every backend runs the same path.
+    Always the copy kernel (the NumPy reference on ``numpy``), so every backend runs the same path; unchecked,
+    since every chunk is a slice of buffers the collective checked when it was called.
     """
     if src.size:
-        copy_kernels.copy(dst, src)
+        copy_kernels.copy_chunk(dst, src)
 
 
 def synchronize() -> None:

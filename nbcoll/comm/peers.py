@@ -100,7 +100,10 @@ class Peers:
         0
         >>> comm.destroy()
         """
-        return self._counters.setdefault(peer, PeerCounters())
+        counters = self._counters.get(peer)
+        if counters is None:  # (not setdefault: that would build a PeerCounters on every call, a hot path)
+            counters = self._counters[peer] = PeerCounters()
+        return counters
 
     @property
     def counters(self) -> Counters:

@@ -143,6 +143,15 @@ def _copy(dst: Any, src: Any) -> Any:
     return dst
 
 
+def copy_chunk(dst: Any, src: Any) -> None:
+    """``for i: dst[i] = src[i]`` on 1-D contiguous device arrays of one dtype and size, without checks.
+
+    The launch the collectives make once per chunk, as :func:`nbcoll.kernels.combine.fold_into` is for folds: they
+    check their buffers once, when the collective is called, and every chunk is a slice of those.
+    """
+    _copy(dst, src)
+
+
 def storage_view(x: Any, arg: str = "src") -> tuple[Any, int, tuple[int, ...]]:
     """The memory under a strided device array, seen flat: ``(storage, base, strides)``.
 
