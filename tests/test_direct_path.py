@@ -70,6 +70,26 @@ def test_in_place_all_reduce_stages_its_registered_input_since_it_folds_over_it(
         assert np.array_equal(x, np.full(5, 10))
 
 
+@pytest.mark.parametrize("registered", [False, True])
+def test_in_place_reduce_scatter_over_the_windows_keeps_its_own_block_until_it_is_folded(registered):
+    """The output is this rank's block of the input: from rank 2 on, the folds of ranks 0 and 1 would overwrite it
+    before it is folded in, so the step folds a copy of it."""
+
+    def in_place(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(40 * n, np.int64) if registered else np.zeros(40 * n, np.int64)
+        for call in range(2):
+            x[:] = np.arange(40 * n) + 1000 * r + call
+            mine = x[r * 40 : (r + 1) * 40]
+            comm.reduce_scatter(x, mine, algo="direct")
+            want = sum(np.arange(r * 40, (r + 1) * 40) + 1000 * p + call for p in range(n))
+            assert np.array_equal(mine, want), (r, call)
+        return comm.engine._windows.rounds
+
+    rounds = loopback.run(4, in_place, config=CommConfig(buffsize=256, ll_bytes=0))
+    assert rounds == [rounds[0]] * 4 and rounds[0] >= 4  # several window rounds per call
+
+
 def test_alloc_checks_its_count_and_free_its_array():
     def misuse(comm):
         with pytest.raises(ValueError, match="count: expected a number of elements >= 0"):

@@ -44,7 +44,7 @@ from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
 
-WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all")
+WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter")
 """The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
 
 LL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast")

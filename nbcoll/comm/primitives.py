@@ -190,9 +190,11 @@ class Prims:
         where = {"sources": list(sources), "out_block": out_block, "in_block": in_block}
         return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
 
-    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int) -> Any:
-        """``out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])``, read in place, in rank order."""
-        return self.windows.step(self, DIRECT | RECV | REDUCE | COPY | self._post, lo, hi, round_)
+    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int, in_block: int = 0) -> Any:
+        """``out[lo:hi] = op(local of 0 [me*in_block + lo : ...], ..., local of n-1 [...])``, read in place, in rank
+        order (``in_block``: a reduce-scatter folds this rank's block of every rank's input)."""
+        flags = DIRECT | RECV | REDUCE | COPY | self._post
+        return self.windows.step(self, flags, lo, hi, round_, in_block=in_block)
 
     def direct_release(self) -> Any:
         """The collective's last step: return only when no peer still reads what this rank lent."""

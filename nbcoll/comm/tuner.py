@@ -19,6 +19,7 @@ copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, wind
     halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
     direct broadcast     2 steps per window w;                          2 S (stage, read)
     direct all-to-all    2 steps per window of n blocks;                2(n-1) x S
+    direct reduce-scatter  2 steps per window of n blocks;              n x S        (stage, fold n sources)
 
 Direct counts bytes as staged through the windows: whether a buffer is registered (read in place, one copy
 fewer) is known to its own rank only, and every rank must choose alike; registration only makes direct faster.
@@ -239,8 +240,10 @@ def cost_terms(
             return chunks + n - 2, 2 * s
         if algo == "tree":
             return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
+    if collective == "reduce_scatter" and algo == "direct" and window_bytes:  # blocks staged for n-1 readers, n folded
+        return 2 * _chunks(n * s, window_bytes), n * s
     if collective in ("all_gather", "reduce_scatter"):
-        if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without LL is the ring
+        if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without windows is the ring
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:
@@ -262,10 +265,7 @@ def replayed(collective: str, algo: str, nbytes: int, nranks: int, window_bytes:
     that runs over the windows or the LL lines, as the engine plans it."""
     if algo != "direct" or not window_bytes or nranks == 1:
         return False
-    if collective in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
-        return True
-    segments = nranks if collective == "reduce_scatter" else 1
-    return collective == "reduce_scatter" and 0 < nbytes * segments <= ll_bytes
+    return collective in ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter")
 
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:

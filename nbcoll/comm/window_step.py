@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nbcoll import memory
 from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
@@ -42,6 +43,7 @@ class WindowStep(_FlagWait):
         DIRECT | SEND                 lend local (registered), or window[q*len] = local[q*b + lo : q*b + hi];  posted
         DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
         DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
+                                      (source(p) = local of p [me*b + lo : me*b + hi]: a reduce-scatter's block)
 
     ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
     second copy of a staged byte). Every rank ends every round with a receiving step, from no source if it reads
@@ -121,8 +123,9 @@ class WindowStep(_FlagWait):
     def source(self, rank: int) -> Any:
         """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
         w, p, me = self.w, self.prims, self.w.rank
-        if rank == me and p.lent is not None:
-            return p.local[self.lo : self.hi]
+        if rank == me and (p.lent is not None or self.in_block):  # our own block: nobody staged it for us
+            at = me * self.in_block
+            return p.local[at + self.lo : at + self.hi]
         if w.lent[rank] >= 0:
             return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
         return w.view(rank, self.nbytes, p.dtype, self._slot(me))
@@ -136,6 +139,10 @@ class WindowStep(_FlagWait):
         if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
             dst = p.out[lo:hi]
             sources = [self.source(rank) for rank in range(w.nranks)]
+            if w.rank >= 2 and memory.overlaps(dst, sources[w.rank]):  # in place: keep ours from the first folds
+                own = sources[w.rank]
+                sources[w.rank] = memory.empty(own.size, own.dtype)
+                copy_device(sources[w.rank], own)
             combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
             for src in sources[2:]:
                 combine_kernels.fold_into(p.rule, dst, dst, src)

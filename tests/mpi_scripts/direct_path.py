@@ -12,16 +12,17 @@ import os
 
 import numpy as np
 
-CASES = [(coll, count, registered) for coll in ("all_gather", "broadcast", "all_to_all", "all_reduce")
+CASES = [(coll, count, registered) for coll in ("all_gather", "broadcast", "all_to_all", "all_reduce", "reduce_scatter")
          for count in (0, 1, 37) for registered in (True, False)]  # fmt: skip
 """(collective, elements per block, registered input)."""
-FIFO_ALGO = {"all_gather": "ring", "broadcast": "ring", "all_to_all": "pairwise", "all_reduce": "ring"}
+FIFO_ALGO = {"all_gather": "ring", "broadcast": "ring", "all_to_all": "pairwise", "all_reduce": "ring",
+             "reduce_scatter": "ring"}  # fmt: skip
 
 
 def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """This rank's input (registered or not), its output, and the expected output, exact in int64."""
     n, r = comm.size, comm.rank
-    size_in = count * n if coll == "all_to_all" else count
+    size_in = count * n if coll in ("all_to_all", "reduce_scatter") else count
     size_out = count * n if coll in ("all_gather", "all_to_all") else count
     x = comm.alloc(size_in, np.int64) if registered else np.zeros(size_in, np.int64)
     x[:] = np.arange(size_in) + 1000 * r
@@ -31,6 +32,8 @@ def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, 
         expected = np.arange(count) + 1000 * (n - 1)
     elif coll == "all_to_all":
         expected = np.concatenate([np.arange(r * count, (r + 1) * count) + 1000 * p for p in range(n)])
+    elif coll == "reduce_scatter":
+        expected = sum(np.arange(r * count, (r + 1) * count) + 1000 * p for p in range(n))
     else:
         expected = sum(np.arange(count) + 1000 * p for p in range(n))
     return x, np.zeros(size_out, np.int64), np.asarray(expected, np.int64)
@@ -70,12 +73,13 @@ def check_rank(comm) -> list[str]:
             name = f"{coll} {algo} count={count} {'registered' if registered else 'plain'}"
             if not np.array_equal(y, expected):
                 problems.append(f"{name}: wrong result {y[:8]} != {expected[:8]}")
-            if n > 1 and count and coll != "all_reduce":  # a fold reads its peers' bytes, it does not pass them on
+            if n > 1 and count and coll not in ("all_reduce", "reduce_scatter"):  # a fold reads its peers' bytes
                 want = 1.0 if algo == "direct" else 2.0
                 if per_hop != want:
                     problems.append(f"{name}: {per_hop} copies per byte and hop, expected {want}")
             if algo == "direct" and registered and n > 1 and count:
-                own_block = 0 if coll in ("all_reduce",) or (coll == "broadcast" and r != n - 1) else count * 8
+                folds = coll in ("all_reduce", "reduce_scatter")
+                own_block = 0 if folds or (coll == "broadcast" and r != n - 1) else count * 8
                 if own != own_block:  # nothing staged: only this rank's own block is copied within it
                     problems.append(f"{name}: {own} bytes copied within the rank, expected {own_block}")
             if registered:

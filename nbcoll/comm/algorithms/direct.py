@@ -17,10 +17,11 @@ FIFOs as every other algorithm, one chunk per peer per step.
 
 All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
 straight into its output. A small all-to-all is one LL round in which each rank writes one segment per peer; a
-small reduce-scatter is the same round with a fold of the segments in rank order. In a small broadcast only the
+small reduce-scatter is the same round with a fold of the segments in rank order, and a larger one folds this
+rank's block of every peer's buffer or window, read in place. In a small broadcast only the
 root writes data; every other rank writes one presence line, which keeps the rounds' credit chain unbroken
-(:mod:`nbcoll.comm.ll`). Without LL or windows the all-to-all is the pairwise exchange; without LL the
-reduce-scatter is the ring.
+(:mod:`nbcoll.comm.ll`). Without LL or windows the all-to-all is the pairwise exchange and the reduce-scatter the
+ring.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
@@ -179,13 +180,24 @@ def _window_elems(ctx: Context, buf: Any, blocks: int) -> int:
 
 
 def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
-    """Every rank writes its n blocks, one LL segment each; every rank folds its own segment of every rank's lines.
-
-    One-shot only over LL (:mod:`nbcoll.comm.ll`), folding in rank order; elsewhere it is the ring.
-    """
-    if ctx.ll is None:
+    """Every rank folds its own block of every rank's input, in rank order: read from the LL lines when small (one
+    segment per rank), else in place from the peers' registered buffers or windows; without either, the ring."""
+    if ctx.ll is not None:
+        return _ll_round(ctx, local, out, out.size, segments=ctx.nranks, reduce=True)
+    if ctx.windows is None:
         return ring.reduce_scatter(ctx, local, out)
-    return _ll_round(ctx, local, out, out.size, segments=ctx.nranks, reduce=True)
+    spans = list(chunks(0, out.size, _window_elems(ctx, local, ctx.nranks)))
+    return _one_shot_reduce_scatter(ctx, local, out, spans, ctx.windows.reserve(len(spans)))
+
+
+def _one_shot_reduce_scatter(ctx: Context, local: Any, out: Any, spans: list, first: int) -> Iterator[Step]:
+    count = out.size
+    prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
+    for round_, (lo, hi) in enumerate(spans, first):
+        yield prims.direct_send(lo, hi, round_, in_block=count)  # lend, or stage block q for each reader q
+        yield prims.direct_recv_reduce_copy(lo, hi, round_, in_block=count)
+    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+        yield prims.direct_release()
 
 
 def _ll_round(ctx: Context, local: Any, out: Any, count: int, segments: int, reduce: bool) -> Iterator[Step]:
