@@ -160,8 +160,14 @@ def test_registered_direct_collectives_on_the_simulator():
         gathered, summed = nbcoll.zeros(3 * n, np.int64), nbcoll.zeros(3, np.int64)
         comm.all_gather(x, gathered, algo="direct")
         comm.all_reduce(x, summed, algo="direct")
-        return nbcoll.to_host(gathered), nbcoll.to_host(summed)
+        blocks = comm.alloc(2 * n, np.int64)  # block p of every rank is folded on rank p
+        blocks[:] = nbcoll.to_device(np.arange(2 * n, dtype=np.int64) + 10 * r)
+        mine = nbcoll.zeros(2, np.int64)
+        comm.reduce_scatter(blocks, mine, algo="direct")
+        return nbcoll.to_host(gathered), nbcoll.to_host(summed), nbcoll.to_host(mine)
 
     with nbcoll.use_backend("sim"):
-        for gathered, summed in loopback.run(2, body, config=NO_LL):
-            assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]
+        outs = loopback.run(2, body, config=NO_LL)
+    for rank, (gathered, summed, mine) in enumerate(outs):
+        assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]
+        assert mine.tolist() == [4 * rank + 10, 4 * rank + 12]  # (2r + i) + (2r + i + 10) for i = 0, 1
