@@ -15,6 +15,8 @@ from nbcoll.comm.connection import copy_device, synchronize
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
 
+_SEND, _REDUCE, _POST = int(Flag.SEND), int(Flag.REDUCE), int(Flag.POST)
+
 
 @dataclass
 class _Peer:
@@ -60,7 +62,8 @@ class WindowStep(_FlagWait):
         self.sources = self.others if sources is None else sources
         self.nbytes = (hi - lo) * prims.itemsize
         self.span = (lo, hi)
-        sending = bool(flags & Flag.SEND)
+        self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
+        sending = bool(self.bits & _SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in self.sources]
 
@@ -79,10 +82,10 @@ class WindowStep(_FlagWait):
 
     @property
     def peers(self) -> list[int]:
-        return self.others if self.flags & Flag.SEND else self.sources
+        return self.others if self.bits & _SEND else self.sources
 
     def _late(self) -> list[int]:
-        if self.flags & Flag.SEND:  # nobody may still read what this rank is about to overwrite
+        if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
             if self.prims.lent is not None and self.prims.lent_round is not None:
                 return []  # lent again in the same collective: the same buffer, nothing overwritten
             return [p for p in self.others if self.w.done[p] < self.round - 1]
@@ -92,7 +95,7 @@ class WindowStep(_FlagWait):
         late = self._late()
         if not late:
             return "nothing (ready)"
-        what = "finish reading this rank's window" if self.flags & Flag.SEND else "post their data"
+        what = "finish reading this rank's window" if self.bits & _SEND else "post their data"
         return f"ranks {late} to {what} for round {self.round}"
 
     def describe(self) -> str:
@@ -132,11 +135,11 @@ class WindowStep(_FlagWait):
 
     def run(self) -> None:
         """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
-        if self.flags & Flag.SEND:
+        if self.bits & _SEND:
             self._post()
             return
         w, p, lo, hi = self.w, self.prims, self.lo, self.hi
-        if self.nbytes and self.flags & Flag.REDUCE:  # fold every rank's chunk, in rank order, into out
+        if self.nbytes and self.bits & _REDUCE:  # fold every rank's chunk, in rank order, into out
             dst = p.out[lo:hi]
             sources = [self.source(rank) for rank in range(w.nranks)]
             if w.rank >= 2 and memory.overlaps(dst, sources[w.rank]):  # in place: keep ours from the first folds
@@ -148,7 +151,7 @@ class WindowStep(_FlagWait):
                 combine_kernels.fold_into(p.rule, dst, dst, src)
             for rank in self.others:
                 p.charge_copy(rank, self.nbytes)
-            if self.flags & Flag.POST:
+            if self.bits & _POST:
                 p.post(dst)
         elif self.nbytes:  # copy each source's chunk into its block of out
             for rank in self.sources:
@@ -157,7 +160,7 @@ class WindowStep(_FlagWait):
                 p.charge_copy(rank, self.nbytes)
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
-        for rank in self.sources if not self.flags & Flag.REDUCE else self.others:
+        for rank in self.sources if not self.bits & _REDUCE else self.others:
             p.charge(rank, self.nbytes, sent=False)
 
 
