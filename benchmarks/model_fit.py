@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from report import list_table, write_json
-from vs_mpi import HERE, buffers, environment, nbcoll_call, run_on_ranks, sample
+from vs_mpi import HERE, buffers, environment, inner_calls, nbcoll_call, run_on_ranks, sample
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
 """The collectives with a choice of algorithm (reduce has the same two as broadcast)."""
@@ -68,7 +68,7 @@ def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     calls = {algo: nbcoll_call(comm, collective, algo, send, recv) for algo in ALGORITHMS[collective]}
     for call in calls.values():
         call()
-    inner = max(1, min(10, (256 << 10) // max(nbytes, 1)))
+    inner = inner_calls(nbytes)
     samples: dict[str, list[float]] = {algo: [] for algo in calls}
     for _ in range(repeats):
         for algo, call in calls.items():

@@ -76,7 +76,7 @@ def measure(transport: str, max_bytes: int, repeats: int) -> tuple[list[tuple[st
     calls = [_call(comm, *case) for case in cases]
     for call in calls:  # warm-up: connections, windows, first touch of pages
         call()
-    inner = [max(1, min(10, (256 << 10) // size)) for *_, size in cases]
+    inner = [max(1, min(20, (8 << 20) // size)) for *_, size in cases]  # a loop of calls: not the barrier's exit
     samples: list[list[float]] = [[] for _ in cases]
     for _ in range(repeats):
         for i, call in enumerate(calls):
