@@ -130,16 +130,26 @@ def test_a_premul_sum_is_never_kept_and_is_exact():
         assert loopback.run(2, body) == [0, 0]
 
 
-def test_the_kept_plans_are_bounded_and_a_dead_buffer_is_never_matched():
+def test_the_kept_plans_are_bounded_and_hold_no_buffer_the_program_dropped():
+    import gc
+    import weakref
+
     from nbcoll.comm.replay import MAX_REPLAYS
 
     def body(comm):
-        for _ in range(MAX_REPLAYS + 5):  # new buffers every call: each plan kept, the oldest dropped
-            comm.all_reduce(np.ones(2, np.int32), np.zeros(2, np.int32))
-        return len(comm.engine.replays.kept), comm.engine.replays.hits
+        live = [(np.ones(2, np.int32), np.zeros(2, np.int32)) for _ in range(MAX_REPLAYS + 5)]
+        for x, y in live:  # buffers the program keeps: a plan each, the oldest dropped beyond the bound
+            comm.all_reduce(x, y)
+        bounded = len(comm.engine.replays.kept)
+        out = np.zeros(1 << 16, np.int32)
+        comm.all_reduce(np.ones(1 << 16, np.int32), out)  # a one-off input, dropped at once
+        dropped = weakref.ref(out)
+        del out, live, x, y
+        gc.collect()
+        return bounded, dropped() is None, len(comm.engine.replays.kept)
 
     with nbcoll.use_backend("numpy"):
-        assert loopback.run(2, body) == [(MAX_REPLAYS, 0)] * 2
+        assert loopback.run(2, body) == [(MAX_REPLAYS, True, 0)] * 2  # freed, and every plan forgotten with them
 
 
 @pytest.mark.parametrize("registered", [False, True])

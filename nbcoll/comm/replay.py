@@ -1,4 +1,4 @@
-"""Replays: a small one-shot collective called again with the same buffers reruns its plan, unchecked and unplanned.
+"""Replays: a one-shot collective called again on the same buffers reruns its kept steps, without checks or plan.
 
 A training loop all-reduces the same gradient buffers on every step, and a benchmark the same buffers thousands
 of times. For a message of a few bytes, the checks of the arguments and the plan (the tuner's choice, binding the
@@ -17,9 +17,10 @@ algorithm runs those steps again in new rounds::
 What a replay still does is what every call must do: refuse to run on an aborted or destroyed communicator,
 number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and run its
 steps through the progress queue and the watchdog (timeouts, abort, dead peers). What it skips is only what
-cannot have changed: a replay is found by the buffers' identities and still holds them (weakly), and it checks
-that their shape, strides and dtype and the output's writability are those it was planned with; ``comm.free``
-drops every kept plan, since one may lend the freed buffer. An async call,
+cannot have changed: a replay is found by the buffers' identities, and it checks that their shape, strides and
+dtype and the output's writability are those it was planned with. A kept plan holds its buffers only while it
+runs (weakly otherwise), so a buffer the program drops is freed, and its plan forgotten; ``comm.free`` drops
+every kept plan, since one may lend the freed buffer. An async call,
 a call inside ``comm.group()`` and every call with ``NBCOLL_CHECK`` on (which compares each call across ranks)
 take the full path.
 
@@ -43,6 +44,11 @@ MAX_REPLAYS = 32
 """Plans kept per communicator; the oldest goes first (a loop calls few signatures; one-off calls pass through)."""
 
 
+def _flat(x: Any) -> Any:
+    """The 1-D view the collective's checks made of a contiguous buffer."""
+    return x if x.ndim == 1 else x.reshape(x.size)
+
+
 def _writable(x: Any) -> bool:
     try:
         memory.require_writable(x, "recvbuf")
@@ -56,12 +62,14 @@ class Replay:
 
     Example::
 
-        replay = Replay(coll, steps, sendbuf, recvbuf, result)
+        replay = Replay(coll, steps, sendbuf, recvbuf, result, forget=lambda ref: None)
         if replay.matches(sendbuf, recvbuf):
-            replay.run(engine)
+            replay.run(engine, sendbuf, recvbuf)
     """
 
-    def __init__(self, coll: CollectiveOp, steps: list[Any], sendbuf: Any, recvbuf: Any, result: Any) -> None:
+    def __init__(
+        self, coll: CollectiveOp, steps: list[Any], sendbuf: Any, recvbuf: Any, result: Any, forget: Any
+    ) -> None:
         name, algo, _, record = coll.parts[0]
         self.name, self.algo, self.nbytes, self.what = name, algo, record.nbytes, record.what
         self.steps = steps
@@ -70,13 +78,19 @@ class Replay:
         first = min(step.round for step in self.rounds)
         self.offsets = [step.round - first for step in self.rounds]
         self.count = max(self.offsets) + 1
-        self.send_ref = weakref.ref(sendbuf)
-        self.recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
+        self.prims = list({id(step.prims): step.prims for step in steps}.values())  # what binds the buffers
+        self.send_ref = weakref.ref(sendbuf, forget)  # ``forget`` runs when the program drops the buffer
+        self.recv_ref = None if recvbuf is None else weakref.ref(recvbuf, forget)
         self.layout = (sendbuf.shape, sendbuf.strides, sendbuf.dtype)
         self.out_layout = None if recvbuf is None else (recvbuf.shape, recvbuf.strides, recvbuf.dtype)
-        self.writes = recvbuf if recvbuf is not None else sendbuf  # in place: the input is the output
         self.backend = backend.get_backend()
         self.result_is_send = result is sendbuf
+        self._bind(None, None)  # between calls the plan holds no buffer
+
+    def _bind(self, local: Any, out: Any) -> None:
+        """Give the kept primitives this call's buffers (the input and the output, as the collective bound them)."""
+        for prims in self.prims:
+            prims.local, prims.out = local, out
 
     def matches(self, sendbuf: Any, recvbuf: Any) -> bool:
         """Whether this call passes the objects the plan was made for, unchanged since, on the same backend."""
@@ -102,7 +116,12 @@ class Replay:
         if comm.log.enabled("INFO", "COLL"):
             comm.log.info("COLL", f"{self.name} #{seq} via {self.algo} (replayed): {self.what}")
         coll = CollectiveOp(self.name, self.algo, [iter(self.steps)], record, engine.tracer, seq)
-        engine.progress.submit([coll], [], wait=True, checked=True)
+        local = _flat(sendbuf)
+        self._bind(local, local if recvbuf is None else _flat(recvbuf))
+        try:
+            engine.progress.submit([coll], [], wait=True, checked=True)
+        finally:
+            self._bind(None, None)
         return sendbuf if self.result_is_send else recvbuf
 
 
@@ -146,7 +165,7 @@ class Replays:
             return  # another library's array, wrapped for this call: its memory could move under the same shape
         if key not in self.kept and len(self.kept) >= MAX_REPLAYS:
             del self.kept[next(iter(self.kept))]
-        self.kept[key] = Replay(coll, steps, sendbuf, recvbuf, result)
+        self.kept[key] = Replay(coll, steps, sendbuf, recvbuf, result, forget=lambda _ref: self.kept.pop(key, None))
 
     def clear(self) -> None:
         self.kept.clear()
