@@ -185,3 +185,29 @@ def test_window_rounds_are_replayed_too_with_plain_and_registered_buffers(regist
     # all-reduce, all-gather, all-to-all: 2 calls of 3 replayed; the broadcasts change root on every call
     assert [hits for hits, _ in got] == [6] * 3
     assert len({rounds for _, rounds in got}) == 1
+
+
+def test_a_replay_behind_work_in_flight_waits_its_turn_and_one_whose_peer_never_comes_times_out():
+    from nbcoll.comm.errors import CommTimeoutError
+
+    def in_flight(comm):
+        n = comm.size
+        x, y, big = np.ones(4, np.int64), np.zeros(4, np.int64), np.ones(1 << 16, np.int64)
+        comm.all_reduce(x, y)  # kept
+        work = comm.all_reduce(big, algo="ring", async_op=True)  # still running when the replay comes
+        comm.all_reduce(x, y)  # a replay, queued behind the ring: the connections are used in issue order
+        assert np.array_equal(work.wait(), np.full(1 << 16, n)) and np.array_equal(y, np.full(4, n))
+        return comm.engine.replays.hits
+
+    def one_rank_stops(comm):
+        x, y = np.ones(2, np.int32), np.zeros(2, np.int32)
+        for _ in range(3 if comm.rank == 0 else 2):  # rank 1 never makes the third call, a replay on rank 0
+            comm.all_reduce(x, y)
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(2, in_flight) == [1, 1]
+        with pytest.raises(CommTimeoutError) as caught:
+            loopback.run(2, one_rank_stops, config=CommConfig(timeout=1.0))
+    message = str(caught.value)
+    assert "all_reduce" in message and "rank 0" in message, message
+    assert "ranks [1] to write their LL lines of round 3" in message, message

@@ -52,11 +52,8 @@ class Progress:
         checked that the communicator is usable (a collective's entry), so a batch run at once skips that check;
         an abort that lands in between is still noticed by the watchdog while the batch waits.
         """
-        with self._lock:
-            inline = wait and not self._busy and not self._queue
-            if inline:
-                self._busy = True
-            else:
+        if not (wait and self.claim()):  # something runs or waits already: this batch goes behind it
+            with self._lock:
                 if wait:
                     works = [*works, Work(f"{len(ops)} operation(s) on {self._name}", None)]  # to wait on
                 self._queue.append((ops, works))
@@ -64,7 +61,6 @@ class Progress:
                     self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                     self._thread.start()
                 self._lock.notify_all()
-        if not inline:
             if wait:
                 works[-1].wait()
             return
@@ -79,10 +75,25 @@ class Progress:
         if error is not None:
             raise error
 
-    def _finish(self, works: list[Work], error: BaseException | None) -> None:
+    def claim(self) -> bool:
+        """Take the queue for work on the caller's thread, if nothing is queued or running; then :meth:`release` it.
+
+        A replayed collective whose steps are ready at once runs them so (:mod:`nbcoll.comm.replay`), with no batch.
+        """
+        with self._lock:
+            if self._busy or self._queue:
+                return False
+            self._busy = True
+            return True
+
+    def release(self) -> None:
+        """Give back the queue taken by :meth:`claim`: a batch waiting behind may run."""
         with self._lock:
             self._busy = False
             self._lock.notify_all()
+
+    def _finish(self, works: list[Work], error: BaseException | None) -> None:
+        self.release()
         for work in works:
             work._finish(error)
 

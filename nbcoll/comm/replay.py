@@ -15,14 +15,17 @@ algorithm runs those steps again in new rounds::
     call  comm.all_reduce(x, z)      another output: the checks and the plan again
 
 What a replay still does is what every call must do: refuse to run on an aborted or destroyed communicator,
-number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and run its
-steps through the progress queue and the watchdog (timeouts, abort, dead peers). What it skips is only what
-cannot have changed: a replay is found by the buffers' identities, and it checks that their shape, strides and
-dtype and the output's writability are those it was planned with. A kept plan holds its buffers only while it
-runs (weakly otherwise), so a buffer the program drops is freed, and its plan forgotten; ``comm.free`` drops
-every kept plan, since one may lend the freed buffer. An async call,
-a call inside ``comm.group()`` and every call with ``NBCOLL_CHECK`` on (which compares each call across ranks)
-take the full path.
+number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and keep
+its place in the progress queue. When nothing else is in flight it runs its steps on the caller's thread while
+each is ready at once, and hands the first that must wait, with the rest, to the watchdog, which bounds every
+wait (timeouts, abort, dead peers); behind work in flight, or traced, it goes through the queue as a whole.
+
+What it skips is only what cannot have changed: a replay is found by the buffers' identities, and it checks that
+their shape, strides and dtype and the output's writability are those it was planned with. A kept plan holds its
+buffers only while it runs (weakly otherwise), so a buffer the program drops is freed, and its plan forgotten;
+``comm.free`` drops every kept plan, since one may lend the freed buffer. An async call, a call inside
+``comm.group()`` and every call with ``NBCOLL_CHECK`` on (which compares each call across ranks) take the full
+path.
 
 Example::
 
@@ -115,14 +118,38 @@ class Replay:
         record = comm.recorder.record(self.name, -1, self.nbytes, self.what)
         if comm.log.enabled("INFO", "COLL"):
             comm.log.info("COLL", f"{self.name} #{seq} via {self.algo} (replayed): {self.what}")
-        coll = CollectiveOp(self.name, self.algo, [iter(self.steps)], record, engine.tracer, seq)
         local = _flat(sendbuf)
         self._bind(local, local if recvbuf is None else _flat(recvbuf))
         try:
-            engine.progress.submit([coll], [], wait=True, checked=True)
+            if not engine.tracer.enabled and engine.progress.claim():  # nothing in flight: run on this thread
+                try:
+                    self._run_ready_steps(engine, record, seq)
+                finally:
+                    engine.progress.release()
+            else:  # behind the work in flight, or traced step by step
+                engine.progress.submit([self._operation(0, record, seq, engine)], [], wait=True, checked=True)
         finally:
             self._bind(None, None)
         return sendbuf if self.result_is_send else recvbuf
+
+    def _run_ready_steps(self, engine: Any, record: Any, seq: int) -> None:
+        """Run the steps at once while each is ready; the first one that must wait goes to the watchdog with the
+        rest, which bounds the wait (timeout, abort, dead peer) as for every other operation."""
+        for i, step in enumerate(self.steps):
+            if not step.ready():
+                engine.comm.watchdog.drive([self._operation(i, record, seq, engine)])
+                return
+            try:
+                step.run()
+            except BaseException:
+                record.finish("failed")
+                engine.comm.watchdog.failed = True  # as the watchdog marks its own failures: messages may be left
+                raise
+        record.finish()
+
+    def _operation(self, first: int, record: Any, seq: int, engine: Any) -> CollectiveOp:
+        """The kept steps from ``first`` on, as an operation the progress queue and the watchdog run."""
+        return CollectiveOp(self.name, self.algo, [iter(self.steps[first:])], record, engine.tracer, seq)
 
 
 class Replays:
