@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from report import list_table, write_json
-from vs_mpi import HERE, buffers, environment, inner_calls, nbcoll_call, run_on_ranks, sample
+from vs_mpi import HERE, buffers, environment, nbcoll_call, run_on_ranks, sample
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
 """The collectives with a choice of algorithm (reduce has the same two as broadcast)."""
@@ -59,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     """Measured and predicted seconds of every algorithm of ``collective`` at one size, and the tuner's choice."""
     from nbcoll.comm.algorithms import ALGORITHMS
+    from nbcoll.comm.calibrate import calls_per_sample
     from nbcoll.perf import bandwidth
 
     f32 = np.dtype(np.float32)
@@ -68,7 +69,7 @@ def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     calls = {algo: nbcoll_call(comm, collective, algo, send, recv) for algo in ALGORITHMS[collective]}
     for call in calls.values():
         call()
-    inner = inner_calls(nbytes)
+    inner = calls_per_sample(nbytes)
     samples: dict[str, list[float]] = {algo: [] for algo in calls}
     for _ in range(repeats):
         for algo, call in calls.items():

@@ -3,9 +3,9 @@
 For every collective and size, each rank times MPI (through mpi4py), gloo (torch.distributed on CPU, when torch
 is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
 repeat so that all see the same machine noise; a sample is the slowest rank's time over a loop of calls
-(:func:`inner_calls`), and the table keeps the median of the repeats. A ratio is the peer's time over the best
-nbcoll algorithm's time, which is also nbcoll's busbw over the peer's (the same bytes and the same factor divide
-both). The results of every library are compared element by element on exact inputs.
+(``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps the median of the repeats. A ratio is the peer's
+time over the best nbcoll algorithm's time, which is also nbcoll's busbw over the peer's (the same bytes and the
+same factor divide both). The results of every library are compared element by element on exact inputs.
 
 Run::
 
@@ -108,15 +108,6 @@ def buffers(collective: str, count: int, rank: int, nranks: int, alloc=None) -> 
     return send, np.zeros(n_out, np.float32)
 
 
-def inner_calls(nbytes: int) -> int:
-    """Calls per sample: enough to move about 8 MiB, from 1 to 20 (nccl-tests also times a loop of iterations).
-
-    A single call right after the barrier would time the barrier's uneven exit (a few to tens of microseconds on
-    a busy machine) as much as the call itself, for every library alike.
-    """
-    return max(1, min(20, (8 << 20) // max(nbytes, 1)))
-
-
 def sample(world, call, inner: int) -> float:
     """Seconds per call for the slowest rank: a barrier, ``inner`` calls, the maximum over ranks."""
     from mpi4py import MPI
@@ -135,6 +126,7 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     one, so every library works on the same memory.
     """
     from nbcoll.comm.algorithms import ALGORITHMS
+    from nbcoll.comm.calibrate import calls_per_sample
     from nbcoll.perf import bandwidth
 
     n, rank = comm.size, comm.rank
@@ -162,7 +154,7 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
         call()
     agree = all(np.array_equal(out, recv_mpi) for out in results.values())
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
-    inner = inner_calls(nbytes)
+    inner = calls_per_sample(nbytes)  # the calibration's rule, for every library alike
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, call in contenders.items():

@@ -59,6 +59,15 @@ def _call(comm: Communicator, collective: str, algo: str, nbytes: int) -> Callab
     return lambda: comm.all_gather(send, out, algo=algo)
 
 
+def calls_per_sample(nbytes: int) -> int:
+    """Calls one sample times: enough to move about 8 MiB, from 1 to 20 (nccl-tests also times a loop of iterations).
+
+    A single call right after the barrier would time the barrier's uneven exit (a few to tens of microseconds on
+    a busy machine) as much as the call itself.
+    """
+    return max(1, min(20, (8 << 20) // max(nbytes, 1)))
+
+
 def _sample(world: MPI.Comm, call: Callable[[], object], inner: int) -> float:
     world.Barrier()
     start = time.perf_counter()
@@ -76,7 +85,7 @@ def measure(transport: str, max_bytes: int, repeats: int) -> tuple[list[tuple[st
     calls = [_call(comm, *case) for case in cases]
     for call in calls:  # warm-up: connections, windows, first touch of pages
         call()
-    inner = [max(1, min(20, (8 << 20) // size)) for *_, size in cases]  # a loop of calls: not the barrier's exit
+    inner = [calls_per_sample(size) for *_, size in cases]
     samples: list[list[float]] = [[] for _ in cases]
     for _ in range(repeats):
         for i, call in enumerate(calls):

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import backend
+from nbcoll import backend, memory
 from nbcoll.kernels import copy as copy_kernels
 
 
@@ -53,6 +53,19 @@ def copy_device(dst: Any, src: Any) -> None:
     """
     if src.size:
         copy_kernels.copy_chunk(dst, src)
+
+
+def apart_from(dst: Any, src: Any) -> Any:
+    """``src``, or a copy of it when ``dst`` overlaps it.
+
+    A fold in place whose own operand is not the first (a rank from 2 on folds in rank order) would overwrite that
+    operand with the first folds before reading it: it folds a copy instead.
+    """
+    if not memory.overlaps(dst, src):
+        return src
+    kept = memory.empty(src.size, src.dtype)
+    copy_device(kept, src)
+    return kept
 
 
 def synchronize() -> None:

@@ -44,11 +44,8 @@ from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
 
-WINDOWED = ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter")
-"""The collectives whose direct algorithm reads the peers' buffers in place when every peer is on ipc."""
-
-LL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast")
-"""The collectives whose direct algorithm sends a small message as LL lines (:mod:`nbcoll.comm.ll`)."""
+ONE_SHOT = tuner.ONE_SHOT
+"""The collectives whose direct algorithm runs LL or window rounds when every peer is on ipc."""
 
 
 class Engine:
@@ -242,10 +239,13 @@ class Engine:
         # The direct path: LL lines for a small message, else the windows (and registered buffers), else FIFOs.
         # Every input here (algorithm, size, settings, transports) is the same on every rank, so is the path.
         ll = windows = None
-        if algo == "direct":
-            with self.refusals.setting_up(seq):  # the first one-shot call sets the windows up, with every peer
-                ll = self.ll_buffers() if self._fits_ll(name, nbytes) else None
-                windows = self.direct_windows() if name in WINDOWED and ll is None else None
+        if algo == "direct" and name in ONE_SHOT:
+            fits_ll = self._fits_ll(name, nbytes)
+            set_up = self._ll_made if fits_ll else self._windows_made
+            # The first one-shot call sets the LL buffers or the windows up, with every peer: a refusal is heard there.
+            with contextlib.nullcontext() if set_up else self.refusals.setting_up(seq):
+                ll = self.ll_buffers() if fits_ll else None
+                windows = self.direct_windows() if ll is None else None
         ctx = Context(
             rank=comm.rank,
             nranks=comm.size,
@@ -283,7 +283,7 @@ class Engine:
 
         All-to-all and reduce-scatter write one segment per peer, each padded to whole 4-byte words.
         """
-        if name not in LL_COLLECTIVES:
+        if name not in ONE_SHOT:
             return False
         segments = self.comm.size if name in ("all_to_all", "reduce_scatter") else 1
         return 0 < segments * -(-nbytes // 4) * 4 <= self.comm.config.ll_bytes

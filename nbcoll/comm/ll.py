@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll import memory
-from nbcoll.comm.connection import copy_device
+from nbcoll.comm.connection import apart_from, copy_device
 from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims, name_of
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import ll as ll_kernels
@@ -172,21 +172,21 @@ class LLStep:
         sources: list[int] | None = None,
     ) -> None:
         self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
-        self.round, self.block, self.segments, self.segment = round_, block, segments, segment
+        self.block, self.segments, self.segment = block, segments, segment
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
         self.sending = bool(self.bits & _SEND)
         self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
         self.reads_everyone = len(self.sources) == len(ll.others)
-        self.late = list(ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
         self.send = [_Peer(p) for p in ll.others] if self.sending else []
         self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
+        self.rearm(round_)
 
     def rearm(self, round_: int) -> None:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
         self.round = round_
-        self.late = list(self.ll.others if self.sending else self.sources)
+        self.late = list(self.ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
 
     @property
     def numbering(self) -> LLBuffers:
@@ -264,9 +264,8 @@ class LLStep:
             dst = p.out[lo:hi]
             at = self.segment * self.block  # where this rank's part of the input starts (a reduce-scatter's block)
             local = p.local[at + lo : at + hi]
-            if ll.rank >= 2 and memory.overlaps(dst, local):  # in place: keep ours before the folds overwrite it
-                local = memory.empty(local.size, local.dtype)
-                copy_device(local, p.local[at + lo : at + hi])
+            if ll.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
+                local = apart_from(dst, local)
             sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
             combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
             for src in sources[2:]:

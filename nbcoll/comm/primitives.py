@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll import memory
-from nbcoll.comm.connection import RecvConnection, SendConnection, copy_device
+from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from, copy_device
 from nbcoll.comm.counters import PeerCounters
 from nbcoll.comm.errors import CommMismatchError
 from nbcoll.kernels import combine as combine_kernels
@@ -295,10 +295,8 @@ class Step:
         folded_into = None
         if flags & _REDUCE:
             local = p.local[lo:hi]
-            if p.local_position and dst is not None and memory.overlaps(dst, local):
-                # In place, with the local part not first: keep it before the fold overwrites it.
-                local = memory.empty(local.size, local.dtype)
-                copy_device(local, p.local[lo:hi])
+            if p.local_position and dst is not None:  # in place, the local part not first: fold a copy of it
+                local = apart_from(dst, local)
             received.insert(p.local_position, local)
             if dst is None:  # recv_reduce_send folds straight into the next peer's slot, saving a copy
                 folded_into = self.send[0]

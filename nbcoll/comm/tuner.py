@@ -260,12 +260,17 @@ def cost_terms(
     raise ValueError(f"algo: no cost model for {collective} with {algo!r}")
 
 
+ONE_SHOT = ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter")
+"""The collectives whose direct algorithm runs one-shot rounds when every peer is on ipc: over LL lines when small
+(:mod:`nbcoll.comm.ll`), else reading the peers' windows or registered buffers (:mod:`nbcoll.comm.window`)."""
+
+
 def replayed(collective: str, algo: str, nbytes: int, nranks: int, window_bytes: int, ll_bytes: int) -> bool:
     """Whether a call made again on the same buffers is a replay (:mod:`nbcoll.comm.replay`): a direct collective
     that runs over the windows or the LL lines, as the engine plans it."""
     if algo != "direct" or not window_bytes or nranks == 1:
         return False
-    return collective in ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter")
+    return collective in ONE_SHOT
 
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nbcoll import memory
-from nbcoll.comm.connection import copy_device, synchronize
+from nbcoll.comm.connection import apart_from, copy_device, synchronize
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
 
@@ -142,10 +141,8 @@ class WindowStep(_FlagWait):
         if self.nbytes and self.bits & _REDUCE:  # fold every rank's chunk, in rank order, into out
             dst = p.out[lo:hi]
             sources = [self.source(rank) for rank in range(w.nranks)]
-            if w.rank >= 2 and memory.overlaps(dst, sources[w.rank]):  # in place: keep ours from the first folds
-                own = sources[w.rank]
-                sources[w.rank] = memory.empty(own.size, own.dtype)
-                copy_device(sources[w.rank], own)
+            if w.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
+                sources[w.rank] = apart_from(dst, sources[w.rank])
             combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
             for src in sources[2:]:
                 combine_kernels.fold_into(p.rule, dst, dst, src)
