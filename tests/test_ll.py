@@ -36,6 +36,16 @@ def test_a_half_written_round_is_not_ready(backend):
     assert ll.load(nbcoll.zeros(6, np.uint32), lines, round_=3) == 2
 
 
+@pytest.mark.parametrize("n", [ll.SCALAR_LINES, ll.SCALAR_LINES + 1])
+def test_the_reference_reads_a_few_lines_as_ints_and_more_as_arrays_with_one_meaning(n):
+    lines = np.arange(n, dtype=np.uint64) | np.uint64(9 << 32)
+    lines[::3] = np.arange(0, n, 3, dtype=np.uint64) | np.uint64(8 << 32)  # every third line still of round 8
+    words, missing = np.zeros(n, np.uint32), np.zeros(1, np.int32)
+    stale = len(range(0, n, 3))
+    assert ll.load_reference(words, lines, ll.flag_of(9), missing) == missing[0] == stale
+    np.testing.assert_array_equal(words, np.arange(n, dtype=np.uint32))
+
+
 def test_the_round_wraps_around_without_reaching_zero():
     assert ll.flag_of(1) == ll.flag_of(ll.MAX_ROUND + 1) == np.uint64(1 << 32)
     assert ll.flag_of(ll.MAX_ROUND) == np.uint64(ll.MAX_ROUND << 32)

@@ -97,6 +97,15 @@ class Engine:
                 self.refuse(seq, name)
             raise
 
+    def start_replay(self) -> int:
+        """Number a replayed call and mark it run: what :meth:`call` and :meth:`mark_run` do for a call that has
+        no checks left to fail, so nothing between them can refuse it."""
+        self.comm._check_usable()
+        self.settle()
+        seq = self.refusals.number()
+        self.mark_run(seq)
+        return seq
+
     def refuse(self, seq: int, name: str) -> None:
         """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""
         if not self.checking:

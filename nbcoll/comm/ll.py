@@ -87,6 +87,7 @@ class LLBuffers:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
         self.rank, self.nranks = windows.rank, windows.nranks
         self.lines_per_half = windows.nbytes // (2 * LINE_BYTES)
+        self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0
         self.seen = 0  # the last round in which this rank read every peer's lines (each had begun that round)
         self.others = [p for p in range(self.nranks) if p != self.rank]
@@ -103,7 +104,7 @@ class LLBuffers:
     def lines(self, rank: int, round_: int, start: int, count: int) -> Any:
         """Lines ``start`` to ``start + count`` of ``rank``'s half for ``round_``."""
         start += (round_ % 2) * self.lines_per_half
-        return self.windows.windows[rank].array.view(np.uint64)[start : start + count]
+        return self.line_views[rank][start : start + count]
 
     def reserve(self, count: int) -> int:
         """Number the ``count`` rounds of one collective, when it is planned; returns the first.
@@ -179,14 +180,29 @@ class LLStep:
         self.sending = bool(self.bits & _SEND)
         self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
         self.reads_everyone = len(self.sources) == len(ll.others)
+        self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
         self.send = [_Peer(p) for p in ll.others] if self.sending else []
         self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
+        # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
+        # lines are this rank's, padded per segment; a read's are its segment of each source's)
+        if self.sending:
+            count = max(1, self.segments * self.words)  # a presence line is one line
+            self.halves = [{ll.rank: ll.lines(ll.rank, half, 0, count)} for half in (0, 1)]
+        else:
+            at = self.segment * self.words
+            self.halves = [{p: ll.lines(p, half, at, self.words) for p in self.sources} for half in (0, 1)]
+            # each source's words, as the data they are, where its poll leaves them
+            self.received = {
+                p: ll.snapshots[p][: self.words].view(np.uint8)[: self.nbytes].view(prims.dtype) for p in self.sources
+            }
         self.rearm(round_)
 
     def rearm(self, round_: int) -> None:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
         self.round = round_
+        self.flag = ll_kernels.flag_of(round_)
         self.late = list(self.ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
+        self.lines = self.halves[round_ % 2]  # peer -> the lines this step writes (this rank's) or polls, this round
 
     @property
     def numbering(self) -> LLBuffers:
@@ -229,14 +245,13 @@ class LLStep:
 
     def _previous_round_missing(self, peer: int, before: int) -> int:
         ll = self.ll
-        return ll_kernels.load(ll.probe, ll.lines(peer, before, 0, 1), before, ll.missing)
+        return ll_kernels.load_lines(ll.probe, ll.lines(peer, before, 0, 1), ll_kernels.flag_of(before), ll.missing)
 
     def _lines_missing(self, peer: int) -> int:
-        ll, words = self.ll, self.words
-        lines = ll.lines(peer, self.round, self.segment * words, words)
-        if words > PROBE_ABOVE and ll_kernels.load(ll.probe, lines[words - 1 :], self.round, ll.missing):
+        ll, words, lines, flag = self.ll, self.words, self.lines[peer], self.flag
+        if words > PROBE_ABOVE and ll_kernels.load_lines(ll.probe, lines[words - 1 :], flag, ll.missing):
             return 1  # the last line is not there yet: no need to read them all
-        return ll_kernels.load(ll.snapshots[peer][:words], lines, self.round, ll.missing)
+        return ll_kernels.load_lines(ll.snapshots[peer][:words], lines, flag, ll.missing)
 
     def waiting_peers(self) -> list[int]:
         return list(self.late)
@@ -276,23 +291,27 @@ class LLStep:
 
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
+        lines = self.lines[ll.rank]
         if not self.nbytes:  # a presence line: its flag is all that is read
-            ll_kernels.store(ll.lines(ll.rank, self.round, 0, 1), ll.staging[:1], self.round)
+            ll_kernels.store_lines(lines, ll.staging[:1], self.flag)
             return
-        if self.segments == 1 and p.itemsize % WORD_BYTES == 0:  # whole words already: store the input
-            staged = p.local[lo:hi].view(np.uint32)
-        else:  # bytes, half-words, or one segment per peer: through a staging row, each segment padded
+        if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input, segment by segment
+            for s in self.stored_segments:  # (an all-to-all's own segment is read by no one)
+                at = s * self.block
+                ll_kernels.store_lines(lines[s * words : (s + 1) * words], p.local[at + lo : at + hi].view(np.uint32),
+                                       self.flag)  # fmt: skip
+        else:  # bytes or half-words: through a staging row, each segment padded to whole words
             staged = ll.staging[: self.segments * words]
-            for s in range(self.segments):
+            for s in self.stored_segments:
                 segment = staged[s * words : (s + 1) * words].view(np.uint8)[: self.nbytes].view(p.dtype)
                 copy_device(segment, p.local[s * self.block + lo : s * self.block + hi])
-        ll_kernels.store(ll.lines(ll.rank, self.round, 0, staged.size), staged, self.round)
-        p.charge_copy(ll.rank, self.segments * self.nbytes)  # into this rank's own lines, read by every peer
+            ll_kernels.store_lines(lines, staged, self.flag)
+        p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)
 
     def _words_of(self, peer: int) -> Any:
-        return self.ll.snapshots[peer][: self.words].view(np.uint8)[: self.nbytes].view(self.prims.dtype)
+        return self.received[peer]
 
     def _copy_blocks(self) -> None:
         p = self.prims

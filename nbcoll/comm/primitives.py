@@ -312,7 +312,7 @@ class Step:
             value = p.local[lo:hi]
         if flags & _POST:
             p.post(value)
-        if dst is not None and value is not dst and not _same_memory(dst, value):
+        if dst is not None and value is not dst and not memory.same_memory(dst, value):
             copy_device(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
             p.charge_copy(self.recv[0].peer if flags & _RECV and not flags & _REDUCE else p.rank, nbytes)
         for conn in self.recv if flags & _REDUCE else ():
@@ -337,6 +337,3 @@ class Step:
         self.prims.charge(conn.peer, nbytes, sent=False)
         return chunk.view(self.prims.dtype)
 
-
-def _same_memory(a: Any, b: Any) -> bool:
-    return a.size == b.size and memory.address_range(a) == memory.address_range(b)

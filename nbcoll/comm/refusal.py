@@ -111,6 +111,8 @@ class Refusals:
 
     def poll(self) -> str | None:
         """Receive the notes that have arrived; return why the communicator must be aborted, if it must."""
+        if self.conflict is None and not self._setting_up and not self._ctrl.Iprobe(MPI.ANY_SOURCE, TAG_REFUSED):
+            return None  # nothing has arrived, the case of almost every call: one probe, no lock
         with self._lock:
             for peer, seq in self._receive():
                 self._heard.setdefault(seq, set()).add(peer)

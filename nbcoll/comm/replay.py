@@ -108,8 +108,7 @@ class Replay:
     def run(self, engine: Any, sendbuf: Any, recvbuf: Any) -> Any:
         """Run the kept steps as a new call, in the next rounds; return what the call returns."""
         comm = engine.comm
-        with engine.call(self.name) as seq:  # usable, earlier refusals settled, numbered as every call is
-            engine.mark_run(seq)
+        seq = engine.start_replay()  # usable, earlier refusals settled, numbered as every call is
         first = self.numbering.reserve(self.count)
         for step, offset in zip(self.rounds, self.offsets, strict=True):
             step.rearm(first + offset)

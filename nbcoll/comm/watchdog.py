@@ -232,8 +232,9 @@ class Watchdog:
 
 def abort_message_source(ctrl_comm: Any) -> int | None:
     """The rank whose abort message has arrived on ``ctrl_comm``, or ``None``; the message is consumed."""
-    status = MPI.Status()  # only communicators over MPI have abort messages
-    if not ctrl_comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT, status=status):
+    if not ctrl_comm.Iprobe(MPI.ANY_SOURCE, TAG_ABORT):  # only communicators over MPI have abort messages
         return None
+    status = MPI.Status()
+    ctrl_comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT, status=status)
     ctrl_comm.Recv([bytearray(0), MPI.BYTE], source=status.Get_source(), tag=TAG_ABORT)
     return status.Get_source()

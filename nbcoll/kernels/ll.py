@@ -36,13 +36,16 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from nbcoll import backend, memory
+from nbcoll import memory
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import launch_1d
 from nbcoll.kernels.registry import register
 
 DATA_MASK = np.uint64(0xFFFFFFFF)
 FLAG_MASK = np.uint64(0xFFFFFFFF00000000)
+ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+SCALAR_LINES = 16
+"""Up to this many lines the NumPy reference reads them as Python ints (a poll of a small message, a probe)."""
 MAX_ROUND = 0xFFFFFFFF
 """The flag is 32 bits: rounds count up to this many, then start again at 1 (a reader tells rounds apart only
 from the one before it in the same buffer, so a wrap-around is harmless)."""
@@ -63,11 +66,20 @@ def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) 
     np.bitwise_or(words, flag_high, out=lines, casting="unsafe")
 
 
-def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, missing: np.ndarray) -> None:
-    """``for i: words[i] = low half of lines[i]``; ``missing[0]`` = lines whose high half is not ``flag_high``."""
-    snapshot = np.bitwise_and(lines, ~np.uint64(0))  # every line read once: data and flag from the same load
+def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, missing: np.ndarray) -> int:
+    """``for i: words[i] = low half of lines[i]``; ``missing[0]`` = lines whose high half is not ``flag_high``,
+    which it returns."""
+    if lines.size <= SCALAR_LINES:  # a few lines: Python ints cost less than array temporaries
+        values, flag = lines.tolist(), int(flag_high)  # one aligned 8-byte load per line, as below
+        count = sum((value & 0xFFFFFFFF00000000) != flag for value in values)
+        words[...] = [value & 0xFFFFFFFF for value in values]
+        missing[0] = count
+        return count
+    snapshot = np.bitwise_and(lines, ALL_BITS)  # every line read once: data and flag from the same load
     np.bitwise_and(snapshot, DATA_MASK, out=words, casting="unsafe")
-    missing[0] = np.count_nonzero(np.bitwise_and(snapshot, FLAG_MASK) != flag_high)
+    count = int(np.count_nonzero(np.bitwise_and(snapshot, FLAG_MASK) != flag_high))
+    missing[0] = count
+    return count
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,24 +109,28 @@ def ll_load_kernel(words, lines, flag_high, missing):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Launch functions. ``store`` and ``load`` run once per chunk of a small collective: the collective checked its
-# buffers when it was called, so these only check shapes that a caller inside nbcoll could get wrong.
+# Launch functions. ``store_lines`` and ``load_lines`` run once per chunk of a small collective, without checks: the
+# collective checked its buffers when it was called. ``store`` and ``load`` are the checked entries.
 
 
 @dispatch(reference=store_reference)
-def _store(lines: Any, words: Any, flag_high: np.uint64) -> None:
+def store_lines(lines: Any, words: Any, flag_high: np.uint64) -> None:
+    """``store`` without checks, for a flag already made by :func:`flag_of`."""
     launch_1d(ll_store_kernel, lines.size, lines, words, flag_high)
 
 
 @dispatch(reference=load_reference)
-def _load(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> None:
+def load_lines(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> int:
+    """``load`` without checks, into a given ``missing``: the poll of a step, which returns the count."""
+    missing[0] = 0  # one element written to the device: the kernel counts up from it
     launch_1d(ll_load_kernel, lines.size, words, lines, flag_high, missing)
+    return int(memory.to_host(missing)[0])
 
 
 def store(lines: Any, words: Any, round_: int) -> None:
     """Write ``words`` (``uint32``) as the lines of round ``round_``: ``lines[i] = round_ << 32 | words[i]``."""
     _same_count(lines, words)
-    _store(lines, words, flag_of(round_))
+    store_lines(lines, words, flag_of(round_))
 
 
 def load(words: Any, lines: Any, round_: int, missing: Any = None) -> int:
@@ -124,12 +140,7 @@ def load(words: Any, lines: Any, round_: int, missing: Any = None) -> int:
     count comes back to the host, which is the poll.
     """
     _same_count(lines, words)
-    if missing is None:
-        missing = memory.zeros(1, np.int32)
-    elif backend.get_backend() != "numpy":
-        missing[0] = 0
-    _load(words, lines, flag_of(round_), missing)
-    return int(memory.to_host(missing)[0]) if backend.get_backend() != "numpy" else int(missing[0])
+    return load_lines(words, lines, flag_of(round_), memory.zeros(1, np.int32) if missing is None else missing)
 
 
 def _same_count(lines: Any, words: Any) -> None:

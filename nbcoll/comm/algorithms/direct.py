@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nbcoll import memory
 from nbcoll.comm.algorithms import pairwise, ring
 from nbcoll.comm.algorithms.common import Context, chunks
 from nbcoll.comm.primitives import Step
@@ -118,12 +119,13 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
 
 
 def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
-    r = ctx.rank
+    r, in_place = ctx.rank, _in_place(src, out)
     prims = ctx.prims(src, out)
     for round_, (lo, hi) in enumerate(spans, first):
         if r == root:
             yield prims.direct_send(lo, hi, round_)
-            yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+            if not in_place:
+                yield prims.copy(lo, hi)
         yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
@@ -131,14 +133,20 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list
 
 def _ll_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
     """The root writes its lines; every other rank writes a presence line and copies the root's words."""
-    ll, prims = ctx.ll, ctx.prims(src, out)
+    ll, prims, in_place = ctx.ll, ctx.prims(src, out), _in_place(src, out)
     for round_, (lo, hi) in enumerate(spans, first):
         if ctx.rank == root:
             yield ll.send(prims, lo, hi, round_)
-            yield prims.copy(lo, hi)  # out of place; in place there is nothing to copy
+            if not in_place:
+                yield prims.copy(lo, hi)
         else:
             yield ll.presence(prims, round_)
             yield ll.recv(prims, lo, hi, round_, block=0, sources=[root])
+
+
+def _in_place(src: Any, out: Any) -> bool:
+    """Whether the root's output is its input: then it has nothing to copy (decided once, at the plan)."""
+    return memory.address_range(src) == memory.address_range(out)
 
 
 def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
