@@ -336,4 +336,3 @@ class Step:
             )
         self.prims.charge(conn.peer, nbytes, sent=False)
         return chunk.view(self.prims.dtype)
-
