@@ -115,13 +115,14 @@ def test_every_collective_on_the_simulator(nranks):
 
 @needs_sim
 def test_collectives_on_the_simulator_four_ranks_across_fake_nodes():
-    _check(4, "sim", "tiny", big=24, ranks_per_node=2)
+    """float32 and avg; five ranks take int32 and sum, and three ranks both (the numpy runs take every dtype)."""
+    _check(4, "sim", "tiny_float", big=24, ranks_per_node=2)
 
 
 @needs_sim
 def test_collectives_on_the_simulator_five_ranks():
     """Five ranks: not a power of two (halving-doubling folds one rank in), blocks of unequal size."""
-    _check(5, "sim", "tiny", big=24)
+    _check(5, "sim", "tiny_int", big=24)
 
 
 def test_ring_traffic_is_the_lower_bound():
