@@ -101,6 +101,17 @@ def test_to_host_copies(backend):
     assert nbcoll.to_host(device)[0] == 1
 
 
+def test_overlaps_and_same_memory_tell_views_of_one_buffer_apart(backend):
+    """What the collectives ask before a copy or an in-place fold: do two arrays share bytes, or all of them."""
+    buf, other = nbcoll.zeros(10, np.float32), nbcoll.zeros(10, np.float32)
+    assert memory.same_memory(buf[2:6], buf[2:6]) and memory.overlaps(buf[2:6], buf[2:6])
+    assert memory.overlaps(buf[2:6], buf[4:8]) and not memory.same_memory(buf[2:6], buf[4:8])  # partly
+    assert not memory.overlaps(buf[2:6], buf[6:10]) and not memory.same_memory(buf[2:6], buf[6:10])  # adjacent
+    assert not memory.overlaps(buf, other) and not memory.same_memory(buf, other)
+    assert not memory.same_memory(buf[2:6], buf[2:4])  # same start, fewer bytes
+    assert not memory.overlaps(buf[3:3], buf)  # no bytes: shares none
+
+
 def test_bad_memory_arguments(backend):
     with pytest.raises(TypeError, match="dtype: dtype complex64 is not supported"):
         nbcoll.zeros(3, np.complex64)

@@ -107,6 +107,37 @@ def test_a_buffer_made_read_only_on_one_rank_is_refused_there_and_no_rank_return
     assert outcomes[1] == "refused" and outcomes[0] == outcomes[2] == "CommAbortedError", outcomes
 
 
+def test_a_replay_on_an_aborted_or_destroyed_communicator_is_refused_and_writes_nothing():
+    def body(comm):
+        r = comm.rank
+        x, y = np.full(4, r + 1, np.int32), np.zeros(4, np.int32)
+        comm.all_reduce(x, y)
+        comm.all_reduce(x, y)  # replayed on every rank
+        assert comm.engine.replays.hits == 1
+        if r == 1:
+            comm.abort()
+        before = y.copy()
+        x[...] = 100
+        try:
+            comm.all_reduce(x, y)
+        except CommError as exc:
+            assert np.array_equal(y, before), "a replay wrote a result on an aborted communicator"
+            outcome = type(exc).__name__
+        else:
+            outcome = "returned"
+        comm.destroy()
+        try:
+            comm.all_reduce(x, y)
+        except ValueError as exc:
+            assert "destroyed" in str(exc), exc
+            return outcome, "refused after destroy"
+        return outcome, "ran after destroy"
+
+    with nbcoll.use_backend("numpy"):
+        outcomes = loopback.run(3, body, config=CommConfig(timeout=20.0))
+    assert outcomes == [("CommAbortedError", "refused after destroy")] * 3, outcomes
+
+
 def test_nbcoll_check_compares_every_call_so_nothing_is_replayed():
     def body(comm):
         x, y = np.ones(4, np.int32), np.zeros(4, np.int32)
