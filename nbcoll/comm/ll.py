@@ -4,32 +4,30 @@ The direct windows (:mod:`nbcoll.comm.window`) announce a round with a flag writ
 with a second flag once every peer has read it: every round waits twice, and each wait is a round trip through
 the shared page. For a message of a few bytes those waits are the whole cost. NCCL answers with its LL protocol,
 and so does this module: each rank owns an *LL buffer* that every rank of the machine has mapped, made of 8-byte
-lines that each hold 4 bytes of data and the round number (:mod:`nbcoll.kernels.ll`), in ``PARTS`` (4) parts
-used by the rounds in turn. Round ``r`` of a one-shot collective, on every rank::
+lines that each hold 4 bytes of data and the round number (:mod:`nbcoll.kernels.ll`), in two halves used by
+alternate rounds. Round ``r`` of a one-shot collective, on every rank::
 
-    lines(me)[r % 4] = r | my words                    # one store per line: no flag to write after the data
-    for each peer p: poll lines(p)[r % 4] until every line carries r     (a snapshot of p's words)
+    lines(me)[r % 2] = r | my words                    # one store per line: no flag to write after the data
+    for each peer p: poll lines(p)[r % 2] until every line carries r     (a snapshot of p's words)
     out = fold(words of rank 0, ..., of rank n-1)      # in rank order; or copy each peer's words into its block
 
-The writer of an all-reduce never waits. When rank ``a`` writes part ``r % 4`` in round ``r``, every peer ``b``
-has finished reading ``a``'s round ``r-4`` there: ``a`` has finished round ``r-1``, so it has read ``b``'s round
-``r-1`` lines, which ``b`` wrote only after its round ``r-2`` ended. The previous round's reads are the credit.
-The poll is a step like every other, so the watchdog bounds it (timeout, abort, dead peer). Every rank folds the
-same words in the same rank order, so every rank computes the same bits.
+The writer of an all-reduce never waits. When rank ``a`` writes half ``h`` in round ``r``, every peer ``b`` has
+finished reading ``a``'s round ``r-2`` there: ``a`` has finished round ``r-1``, so it has read ``b``'s round ``r-1``
+lines, which ``b`` wrote only after its round ``r-2`` ended, and ``b``'s round ``r-2`` ends by reading ``a``'s half
+``h``. With two halves, the previous round's reads are the credit. The poll is a step like every other, so the
+watchdog bounds it (timeout, abort, dead peer). Every rank folds the same words in the same rank order, so every
+rank computes the same bits.
 
 A broadcast breaks that chain: only the root writes data, and each other rank reads the root alone. So in an LL
 broadcast every other rank still writes one *presence* line (line 0, no data) in the round, and every write of
-round ``r`` first makes sure that every peer has begun round ``r-3`` (so it is done reading round ``r-4``, whose
-part the write reuses): ``seen``, the last round in which this rank knows every peer had begun, says so at once
-after an all-reduce; otherwise the write polls line 0 of each peer's round ``r-3``. That line carries ``r-3``, or
-``r+1`` when the peer has gone that far, never a later round of that part: no peer writes round ``r+3`` before
-every rank has begun round ``r``. The root of a broadcast therefore runs up to three rounds ahead of its slowest
-reader: with 4 ranks on 2 cores, a root and its readers each take several calls in a row before they wait for a
-core, where two parts made them take turns at every call::
+round ``r`` first makes sure that every peer has begun round ``r-1``: ``seen``, the last round in which this rank
+read every peer's lines, says so at once after an all-reduce; otherwise the write polls line 0 of each peer's
+round ``r-1``. The root of a broadcast therefore runs at most one round ahead of its slowest reader, and never
+waits for the readers of the round it writes::
 
-    root:    wait until every peer's line 0 carries r-3 (or r+1);  lines(root)[r % 4] = r | words
-    others:  wait until every peer's line 0 carries r-3 (or r+1);  line 0 of lines(me)[r % 4] = r
-             poll lines(root)[r % 4] until every line carries r;  out = root's words
+    root:    wait until every peer's line 0 carries r-1;  lines(root)[r % 2] = r | words
+    others:  wait until every peer's line 0 carries r-1;  line 0 of lines(me)[r % 2] = r
+             poll lines(root)[r % 2] until every line carries r;  out = root's words
 
 Half of every line is flag, so LL moves twice the bytes: the engine uses it for one-shot collectives of at most
 ``NBCOLL_LL_BYTES`` per rank (default 64 KiB, 0 turns it off), when every peer is on this machine.
@@ -57,17 +55,14 @@ from nbcoll.kernels import ll as ll_kernels
 LINE_BYTES = 8
 WORD_BYTES = 4
 _SEND, _REDUCE, _POST = int(SEND), int(REDUCE), int(POST)  # plain ints: a test on a Flag builds an enum member
-PARTS = 4
-"""Parts of an LL buffer, used by the rounds in turn: a writer reuses a part once every peer has begun the round
-three before (see above); with two, a broadcast root could run only one round ahead of its readers."""
 PROBE_ABOVE = 256
 """Segments of more lines than this are polled by their last line first (one thread), then read whole: a load of
 every line costs a launch of as many threads, which the simulator runs one by one."""
 
 
 def buffer_bytes(payload_bytes: int) -> int:
-    """Bytes of one rank's LL buffer for rounds of up to ``payload_bytes``: ``PARTS`` parts of 8-byte lines."""
-    return PARTS * LINE_BYTES * -(-payload_bytes // WORD_BYTES)
+    """Bytes of one rank's LL buffer for rounds of up to ``payload_bytes``: two halves of 8-byte lines."""
+    return 2 * LINE_BYTES * -(-payload_bytes // WORD_BYTES)
 
 
 class _Peer:
@@ -91,24 +86,24 @@ class LLBuffers:
     def __init__(self, windows: Any) -> None:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
         self.rank, self.nranks = windows.rank, windows.nranks
-        self.lines_per_part = windows.nbytes // (PARTS * LINE_BYTES)
+        self.lines_per_half = windows.nbytes // (2 * LINE_BYTES)
         self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0
-        self.seen = 0  # the last round every peer is known to have begun (read all their lines, or polled line 0)
+        self.seen = 0  # the last round in which this rank read every peer's lines (each had begun that round)
         self.others = [p for p in range(self.nranks) if p != self.rank]
         scratch = memory.communicator_zeros  # the communicator's own, not counted in memory.stats()
-        self.staging = scratch(self.lines_per_part, np.uint32)  # our words, when the data are not whole words
-        self.snapshots = {p: scratch(self.lines_per_part, np.uint32) for p in self.others}
+        self.staging = scratch(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
+        self.snapshots = {p: scratch(self.lines_per_half, np.uint32) for p in self.others}
         self.missing = scratch(1, np.int32)
         self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
-        return (self.lines_per_part // segments) * WORD_BYTES // np.dtype(dtype).itemsize
+        return (self.lines_per_half // segments) * WORD_BYTES // np.dtype(dtype).itemsize
 
     def lines(self, rank: int, round_: int, start: int, count: int) -> Any:
-        """Lines ``start`` to ``start + count`` of ``rank``'s part for ``round_``."""
-        start += (round_ % PARTS) * self.lines_per_part
+        """Lines ``start`` to ``start + count`` of ``rank``'s half for ``round_``."""
+        start += (round_ % 2) * self.lines_per_half
         return self.line_views[rank][start : start + count]
 
     def reserve(self, count: int) -> int:
@@ -188,14 +183,14 @@ class LLStep:
         self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
         self.send = [_Peer(p) for p in ll.others] if self.sending else []
         self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
-        # The lines of each part, cut once: a replay reruns the step in every round (peer -> lines; a write's
+        # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
         # lines are this rank's, padded per segment; a read's are its segment of each source's)
         if self.sending:
             count = max(1, self.segments * self.words)  # a presence line is one line
-            self.parts = [{ll.rank: ll.lines(ll.rank, part, 0, count)} for part in range(PARTS)]
+            self.halves = [{ll.rank: ll.lines(ll.rank, half, 0, count)} for half in (0, 1)]
         else:
             at = self.segment * self.words
-            self.parts = [{p: ll.lines(p, part, at, self.words) for p in self.sources} for part in range(PARTS)]
+            self.halves = [{p: ll.lines(p, half, at, self.words) for p in self.sources} for half in (0, 1)]
             # each source's words, as the data they are, where its poll leaves them
             self.received = {
                 p: ll.snapshots[p][: self.words].view(np.uint8)[: self.nbytes].view(prims.dtype) for p in self.sources
@@ -207,7 +202,7 @@ class LLStep:
         self.round = round_
         self.flag = ll_kernels.flag_of(round_)
         self.late = list(self.ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
-        self.lines = self.parts[round_ % PARTS]  # peer -> the lines this step writes (this rank's) or polls, this round
+        self.lines = self.halves[round_ % 2]  # peer -> the lines this step writes (this rank's) or polls, this round
 
     @property
     def numbering(self) -> LLBuffers:
@@ -233,9 +228,9 @@ class LLStep:
             return True
         ll = self.ll
         if self.sending:
-            before = self.round - (PARTS - 1)
-            if ll.seen < before:  # after broadcasts: ask each peer's line 0 of that round
-                self.late = [peer for peer in self.late if self._not_begun(peer, before)]
+            before = self.round - 1
+            if ll.seen < before:  # after a broadcast: ask each peer's line 0 of the previous round
+                self.late = [peer for peer in self.late if self._previous_round_missing(peer, before)]
                 if self.late:
                     return False
                 ll.seen = before
@@ -248,14 +243,9 @@ class LLStep:
             ll.seen = self.round
         return True
 
-    def _not_begun(self, peer: int, before: int) -> int:
-        """Whether ``peer`` has not begun round ``before`` yet: its line 0 there carries neither that round nor the
-        one ``PARTS`` later (the only later round it can have reached, see the module's docstring)."""
+    def _previous_round_missing(self, peer: int, before: int) -> int:
         ll = self.ll
-        line = ll.lines(peer, before, 0, 1)
-        if not ll_kernels.load_lines(ll.probe, line, ll_kernels.flag_of(before), ll.missing):
-            return 0
-        return ll_kernels.load_lines(ll.probe, line, ll_kernels.flag_of(before + PARTS), ll.missing)
+        return ll_kernels.load_lines(ll.probe, ll.lines(peer, before, 0, 1), ll_kernels.flag_of(before), ll.missing)
 
     def _lines_missing(self, peer: int) -> int:
         ll, words, lines, flag = self.ll, self.words, self.lines[peer], self.flag
@@ -270,8 +260,7 @@ class LLStep:
         if not self.late:
             return "nothing (ready)"
         if self.sending:
-            before = self.round - (PARTS - 1)
-            return f"ranks {self.late} to begin LL round {before} before this rank writes round {self.round}"
+            return f"ranks {self.late} to begin LL round {self.round - 1} before this rank writes round {self.round}"
         return f"ranks {self.late} to write their LL lines of round {self.round}"
 
     def describe(self) -> str:
