@@ -116,7 +116,7 @@ def refit(rows: list[dict], nranks: int, chunk_bytes: int, window_bytes: int) ->
         tuner.cost_terms(r["collective"], a, r["block_bytes"], nranks, chunk_bytes, window_bytes, channels, ll_bytes)
         for r, a in cases
     ]
-    again = [tuner.replayed(r["collective"], a, r["block_bytes"], nranks, window_bytes, ll_bytes) for r, a in cases]
+    again = [tuner.replayed(r["collective"], a, nranks, window_bytes) for r, a in cases]
     model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], [r["measured"][a] for r, a in cases], again)
     model.window_bytes, model.ll_bytes, model.channels = window_bytes, ll_bytes, channels
     errors, lost = [], []

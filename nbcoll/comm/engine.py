@@ -44,9 +44,6 @@ from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
 
-ONE_SHOT = tuner.ONE_SHOT
-"""The collectives whose direct algorithm runs LL or window rounds when every peer is on ipc."""
-
 
 class Engine:
     """One communicator's control plane: call numbers, algorithm choice, tracer, windows and progress queue.
@@ -248,7 +245,7 @@ class Engine:
         # The direct path: LL lines for a small message, else the windows (and registered buffers), else FIFOs.
         # Every input here (algorithm, size, settings, transports) is the same on every rank, so is the path.
         ll = windows = None
-        if algo == "direct" and name in ONE_SHOT:
+        if algo == "direct" and name in tuner.ONE_SHOT:
             fits_ll = self._fits_ll(name, nbytes)
             set_up = self._ll_made if fits_ll else self._windows_made
             # The first one-shot call sets the LL buffers or the windows up, with every peer: a refusal is heard there.
@@ -292,7 +289,7 @@ class Engine:
 
         All-to-all and reduce-scatter write one segment per peer, each padded to whole 4-byte words.
         """
-        if name not in ONE_SHOT:
+        if name not in tuner.ONE_SHOT:
             return False
         segments = self.comm.size if name in ("all_to_all", "reduce_scatter") else 1
         return 0 < segments * -(-nbytes // 4) * 4 <= self.comm.config.ll_bytes

@@ -295,17 +295,14 @@ class LLStep:
         if not self.nbytes:  # a presence line: its flag is all that is read
             ll_kernels.store_lines(lines, ll.staging[:1], self.flag)
             return
-        if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input, segment by segment
-            for s in self.stored_segments:  # (an all-to-all's own segment is read by no one)
-                at = s * self.block
-                ll_kernels.store_lines(lines[s * words : (s + 1) * words], p.local[at + lo : at + hi].view(np.uint32),
-                                       self.flag)  # fmt: skip
-        else:  # bytes or half-words: through a staging row, each segment padded to whole words
-            staged = ll.staging[: self.segments * words]
-            for s in self.stored_segments:
-                segment = staged[s * words : (s + 1) * words].view(np.uint8)[: self.nbytes].view(p.dtype)
-                copy_device(segment, p.local[s * self.block + lo : s * self.block + hi])
-            ll_kernels.store_lines(lines, staged, self.flag)
+        for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
+            chunk = p.local[s * self.block + lo : s * self.block + hi]
+            if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input itself
+                staged = chunk.view(np.uint32)
+            else:  # bytes or half-words: through the staging row, padded to whole words
+                staged = ll.staging[s * words : (s + 1) * words]
+                copy_device(staged.view(np.uint8)[: self.nbytes].view(p.dtype), chunk)
+            ll_kernels.store_lines(lines[s * words : (s + 1) * words], staged, self.flag)
         p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)

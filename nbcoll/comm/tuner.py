@@ -265,12 +265,10 @@ ONE_SHOT = ("all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatt
 (:mod:`nbcoll.comm.ll`), else reading the peers' windows or registered buffers (:mod:`nbcoll.comm.window`)."""
 
 
-def replayed(collective: str, algo: str, nbytes: int, nranks: int, window_bytes: int, ll_bytes: int) -> bool:
+def replayed(collective: str, algo: str, nranks: int, window_bytes: int) -> bool:
     """Whether a call made again on the same buffers is a replay (:mod:`nbcoll.comm.replay`): a direct collective
-    that runs over the windows or the LL lines, as the engine plans it."""
-    if algo != "direct" or not window_bytes or nranks == 1:
-        return False
-    return collective in ONE_SHOT
+    that runs over the windows or the LL lines (every peer on ipc: ``window_bytes`` > 0), as the engine plans it."""
+    return algo == "direct" and window_bytes > 0 and nranks > 1 and collective in ONE_SHOT
 
 
 def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> float:
@@ -278,12 +276,8 @@ def estimate(collective: str, algo: str, nbytes: int, nranks: int, chunk_bytes: 
     steps, moved = cost_terms(
         collective, algo, nbytes, nranks, chunk_bytes, model.window_bytes, model.channels, model.ll_bytes
     )
-    gamma = model.gamma
-    if model.gamma_replay is not None and replayed(
-        collective, algo, nbytes, nranks, model.window_bytes, model.ll_bytes
-    ):
-        gamma = model.gamma_replay
-    return gamma + steps * model.alpha + moved / model.beta
+    again = model.gamma_replay is not None and replayed(collective, algo, nranks, model.window_bytes)
+    return (model.gamma_replay if again else model.gamma) + steps * model.alpha + moved / model.beta
 
 
 def choose(collective: str, allowed: list[str], nbytes: int, nranks: int, chunk_bytes: int, model: LinkModel) -> str:
