@@ -103,7 +103,7 @@ def fit_transport(transport: str, max_bytes: int, repeats: int) -> tuple[tuner.L
     chunk, nch, ll = config.chunk_bytes, config.nchannels, config.ll_bytes if windows else 0  # as the calls ran
     n = world.Get_size()
     terms = [tuner.cost_terms(c, a, s, n, chunk, windows, nch, ll) for c, a, s in cases]
-    again = [tuner.replayed(c, a, n, windows) for c, a, s in cases]  # every call repeats its buffers
+    again = [tuner.replayed(c, a, n, windows) for c, a, _ in cases]  # every call repeats its buffers
     model = tuner.fit([t[0] for t in terms], [t[1] for t in terms], seconds, again)
     check = dataclasses.replace(model, window_bytes=windows, channels=nch, ll_bytes=ll)
     lines = [
