@@ -31,7 +31,8 @@ def assert_no_shared_memory_left(result):
 
 
 # Each stage deals the live ranks out to its cases (name@ranks); every case ends one rank. Between them, the two
-# runs cover every case at 2, 3 or 4 ranks: LL and windows, registered and staged inputs, four collectives.
+# runs cover every case at 2, 3 or 4 ranks: LL and windows, registered and staged inputs, outputs the root writes
+# into, five collectives.
 DEATH_STAGES = {
     "ll-and-lenders": [
         "ll_all_reduce_never_comes@4+registered_all_reduce_dies_mid_rounds@3"
@@ -45,9 +46,10 @@ DEATH_STAGES = {
     ],
     "windows-stops-and-setup": [
         "registered_all_reduce_stops_mid_rounds@3+registered_all_gather_reader_stops_before_release@3"
-        "+ll_all_gather_stops_before_writing@4+ll_all_gather_dies_after_writing@3",
+        "+ll_all_gather_stops_before_writing@4+ll_all_gather_dies_after_writing@3"
+        "+written_broadcast_reader_dies_mid_rounds@3",
         "registered_all_gather_dies_mid_rounds@4+ll_all_to_all_dies_before_writing@3"
-        "+registered_all_reduce_reader_dies_before_release@2",
+        "+registered_all_reduce_reader_dies_before_release@2+written_broadcast_root_dies_before_writing@2",
         "registered_all_to_all_dies_mid_rounds@2+staged_broadcast_root_dies_mid_rounds@2"
         "+staged_all_gather_reader_dies_after_posting@2+ll_reduce_scatter_dies_before_writing@2",
         "staged_all_to_all_never_comes@2+window_setup_dies_once_mapped@2",

@@ -127,14 +127,16 @@ def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_by
         x = comm.alloc(100, np.int64)
         x[:] = np.arange(100) + 1000 * r
         gathered, summed = np.zeros(100 * n, np.int64), np.zeros(100, np.int64)
+        written = comm.alloc(100, np.int64)  # registered: the root writes its share of each chunk into it
+        written[:] = 0
         works = [comm.all_gather(x, gathered, algo="direct", async_op=True)]
         works.append(comm.all_reduce(np.arange(100) * (r + 1), summed, algo="direct", async_op=True))
         for work in works:
             work.wait()
         with comm.group():
             again = comm.all_gather(np.arange(100) + 1000 * r, np.zeros(100 * n, np.int64), algo="direct")
-            bcast = comm.broadcast(x, np.zeros(100, np.int64), root=0, algo="direct")
-        return gathered, summed, again, bcast
+            bcast = comm.broadcast(x, written, root=0, algo="direct")
+        return gathered, summed, again, bcast.copy()
 
     n = 3
     config = CommConfig(buffsize=256, timeout=60, ll_bytes=ll_bytes)
@@ -164,10 +166,39 @@ def test_registered_direct_collectives_on_the_simulator():
         blocks[:] = nbcoll.to_device(np.arange(2 * n, dtype=np.int64) + 10 * r)
         mine = nbcoll.zeros(2, np.int64)
         comm.reduce_scatter(blocks, mine, algo="direct")
-        return nbcoll.to_host(gathered), nbcoll.to_host(summed), nbcoll.to_host(mine)
+        written = comm.alloc(3, np.int64)  # registered: the root writes the last element into it
+        comm.broadcast(x, written, root=1, algo="direct")
+        return nbcoll.to_host(gathered), nbcoll.to_host(summed), nbcoll.to_host(mine), nbcoll.to_host(written)
 
     with nbcoll.use_backend("sim"):
         outs = loopback.run(2, body, config=NO_LL)
-    for rank, (gathered, summed, mine) in enumerate(outs):
+    for rank, (gathered, summed, mine, written) in enumerate(outs):
         assert gathered.tolist() == [0, 1, 2, 10, 11, 12] and summed.tolist() == [10, 12, 14]
+        assert written.tolist() == [10, 11, 12]
         assert mine.tolist() == [4 * rank + 10, 4 * rank + 12]  # (2r + i) + (2r + i + 10) for i = 0, 1
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_broadcast_into_registered_outputs_shares_the_copies_with_the_root_call_after_call(nranks):
+    """In place on registered buffers (a training loop's parameters): every reader opens its output, so the root
+    writes 1/n of each round's chunk and each reader copies the rest. Replayed calls keep both exact."""
+
+    def loop(comm):
+        n, r = comm.size, comm.rank
+        x = comm.alloc(100, np.int64)
+        copied = []
+        for call in range(3):
+            x[:] = np.arange(100) * (call + 1) if r == n - 1 else -1
+            comm.reset_counters()
+            comm.broadcast(x, root=n - 1, algo="direct")
+            assert np.array_equal(x, np.arange(100) * (call + 1)), (r, call)
+            copied.append(sum(comm.counters[p].bytes_copied for p in comm.counters.peers if p != r))
+        return copied, comm.engine.replays.hits
+
+    per_round = 256 // 8  # windows of 256 bytes: 32 int64 a round, 4 rounds
+    share = sum((min(lo + per_round, 100) - lo) // nranks for lo in range(0, 100, per_round))
+    outs = loopback.run(nranks, loop, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))
+    for rank, (copied, hits) in enumerate(outs):
+        want = (nranks - 1) * share * 8 if rank == nranks - 1 else (100 - share) * 8
+        assert copied == [want] * 3, (rank, copied, want)
+        assert hits == 2  # the second and third calls replayed the first one's steps

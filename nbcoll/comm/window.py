@@ -34,7 +34,18 @@ of what came before: lending overwrites nothing), and at the end of a collective
 
     wait until done[p] >= last lent round for every peer p   # then the user may overwrite the buffer
 
-An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the peers would read the
+A broadcast root has nothing to read, so its core would sit idle while every reader copies the whole chunk.
+Instead it writes the last ``1/n`` of each chunk straight into every reader's output that is registered too
+(NCCL's direct write), and each reader copies the rest::
+
+    reader r:  wait until done[p] >= round - 1 for every peer p
+               open out (lent[r] = k, lent_at[r]; or lent[r] = -1: not registered);    posted[r] = round
+               copy the root's chunk but the root's share (all of it if not open);      done[r] = round
+    root:      post its chunk as above; wait until posted[q] >= round for every reader q
+               write its share into every open out;                                    done[root] = round
+
+A reader that opened its output returns, like a lender, only once the root's ``done`` has reached its last
+round. An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the peers would read the
 sum instead of the input. All waits are steps, so the communicator's watchdog bounds them like every other
 wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct algorithms use FIFOs.
 
@@ -71,7 +82,7 @@ from nbcoll import memory
 from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
 from nbcoll.comm.primitives import Flag
-from nbcoll.comm.window_step import Release, WindowStep
+from nbcoll.comm.window_step import OpenOutput, Release, WindowStep, WriteShares
 from nbcoll.ipc_memory import IpcBuffer
 
 TAG_WINDOWS = 91
@@ -186,6 +197,14 @@ class DirectWindows:
     def step(self, prims: Any, flags: Flag, lo: int, hi: int, round_: int, **where: Any) -> WindowStep:
         """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
         return WindowStep(self, prims, flags, lo, hi, round_, **where)
+
+    def open_output(self, prims: Any, lo: int, hi: int, round_: int, root: int) -> OpenOutput:
+        """A broadcast reader's step: open ``out[lo:hi]`` to the root's write, if registered (:class:`OpenOutput`)."""
+        return OpenOutput(self, prims, lo, hi, round_, root)
+
+    def write_shares(self, prims: Any, lo: int, hi: int, round_: int) -> WriteShares:
+        """A broadcast root's step that writes ``local[lo:hi]`` into every opened output (:class:`WriteShares`)."""
+        return WriteShares(self, prims, lo, hi, round_)
 
     def release(self, prims: Any) -> Release:
         """The step that waits until no peer reads what ``prims`` lent (:class:`Release`)."""

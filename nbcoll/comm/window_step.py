@@ -1,4 +1,4 @@
-"""The steps of a one-shot round over the direct windows: post, read in place, and release a lent buffer.
+"""The steps of a one-shot round over the direct windows: post, read in place, write in place, and release.
 
 :mod:`nbcoll.comm.window` holds the memory and the flags; the steps here are what a direct algorithm yields
 (through :class:`~nbcoll.comm.primitives.Prims`'s ``direct_*`` calls), and they have the interface of a FIFO
@@ -165,7 +165,9 @@ class Release(_FlagWait):
     """The last step of a collective that lent this rank's buffer: wait until every peer has read it.
 
     The user may overwrite the buffer as soon as the collective returns, so a rank that lent it in round ``k``
-    returns only once every peer's ``done`` has reached ``k``. A rank that lent nothing is ready at once.
+    returns only once every peer's ``done`` has reached ``k``. A broadcast reader that opened its output to the
+    root's write in round ``k`` waits the same way, until the root is done writing. A rank that lent nothing is
+    ready at once.
     """
 
     name = "direct_release"
@@ -196,3 +198,101 @@ class Release(_FlagWait):
 
     def run(self) -> None:
         self.prims.lent_round = None
+
+
+class _RoundStep(_FlagWait):
+    """What the two steps of a direct write share: a chunk ``[lo, hi)`` in one round, renumbered by a replay."""
+
+    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int) -> None:
+        self.w, self.prims, self.lo, self.hi, self.round = windows, prims, lo, hi, round_
+        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+        self.nbytes = (hi - lo) * prims.itemsize
+        self.span = (lo, hi)
+
+    def rearm(self, round_: int) -> None:
+        self.round = round_
+
+    @property
+    def numbering(self) -> Any:
+        return self.w
+
+    def describe(self) -> str:
+        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
+
+
+class OpenOutput(_RoundStep):
+    """A broadcast reader's first step in a round: open ``out[lo:hi]``, its share of the chunk, to the root's
+    direct write (NCCL's direct write into a registered receive buffer), or say that it stays closed.
+
+    Open when ``out`` is registered (``comm.alloc``): ``lent[me], lent_at[me]`` say where it lies, and the reader
+    copies only the rest of the chunk itself. Closed otherwise (``lent[me] = -1``): the reader copies it all.
+    Either way ``posted[me] = round`` tells the root this rank has come. As a send does, it waits until no rank
+    still works on the round before, so that ``posted`` never runs ahead of an earlier round. The collective's
+    :class:`Release` then waits until the root is done writing.
+    """
+
+    name = "direct_open"
+
+    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int, root: int) -> None:
+        super().__init__(windows, prims, lo, hi, round_)
+        self.root = root
+        self.target = windows.find(prims.out)  # decided once: a replay binds the very same buffers
+        self.send, self.recv = [], [_Peer(root)]
+
+    @property
+    def peers(self) -> list[int]:
+        return self.others
+
+    def _late(self) -> list[int]:
+        return [p for p in self.others if self.w.done[p] < self.round - 1]
+
+    def waiting_for(self) -> str:
+        late = self._late()
+        return f"ranks {late} to finish round {self.round - 1}" if late else "nothing (ready)"
+
+    def run(self) -> None:
+        w, p, me = self.w, self.prims, self.w.rank
+        if self.target is None:
+            w.lent[me] = -1
+        else:
+            w.lent[me], w.lent_at[me] = self.target
+            p.lent_round = self.round  # the root writes into out: the collective ends once it is done
+            p.charge(self.root, self.nbytes, sent=False)  # the root's bytes land here without a step of ours
+        w.posted[me] = self.round
+
+
+class WriteShares(_RoundStep):
+    """A broadcast root's last step in a round: write ``local[lo:hi]`` into the output of every reader that opened
+    it (:class:`OpenOutput`), then say this rank is done with the round.
+
+    The root's core would otherwise sit idle while the readers copy: with its share written by the root, a
+    reader copies a part of the chunk less (at 2 ranks, half). Each byte is still copied once per hop. It waits
+    until every reader has come to the round, open or not.
+    """
+
+    name = "direct_write"
+
+    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int) -> None:
+        super().__init__(windows, prims, lo, hi, round_)
+        self.send, self.recv = [_Peer(p) for p in self.others], []
+
+    @property
+    def peers(self) -> list[int]:
+        return self.others
+
+    def _late(self) -> list[int]:
+        return [p for p in self.others if self.w.posted[p] < self.round]
+
+    def waiting_for(self) -> str:
+        late = self._late()
+        return f"ranks {late} to come to round {self.round}" if late else "nothing (ready)"
+
+    def run(self) -> None:
+        w, p, lo, hi = self.w, self.prims, self.lo, self.hi
+        if self.nbytes:
+            for q in self.others:
+                if w.lent[q] >= 0:  # opened: its share goes straight into its output
+                    copy_device(w.lent_view(q, lo * p.itemsize, self.nbytes, p.dtype), p.local[lo:hi])
+                    p.charge_copy(q, self.nbytes)
+        synchronize()  # the bytes land before the flag that lets the readers return
+        w.done[w.rank] = self.round

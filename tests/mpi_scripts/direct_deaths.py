@@ -40,7 +40,7 @@ from mpi4py import MPI
 
 from nbcoll.comm import CommConfig, CommPeerLostError, CommTimeoutError, init, window
 from nbcoll.comm.ll import LLStep
-from nbcoll.comm.window_step import Release, WindowStep
+from nbcoll.comm.window_step import OpenOutput, Release, WindowStep, WriteShares
 from nbcoll.kernels import ll as ll_kernels
 
 print(f"pid={os.getpid()}", flush=True)
@@ -53,6 +53,8 @@ LL, ONE_ROUND, ROUNDS = 8, 40, 200
 class Case:
     collective: str  # all_reduce, all_gather, all_to_all, reduce_scatter or broadcast
     path: str  # ll; registered (comm.alloc: lent to the peers), staged (plain: through the window), or lent_by_victim
+    # (only the victim's input is registered); written: a broadcast whose outputs are registered too, so the root
+    # writes a share of every chunk into them
     count: int  # elements per block (all-to-all, reduce-scatter: per destination)
     point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective, -2 comm.alloc
     victim: int = -1  # its rank in the case's communicator; -1 the last (a broadcast's root is the victim)
@@ -63,6 +65,7 @@ class Case:
     stop: bool = False  # the victim stops (SIGSTOP) instead of exiting: the survivors time out
     in_setup: str = ""  # the victim exits at this exchange of the windows' setup, its own segment created
     says: tuple[str, ...] = ()  # what the survivors' error names besides their rank and the victim (the collective)
+    root: int = -1  # a broadcast's root; -1: the victim
 
 
 CASES = {
@@ -85,6 +88,10 @@ CASES = {
     "staged_all_to_all_never_comes": Case("all_to_all", "staged", ONE_ROUND, -1),
     "registered_broadcast_root_dies_mid_rounds": Case("broadcast", "registered", ROUNDS, 3),
     "staged_broadcast_root_dies_mid_rounds": Case("broadcast", "staged", ROUNDS, 3, victim=0),
+    # The root writes into the readers' outputs: it dies before its second round's writes (its steps: send, write,
+    # send, write), and the readers must not return without them; or a reader never opens its second round.
+    "written_broadcast_root_dies_before_writing": Case("broadcast", "written", ROUNDS, 3),
+    "written_broadcast_reader_dies_mid_rounds": Case("broadcast", "written", ROUNDS, 2, root=0),
     # The victim posts its one round and dies before reading the others': the lenders wait in direct_release for
     # a reader that will never come; survivors that lent nothing owe it nothing, and finish.
     "registered_all_gather_reader_dies_before_release": Case(
@@ -157,7 +164,7 @@ def _counted(run):
     return wrapper
 
 
-for _step in (LLStep, WindowStep, Release):
+for _step in (LLStep, WindowStep, Release, OpenOutput, WriteShares):
     _step.run = _counted(_step.run)
 
 
@@ -184,12 +191,14 @@ def collective(comm, case: Case, root: int):
     """This rank's buffers for ``case``: ``(call, out, expected)``; ``call(async_op)`` runs the collective."""
     n, r, count = comm.size, comm.rank, case.count
     size = count * n if case.collective in ("all_to_all", "reduce_scatter") else count
-    lending = case.path in ("registered", "lent_by_victim")
+    lending = case.path in ("registered", "lent_by_victim", "written")
     registered = comm.alloc(size, np.int32) if lending else None  # collective: every rank takes one
-    lends = case.path == "registered" or (case.path == "lent_by_victim" and r == case.victim % n)
+    lends = case.path in ("registered", "written") or (case.path == "lent_by_victim" and r == case.victim % n)
     send = registered if lends else np.empty(size, np.int32)
     send[:] = values(r, size)
-    out = np.full(count * n if case.collective in ("all_gather", "all_to_all") else count, -7, np.int32)
+    out_size = count * n if case.collective in ("all_gather", "all_to_all") else count
+    out = comm.alloc(out_size, np.int32) if case.path == "written" else np.empty(out_size, np.int32)
+    out[:] = -7
     name = case.collective
     if name == "all_reduce":
         expected = sum(values(p, count) for p in range(n))
@@ -236,7 +245,7 @@ def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
             die("before comm.alloc")
     start = time.monotonic()
     try:
-        call, out, expected = collective(comm, case, root=victim)
+        call, out, expected = collective(comm, case, root=victim if case.root < 0 else case.root % n)
     except CommPeerLostError as err:
         return lost(comm, label, case, err, time.monotonic() - start)
     if case.warm:

@@ -14,7 +14,8 @@ import numpy as np
 
 CASES = [(coll, count, registered) for coll in ("all_gather", "broadcast", "all_to_all", "all_reduce", "reduce_scatter")
          for count in (0, 1, 37) for registered in (True, False)]  # fmt: skip
-"""(collective, elements per block, registered input)."""
+CASES += [("broadcast", count, "both") for count in (0, 1, 37)]
+"""(collective, elements per block, registered input; "both": the output too, so that the root writes into it)."""
 FIFO_ALGO = {"all_gather": "ring", "broadcast": "ring", "all_to_all": "pairwise", "all_reduce": "ring",
              "reduce_scatter": "ring"}  # fmt: skip
 
@@ -36,7 +37,9 @@ def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, 
         expected = sum(np.arange(r * count, (r + 1) * count) + 1000 * p for p in range(n))
     else:
         expected = sum(np.arange(count) + 1000 * p for p in range(n))
-    return x, np.zeros(size_out, np.int64), np.asarray(expected, np.int64)
+    y = comm.alloc(size_out, np.int64) if registered == "both" else np.zeros(size_out, np.int64)
+    y[:] = 0
+    return x, y, np.asarray(expected, np.int64)
 
 
 def _run(comm, coll: str, algo: str, x: np.ndarray, y: np.ndarray) -> None:
@@ -59,6 +62,11 @@ def _copies_per_hop(comm) -> tuple[float, int]:
     return (int(totals[0]) / int(totals[1]) if totals[1] else 0.0), c[comm.rank].bytes_copied
 
 
+def _root_share(count: int, n: int, per_round: int) -> int:
+    """Elements of a broadcast the root writes into each registered output: the last 1/n of every round's chunk."""
+    return sum((min(lo + per_round, count) - lo) // n for lo in range(0, count, per_round))
+
+
 def check_rank(comm) -> list[str]:
     """Run every case, direct and through FIFOs; the problems seen on this rank (empty when all is well)."""
     problems = []
@@ -69,8 +77,9 @@ def check_rank(comm) -> list[str]:
             comm.reset_counters()
             _run(comm, coll, algo, x, y)
             x[:] = -1  # the collective has returned: no peer may still read it
+            written = sum(comm.counters[p].bytes_copied for p in comm.counters.peers if p != r)
             per_hop, own = _copies_per_hop(comm)
-            name = f"{coll} {algo} count={count} {'registered' if registered else 'plain'}"
+            name = f"{coll} {algo} count={count} {({True: 'registered', False: 'plain'}).get(registered, registered)}"
             if not np.array_equal(y, expected):
                 problems.append(f"{name}: wrong result {y[:8]} != {expected[:8]}")
             if n > 1 and count and coll not in ("all_reduce", "reduce_scatter"):  # a fold reads its peers' bytes
@@ -82,8 +91,14 @@ def check_rank(comm) -> list[str]:
                 own_block = 0 if folds or (coll == "broadcast" and r != n - 1) else count * 8
                 if own != own_block:  # nothing staged: only this rank's own block is copied within it
                     problems.append(f"{name}: {own} bytes copied within the rank, expected {own_block}")
+            if algo == "direct" and registered == "both" and r == n - 1:
+                want = (n - 1) * 8 * _root_share(count, n, comm.config.buffsize // 8)
+                if written != want:  # the root wrote its share of every chunk into each reader's output
+                    problems.append(f"{name}: the root wrote {written} bytes into its readers, expected {want}")
             if registered:
                 comm.free(x)
+            if registered == "both":
+                comm.free(y)
             comm.barrier()
     return problems
 

@@ -16,12 +16,13 @@ so a round is one store and one poll, with no flag to wait for. Elsewhere the ch
 FIFOs as every other algorithm, one chunk per peer per step.
 
 All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
-straight into its output. A small all-to-all is one LL round in which each rank writes one segment per peer; a
-small reduce-scatter is the same round with a fold of the segments in rank order, and a larger one folds this
-rank's block of every peer's buffer or window, read in place. In a small broadcast only the
-root writes data; every other rank writes one presence line, which keeps the rounds' credit chain unbroken
-(:mod:`nbcoll.comm.ll`). Without LL or windows the all-to-all is the pairwise exchange and the reduce-scatter the
-ring.
+straight into its output. A broadcast root, which has nothing to read, writes a share of each chunk straight
+into every reader's registered output instead (NCCL's direct write), so that its core copies too. A small
+all-to-all is one LL round in which each rank writes one segment per peer; a small reduce-scatter is the same
+round with a fold of the segments in rank order, and a larger one folds this rank's block of every peer's buffer
+or window, read in place. In a small broadcast only the root writes data; every other rank writes one presence
+line, which keeps the rounds' credit chain unbroken (:mod:`nbcoll.comm.ll`). Without LL or windows the
+all-to-all is the pairwise exchange and the reduce-scatter the ring.
 
 Every rank folds the contributions in rank order, so all ranks compute bit-for-bit the same floating-point
 result, as a ring does.
@@ -119,15 +120,22 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
 
 
 def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
+    """Every reader copies the root's chunk, except the tail share that the root writes into its output itself
+    when that output is registered (NCCL's direct write): then both ends' cores copy, 1/n of the chunk each."""
     r, in_place = ctx.rank, _in_place(src, out)
     prims = ctx.prims(src, out)
+    opened = r != root and ctx.windows.find(out) is not None  # the reader's output can take the root's writes
     for round_, (lo, hi) in enumerate(spans, first):
+        cut = hi - (hi - lo) // ctx.nranks  # the root's share: [cut, hi)
         if r == root:
             yield prims.direct_send(lo, hi, round_)
             if not in_place:
                 yield prims.copy(lo, hi)
-        yield prims.direct_recv(lo, hi, round_, sources=[] if r == root else [root])
-    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
+            yield prims.direct_write(cut, hi, round_)
+        else:
+            yield prims.direct_open(cut, hi, round_, root)
+            yield prims.direct_recv(lo, cut if opened else hi, round_, sources=[root])
+    if prims.lent is not None or opened:  # the peers read our buffer, or the root writes into it: wait for them
         yield prims.direct_release()
 
 
