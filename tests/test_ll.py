@@ -46,6 +46,15 @@ def test_the_reference_reads_a_few_lines_as_ints_and_more_as_arrays_with_one_mea
     np.testing.assert_array_equal(words, np.arange(n, dtype=np.uint32))
 
 
+@pytest.mark.parametrize("n", [0, 1, ll.SCALAR_STORES, ll.SCALAR_STORES + 1])
+def test_the_reference_writes_a_few_lines_as_ints_and_more_with_a_ufunc_with_one_meaning(n):
+    lines = np.full(n + 1, 0xAB, np.uint64)  # one line more: the store must leave it alone
+    words = np.arange(n, dtype=np.uint32) + np.uint32(0xFFFFFFF0)  # high words: the OR must not carry
+    ll.store_reference(lines[:n], words, ll.flag_of(6))
+    np.testing.assert_array_equal(lines[:n], words.astype(np.uint64) | np.uint64(6 << 32))
+    assert lines[n] == 0xAB
+
+
 def test_the_round_wraps_around_without_reaching_zero():
     assert ll.flag_of(1) == ll.flag_of(ll.MAX_ROUND + 1) == np.uint64(1 << 32)
     assert ll.flag_of(ll.MAX_ROUND) == np.uint64(ll.MAX_ROUND << 32)

@@ -188,6 +188,7 @@ class LLStep:
         if self.sending:
             count = max(1, self.segments * self.words)  # a presence line is one line
             self.halves = [{ll.rank: ll.lines(ll.rank, half, 0, count)} for half in (0, 1)]
+            self.first_lines = [{p: ll.lines(p, half, 0, 1) for p in ll.others} for half in (0, 1)]  # presence
         else:
             at = self.segment * self.words
             self.halves = [{p: ll.lines(p, half, at, self.words) for p in self.sources} for half in (0, 1)]
@@ -230,7 +231,8 @@ class LLStep:
         if self.sending:
             before = self.round - 1
             if ll.seen < before:  # after a broadcast: ask each peer's line 0 of the previous round
-                self.late = [peer for peer in self.late if self._previous_round_missing(peer, before)]
+                first_lines, flag = self.first_lines[before % 2], ll_kernels.flag_of(before)
+                self.late = [peer for peer in self.late if self._absent(first_lines[peer], flag)]
                 if self.late:
                     return False
                 ll.seen = before
@@ -243,9 +245,9 @@ class LLStep:
             ll.seen = self.round
         return True
 
-    def _previous_round_missing(self, peer: int, before: int) -> int:
-        ll = self.ll
-        return ll_kernels.load_lines(ll.probe, ll.lines(peer, before, 0, 1), ll_kernels.flag_of(before), ll.missing)
+    def _absent(self, line: Any, flag: np.uint64) -> int:
+        """Whether a peer's line 0 lacks ``flag``: that peer has not begun the round."""
+        return ll_kernels.load_lines(self.ll.probe, line, flag, self.ll.missing)
 
     def _lines_missing(self, peer: int) -> int:
         ll, words, lines, flag = self.ll, self.words, self.lines[peer], self.flag

@@ -46,6 +46,8 @@ FLAG_MASK = np.uint64(0xFFFFFFFF00000000)
 ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 SCALAR_LINES = 16
 """Up to this many lines the NumPy reference reads them as Python ints (a poll of a small message, a probe)."""
+SCALAR_STORES = 4
+"""Up to this many lines it writes them one Python int at a time (a presence line, a message of a few words)."""
 MAX_ROUND = 0xFFFFFFFF
 """The flag is 32 bits: rounds count up to this many, then start again at 1 (a reader tells rounds apart only
 from the one before it in the same buffer, so a wrap-around is harmless)."""
@@ -63,6 +65,11 @@ def flag_of(round_: int) -> np.uint64:
 
 def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) -> None:
     """``for i: lines[i] = flag_high | words[i]``."""
+    if lines.size <= SCALAR_STORES:  # a presence line, a word or two: Python ints cost less than a ufunc
+        flag = int(flag_high)
+        for i, word in enumerate(words.tolist()):
+            lines[i] = flag | word  # one aligned 8-byte store, as below
+        return
     np.bitwise_or(words, flag_high, out=lines, casting="unsafe")
 
 
