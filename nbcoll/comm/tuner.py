@@ -59,9 +59,10 @@ from nbcoll.comm.config import CommConfig
 
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call, and
-    # gamma_replay seconds per replayed call, the same as gamma when left out). numpy's ipc: fitted to twelve 2-rank
-    # runs of benchmarks/model_fit.py on a 2-core machine, two of them kept in benchmarks/results/quiet as
-    # model_fit_2ranks_2026-12-01_e and _f; numpy's mpi: one calibration on that machine; the rest set by hand.
+    # gamma_replay seconds per replayed call, the same as gamma when left out). numpy's ipc: fitted to nine 2-rank
+    # runs of benchmarks/model_fit.py on a 2-core machine, four of them kept in benchmarks/results/quiet
+    # (model_fit_2ranks_2026-12-01_c to _f; _g and _h are two later runs the fit did not see); numpy's mpi: one
+    # calibration on that machine; the rest set by hand.
     "numpy": {"ipc": (18e-6, 24.7e9, 25e-6, 12e-6), "mpi": (20e-6, 8.0e9, 30e-6)},
     "sim": {"ipc": (8e-3, 2.0e6, 20e-3, 10e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
     "cuda": {"ipc": (20e-6, 50e9, 100e-6, 50e-6), "mpi": (60e-6, 5e9, 100e-6)},
