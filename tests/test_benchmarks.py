@@ -101,6 +101,18 @@ def test_gpu_check_names_what_is_missing(tmp_path):
     assert "MISSING: no MPI runtime" in done.stdout
 
 
+def test_memory_copies_times_every_way_to_copy_at_a_tiny_size(tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "memory_copies.py"), "--sizes", "1", "--repeats", "2",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads((tmp_path / "memory_copies.json").read_text())
+    (row,) = record["results"]
+    assert row["nbytes"] == 1 << 20
+    assert set(row["seconds"]) == {"private", "shared", "shared_chunks", "two_halves"}
+    assert all(seconds > 0 for seconds in row["seconds"].values())
+    assert "two processes, half each (ms)" in (tmp_path / "memory_copies.rst").read_text()
+
+
 def test_the_default_model_fits_the_stored_quiet_machine_times_on_two_ranks(tmp_path):
     """The issue's bar, checked without timing anything: today's defaults against two 2-rank runs stored from this
     machine, which the defaults were not fitted to, predict with a median error of at most 25%, and choose within
