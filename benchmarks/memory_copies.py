@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import time
 from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
+import report
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import report  # noqa: E402
 
 CHUNK = 1 << 20
 

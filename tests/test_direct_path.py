@@ -195,8 +195,7 @@ def test_a_broadcast_into_registered_outputs_shares_the_copies_with_the_root_cal
             copied.append(sum(comm.counters[p].bytes_copied for p in comm.counters.peers if p != r))
         return copied, comm.engine.replays.hits
 
-    per_round = 256 // 8  # windows of 256 bytes: 32 int64 a round, 4 rounds
-    share = sum((min(lo + per_round, 100) - lo) // nranks for lo in range(0, 100, per_round))
+    share = cases._root_share(100, nranks, 256 // 8)  # windows of 256 bytes: 32 int64 a round, 4 rounds
     outs = loopback.run(nranks, loop, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))
     for rank, (copied, hits) in enumerate(outs):
         want = (nranks - 1) * share * 8 if rank == nranks - 1 else (100 - share) * 8

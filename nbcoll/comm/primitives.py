@@ -25,7 +25,7 @@ Every name is one generic step with explicit :class:`Flag` bits, as every NCCL p
     direct_send(lo, hi, k)                     post local[lo:hi] for round k: lend it, or copy it into the window
     direct_recv(lo, hi, k, sources)            out[lo:hi] = local of p [lo:hi], read in place, for p in sources
     direct_recv_reduce_copy(lo, hi, k)         out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])
-    direct_open(lo, hi, k, root)               let the root write out[lo:hi] in round k, if out is registered
+    direct_open(lo, hi, k, root, target)       let the root write out[lo:hi] in round k, if out is registered
     direct_write(lo, hi, k)                    out of p [lo:hi] = local[lo:hi], for every peer p that opened it
     direct_release()                           wait until no peer reads what this rank lent (or writes its out)
 
@@ -198,10 +198,10 @@ class Prims:
         flags = DIRECT | RECV | REDUCE | COPY | self._post
         return self.windows.step(self, flags, lo, hi, round_, in_block=in_block)
 
-    def direct_open(self, lo: int, hi: int, round_: int, root: int) -> Any:
-        """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered; else say it is
-        closed. Either way ``root`` learns that this rank has come to the round."""
-        return self.windows.open_output(self, lo, hi, round_, root)
+    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None) -> Any:
+        """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered (``target``, from
+        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come."""
+        return self.windows.open_output(self, lo, hi, round_, root, target)
 
     def direct_write(self, lo: int, hi: int, round_: int) -> Any:
         """``out of p [lo:hi] = local[lo:hi]`` for every peer ``p`` that opened its output in round ``round_``

@@ -198,9 +198,10 @@ class DirectWindows:
         """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
         return WindowStep(self, prims, flags, lo, hi, round_, **where)
 
-    def open_output(self, prims: Any, lo: int, hi: int, round_: int, root: int) -> OpenOutput:
-        """A broadcast reader's step: open ``out[lo:hi]`` to the root's write, if registered (:class:`OpenOutput`)."""
-        return OpenOutput(self, prims, lo, hi, round_, root)
+    def open_output(self, prims: Any, lo: int, hi: int, round_: int, root: int, target: Any) -> OpenOutput:
+        """A broadcast reader's step: open ``out[lo:hi]`` to the root's write if ``target`` (:meth:`find` of
+        ``out``) says where it is registered (:class:`OpenOutput`)."""
+        return OpenOutput(self, prims, lo, hi, round_, root, target)
 
     def write_shares(self, prims: Any, lo: int, hi: int, round_: int) -> WriteShares:
         """A broadcast root's step that writes ``local[lo:hi]`` into every opened output (:class:`WriteShares`)."""

@@ -37,7 +37,30 @@ class _FlagWait:
         return self._late()
 
 
-class WindowStep(_FlagWait):
+class _RoundStep(_FlagWait):
+    """What every step of a window round shares: a chunk ``[lo, hi)`` of ``prims``'s buffers in round ``round_``,
+    renumbered when a replay reruns it."""
+
+    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int) -> None:
+        self.w, self.prims, self.lo, self.hi, self.round = windows, prims, lo, hi, round_
+        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+        self.nbytes = (hi - lo) * prims.itemsize
+        self.span = (lo, hi)
+
+    def rearm(self, round_: int) -> None:
+        """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
+        self.round = round_
+
+    @property
+    def numbering(self) -> Any:
+        """What numbers this step's rounds (``reserve``): the windows."""
+        return self.w
+
+    def describe(self) -> str:
+        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
+
+
+class WindowStep(_RoundStep):
     """One step of a one-shot round, read from its :class:`~nbcoll.comm.primitives.Flag` bits (``b = in_block``,
     ``B = out_block``, ``me`` this rank)::
 
@@ -55,25 +78,13 @@ class WindowStep(_FlagWait):
 
     def __init__(self, windows: Any, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
                  sources: list[int] | None = None, out_block: int = 0, in_block: int = 0) -> None:  # fmt: skip
-        self.w, self.prims, self.flags, self.lo, self.hi, self.round = windows, prims, flags, lo, hi, round_
-        self.out_block, self.in_block = out_block, in_block
-        self.others = [p for p in range(windows.nranks) if p != windows.rank]
+        super().__init__(windows, prims, lo, hi, round_)
+        self.flags, self.out_block, self.in_block = flags, out_block, in_block
         self.sources = self.others if sources is None else sources
-        self.nbytes = (hi - lo) * prims.itemsize
-        self.span = (lo, hi)
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         sending = bool(self.bits & _SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in self.sources]
-
-    def rearm(self, round_: int) -> None:
-        """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
-        self.round = round_
-
-    @property
-    def numbering(self) -> Any:
-        """What numbers this step's rounds (``reserve``): the windows."""
-        return self.w
 
     @property
     def name(self) -> str:
@@ -96,9 +107,6 @@ class WindowStep(_FlagWait):
             return "nothing (ready)"
         what = "finish reading this rank's window" if self.bits & _SEND else "post their data"
         return f"ranks {late} to {what} for round {self.round}"
-
-    def describe(self) -> str:
-        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
     def _post(self) -> None:
         w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
@@ -200,26 +208,6 @@ class Release(_FlagWait):
         self.prims.lent_round = None
 
 
-class _RoundStep(_FlagWait):
-    """What the two steps of a direct write share: a chunk ``[lo, hi)`` in one round, renumbered by a replay."""
-
-    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int) -> None:
-        self.w, self.prims, self.lo, self.hi, self.round = windows, prims, lo, hi, round_
-        self.others = [p for p in range(windows.nranks) if p != windows.rank]
-        self.nbytes = (hi - lo) * prims.itemsize
-        self.span = (lo, hi)
-
-    def rearm(self, round_: int) -> None:
-        self.round = round_
-
-    @property
-    def numbering(self) -> Any:
-        return self.w
-
-    def describe(self) -> str:
-        return f"{self.name} of {self.nbytes} bytes, round {self.round}"
-
-
 class OpenOutput(_RoundStep):
     """A broadcast reader's first step in a round: open ``out[lo:hi]``, its share of the chunk, to the root's
     direct write (NCCL's direct write into a registered receive buffer), or say that it stays closed.
@@ -233,10 +221,10 @@ class OpenOutput(_RoundStep):
 
     name = "direct_open"
 
-    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int, root: int) -> None:
+    def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int, root: int,
+                 target: tuple[int, int] | None) -> None:  # fmt: skip
         super().__init__(windows, prims, lo, hi, round_)
-        self.root = root
-        self.target = windows.find(prims.out)  # decided once: a replay binds the very same buffers
+        self.root, self.target = root, target  # where out lies: (registration, byte offset), or None
         self.send, self.recv = [], [_Peer(root)]
 
     @property

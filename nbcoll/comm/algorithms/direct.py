@@ -124,7 +124,7 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list
     when that output is registered (NCCL's direct write): then both ends' cores copy, 1/n of the chunk each."""
     r, in_place = ctx.rank, _in_place(src, out)
     prims = ctx.prims(src, out)
-    opened = r != root and ctx.windows.find(out) is not None  # the reader's output can take the root's writes
+    target = None if r == root else ctx.windows.find(out)  # where a reader's output is registered, if it is
     for round_, (lo, hi) in enumerate(spans, first):
         cut = hi - (hi - lo) // ctx.nranks  # the root's share: [cut, hi)
         if r == root:
@@ -133,9 +133,9 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list
                 yield prims.copy(lo, hi)
             yield prims.direct_write(cut, hi, round_)
         else:
-            yield prims.direct_open(cut, hi, round_, root)
-            yield prims.direct_recv(lo, cut if opened else hi, round_, sources=[root])
-    if prims.lent is not None or opened:  # the peers read our buffer, or the root writes into it: wait for them
+            yield prims.direct_open(cut, hi, round_, root, target)
+            yield prims.direct_recv(lo, hi if target is None else cut, round_, sources=[root])
+    if prims.lent is not None or target is not None:  # peers read our buffer, or the root writes into it: wait
         yield prims.direct_release()
 
 
@@ -154,7 +154,7 @@ def _ll_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, firs
 
 def _in_place(src: Any, out: Any) -> bool:
     """Whether the root's output is its input: then it has nothing to copy (decided once, at the plan)."""
-    return memory.address_range(src) == memory.address_range(out)
+    return memory.same_memory(src, out)
 
 
 def _fifo_broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
