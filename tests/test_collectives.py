@@ -108,14 +108,15 @@ def test_every_collective_numpy_mixed_fake_nodes(nranks):
 
 
 @needs_sim
-@pytest.mark.parametrize("nranks", [1, 2, 3])
-def test_every_collective_on_the_simulator(nranks):
-    _check(nranks, "sim", "tiny", big=40)
+@pytest.mark.parametrize(("nranks", "preset"), [(1, "tiny"), (2, "tiny_int"), (3, "tiny_float")])
+def test_every_collective_on_the_simulator(nranks, preset):
+    """int32 and sum at 2 and 5 ranks, float32 and avg at 3 and 4 (an average over 3 ranks), both at 1 rank and
+    over processes (the numpy runs take every dtype and op)."""
+    _check(nranks, "sim", preset, big=40)
 
 
 @needs_sim
 def test_collectives_on_the_simulator_four_ranks_across_fake_nodes():
-    """float32 and avg; five ranks take int32 and sum, and three ranks both (the numpy runs take every dtype)."""
     _check(4, "sim", "tiny_float", big=24, ranks_per_node=2)
 
 

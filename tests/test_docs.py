@@ -100,6 +100,29 @@ def test_one_tutorial_is_executed_and_its_real_output_shown(html):
     assert "did not run the tutorial" in page_text(html / "tutorials" / "01_first_kernel.html")
 
 
+def sidebar(page: Path) -> str:
+    html = page.read_text(encoding="utf-8")
+    start = html.index('<div class="sidebar-tree">')
+    return html[start : html.index("</aside>", start)]
+
+
+def test_every_page_has_the_whole_sidebar_with_links_from_its_own_folder(html):
+    # The build cuts the sidebar's tree short and shares it among pages that are no document (docs/conf.py)
+    pages = {  # page -> the way from its folder to a tutorial's, and to an API page
+        html / "tutorials" / f"{EXECUTED}.html": ("", "../api/"),
+        html / "_modules" / "nbcoll" / "comm" / "ll.html": ("../../../tutorials/", "../../../api/"),
+        html / "_modules" / "index.html": ("../tutorials/", "../api/"),
+        html / "genindex.html": ("tutorials/", "api/"),
+    }
+    for page, (to_tutorials, to_api) in pages.items():
+        tree = sidebar(page)
+        for path in sorted(TUTORIALS.glob("[0-9][0-9]_*.py")):
+            if path.stem != page.stem:  # the page itself is linked as "#"
+                assert f'href="{to_tutorials}{path.stem}.html"' in tree, (page, path.name)
+        assert f'href="{to_api}nbcoll.comm.ll.html"' in tree, page
+        assert ("current-page" in tree) == (page.parent.name == "tutorials"), page
+
+
 def test_api_reference_is_grouped_by_layer(html):
     text = page_text(html / "api" / "index.html")
     groups = ["Backends, memory and kernels", "Tensors and autograd", "Communicators and collectives"]

@@ -144,11 +144,29 @@ def test_all_reduce_table_on_numpy(nprocs, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("collective", bandwidth.COLLECTIVES)
-def test_every_collective_and_algorithm_on_three_numpy_ranks(collective, tmp_path):
-    output, report = _perf(3, "numpy", f"{collective} -b 4 -e 4K -f 16 -n 1 -w 0 --algo all -r 2", tmp_path)
-    algos = len({row["algo"] for row in report["rows"]})
-    _check_report(output, report, collective, 3, 3 * algos)
+def test_every_collective_and_algorithm_on_three_numpy_ranks(tmp_path):
+    # One launch runs the tool once per collective (a launch costs more than a sweep this small)
+    code = textwrap.dedent(
+        """
+        import sys
+        from nbcoll.perf.__main__ import main
+        for collective in sys.argv[2:]:
+            print("=== " + collective, flush=True)
+            args = "-b 4 -e 4K -f 16 -n 1 -w 0 --algo all -r 2".split()
+            status = main([collective, *args, "-J", f"{sys.argv[1]}/{collective}.json"])
+            if status:
+                sys.exit(status)
+        """
+    )
+    result = launch(3, code=code, args=[str(tmp_path), *bandwidth.COLLECTIVES], env={"NBCOLL_BACKEND": "numpy"},
+                    timeout=300)  # fmt: skip
+    assert result.ok, result.report()
+    named = [part.partition("\n") for part in result.outputs[0].split("=== ")[1:]]  # (collective, _, output)
+    assert [name for name, _, _ in named] == list(bandwidth.COLLECTIVES)
+    for collective, _, output in named:
+        report = json.loads((tmp_path / f"{collective}.json").read_text())
+        algos = len({row["algo"] for row in report["rows"]})
+        _check_report(output, report, collective, 3, 3 * algos)
 
 
 @pytest.mark.mpi

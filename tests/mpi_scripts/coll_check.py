@@ -38,7 +38,7 @@ PRESETS = {
         "inplace": [False, True],
     },
     "tiny": {"dtypes": ["int32", "float32"], "ops": ["sum", "avg"], "inplace": [False]},
-    # the simulator at 4 and 5 ranks: one half of "tiny" each (the 3-rank run has both)
+    # the simulator at 2 to 5 ranks: one half of "tiny" each
     "tiny_int": {"dtypes": ["int32"], "ops": ["sum"], "inplace": [False]},
     "tiny_float": {"dtypes": ["float32"], "ops": ["avg"], "inplace": [False]},
 }
