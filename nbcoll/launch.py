@@ -22,7 +22,8 @@ does not depend on the MPI implementation's output forwarding. ``mpiexec``'s own
 The wrapper imports the ``nbcoll`` package before the target runs, so the backend is chosen from the environment
 the ranks are started with: set ``NBCOLL_BACKEND`` through ``env=``, not from inside the script.
 
-The wrapper is :mod:`nbcoll.launch_rank`; starting and stopping the ``mpiexec`` job is :mod:`nbcoll.launch_job`.
+The wrapper is :mod:`nbcoll.launch_rank`; starting and stopping the ``mpiexec`` job, and removing the MPI shared
+memory its killed ranks leave behind, is :mod:`nbcoll.launch_job`.
 """
 
 from __future__ import annotations

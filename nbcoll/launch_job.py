@@ -1,4 +1,5 @@
-"""The ``mpiexec`` job of a launch: run it in a session of its own, and stop it and every rank it started.
+"""The ``mpiexec`` job of a launch: run it in a session of its own, stop it and every rank it started, and remove
+the MPI shared memory that ranks which died left behind.
 
 Each rank writes its pid to ``rank<r>.pid`` in the job's output folder (:mod:`nbcoll.launch_rank`); stopping the
 job signals mpiexec's process group and then each rank's own, because MPICH's hydra starts each rank in a session
@@ -15,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -23,12 +25,15 @@ from pathlib import Path
 
 KILL_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""
+MPI_SEGMENTS = "/dev/shm/mpich_shm_*"
+"""Where MPICH keeps the shared memory of a job's ranks on one node; it removes it in ``MPI_Finalize``."""
 
 
 def run_job(
     command: list[str], environ: dict[str, str], log_path: str, output_dir: str, timeout: float | None
 ) -> tuple[int | None, bool]:
     """Run ``mpiexec`` in a session of its own; on timeout (or Ctrl-C here) kill it and every rank it started."""
+    started = time.time()
     with open(log_path, "wb") as log:
         job = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
@@ -38,13 +43,58 @@ def run_job(
             returncode = job.wait(timeout)
         except subprocess.TimeoutExpired:
             stop_job(job, output_dir)
+            remove_orphaned_mpi_segments(started)
             return None, True
         except BaseException:
             stop_job(job, output_dir)
+            remove_orphaned_mpi_segments(started)
             raise
     if alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
         stop_job(job, output_dir)
+    if returncode != 0:
+        remove_orphaned_mpi_segments(started)
     return returncode, False
+
+
+def remove_orphaned_mpi_segments(since: float, pattern: str = MPI_SEGMENTS) -> list[str]:
+    """Remove the MPI shared-memory files made since ``since`` that no process maps any more; return them.
+
+    A rank that is killed, or dies, never reaches ``MPI_Finalize``, so MPICH's segment of its node stays in
+    ``/dev/shm`` (1-3 MB a job), and the memory with it, until the machine restarts: a test suite that kills
+    ranks on purpose would leave hundreds of megabytes a run. A file still mapped belongs to a job that runs.
+    """
+    candidates = [path for path in glob.glob(pattern) if _modified_since(path, since)]
+    if not candidates:
+        return []
+    mapped = _mapped_files()
+    removed = []
+    for path in candidates:
+        if path not in mapped:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:  # another cleaner, or not ours
+                pass
+    return removed
+
+
+def _modified_since(path: str, since: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= since - 1.0  # the clock of the file system may round down
+    except OSError:
+        return False
+
+
+def _mapped_files() -> set[str]:
+    """Every file some process of this machine has mapped (``/proc/*/maps``, where there is one)."""
+    mapped: set[str] = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as lines:
+                mapped.update(line.split(maxsplit=5)[5].strip() for line in lines if "/dev/shm/" in line)
+        except (OSError, IndexError):
+            continue
+    return mapped
 
 
 def stop_job(job: subprocess.Popen, output_dir: str) -> None:

@@ -1,14 +1,18 @@
 """run_ranks and launch: every rank's output, in rank order; failures and hangs reported with all of it."""
 
+import glob
+import mmap
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from nbcoll import launch as launch_module
+from nbcoll import launch_job
 from nbcoll.launch import LaunchError, MPIRuntimeNotFound, RankResult, find_mpiexec, launch, relaunch, under_mpi
 from nbcoll.testing import run_ranks
 
@@ -192,3 +196,32 @@ def test_rank_environment_drops_an_enclosing_job(monkeypatch):
 def test_a_rank_that_printed_nothing_says_so_in_rank_order():
     result = RankResult(nprocs=3, command=[], returncode=0, outputs=["narration\n", "", "no newline"], statuses=[0] * 3)
     assert result.in_rank_order() == "[rank 0]\nnarration\n[rank 1]\n(printed nothing)\n[rank 2]\nno newline\n"
+
+
+def _unmapped_mpi_segments_since(since: float) -> list[str]:
+    return [path for path in glob.glob(launch_job.MPI_SEGMENTS)
+            if os.stat(path).st_mtime >= since - 1 and path not in launch_job._mapped_files()]  # fmt: skip
+
+
+def test_a_rank_that_dies_leaves_no_mpi_shared_memory_behind():
+    started = time.time()
+    code = "import os\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\nif MPI.COMM_WORLD.rank == 1: os._exit(3)\n"
+    result = launch(2, code=code + "MPI.COMM_WORLD.Barrier()\n", timeout=30)
+    assert result.returncode == 3, result.report()
+    assert _unmapped_mpi_segments_since(started) == []
+
+
+def test_the_cleanup_removes_only_new_files_that_no_process_maps(tmp_path):
+    word = f"/dev/shm/nbcoll_test_{uuid.uuid4().hex[:8]}"
+    orphan, in_use, old = (f"{word}_{name}" for name in ("orphan", "in_use", "old"))
+    for path in (orphan, in_use, old):
+        Path(path).write_bytes(b"\0" * 4096)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))  # an hour old: made before the job started
+    with open(in_use, "r+b") as file, mmap.mmap(file.fileno(), 4096) as mapping:
+        try:
+            removed = launch_job.remove_orphaned_mpi_segments(time.time() - 60, pattern=f"{word}_*")
+            assert mapping[0] == 0
+        finally:
+            for path in (orphan, in_use, old):
+                Path(path).unlink(missing_ok=True)
+    assert removed == [orphan]
