@@ -43,7 +43,12 @@ def test_the_reference_reads_a_few_lines_as_ints_and_more_as_arrays_with_one_mea
     words, missing = np.zeros(n, np.uint32), np.zeros(1, np.int32)
     stale = len(range(0, n, 3))
     assert ll.load_reference(words, lines, ll.flag_of(9), missing) == missing[0] == stale
-    np.testing.assert_array_equal(words, np.arange(n, dtype=np.uint32))
+    lines[::3] = np.arange(0, n, 3, dtype=np.uint64) | np.uint64(9 << 32)  # the last lines land: the round is whole
+    lines[1] |= np.uint64(0xFFFFFFFF)  # a data word with every bit set: the copy must not carry into the flag
+    assert ll.load_reference(words, lines, ll.flag_of(9), missing) == missing[0] == 0
+    expected = np.arange(n, dtype=np.uint32)
+    expected[1] = 0xFFFFFFFF
+    np.testing.assert_array_equal(words, expected)
 
 
 @pytest.mark.parametrize("n", [0, 1, ll.SCALAR_STORES, ll.SCALAR_STORES + 1])

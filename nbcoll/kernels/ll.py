@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from nbcoll.kernels.registry import register
 
 DATA_MASK = np.uint64(0xFFFFFFFF)
 FLAG_MASK = np.uint64(0xFFFFFFFF00000000)
-ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+_FLAG_WORD = 1 if sys.byteorder == "little" else 0  # which 32-bit half of a line holds its flag
 SCALAR_LINES = 16
 """Up to this many lines the NumPy reference reads them as Python ints (a poll of a small message, a probe)."""
 SCALAR_STORES = 4
@@ -59,8 +60,8 @@ def flag_of(round_: int) -> np.uint64:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# NumPy references. Both go through ufuncs, which read and write each aligned 8-byte element with one access
-# (a plain copy may use string instructions that promise no such thing).
+# NumPy references. The store goes through a ufunc, which writes each aligned 8-byte element with one access (a
+# plain copy may use string instructions that promise no such thing); the load reads each flag with one access.
 
 
 def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) -> None:
@@ -74,18 +75,23 @@ def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) 
 
 
 def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, missing: np.ndarray) -> int:
-    """``for i: words[i] = low half of lines[i]``; ``missing[0]`` = lines whose high half is not ``flag_high``,
-    which it returns."""
+    """``missing[0]`` = lines whose high half is not ``flag_high``, which it returns; when none is missing,
+    ``for i: words[i] = low half of lines[i]`` (the kernel copies the words of a round not yet complete too, and
+    no caller reads them)."""
     if lines.size <= SCALAR_LINES:  # a few lines: Python ints cost less than array temporaries
         values, flag = lines.tolist(), int(flag_high)  # one aligned 8-byte load per line, as below
         count = sum((value & 0xFFFFFFFF00000000) != flag for value in values)
         words[...] = [value & 0xFFFFFFFF for value in values]
         missing[0] = count
         return count
-    snapshot = np.bitwise_and(lines, ALL_BITS)  # every line read once: data and flag from the same load
-    np.bitwise_and(snapshot, DATA_MASK, out=words, casting="unsafe")
-    count = int(np.count_nonzero(np.bitwise_and(snapshot, FLAG_MASK) != flag_high))
+    # Two passes, flags then data, read what the kernel's single load reads: a flag of this round was stored with
+    # its data in one 8-byte store, and the writer stores into these lines again only after this rank has begun
+    # its next round (see nbcoll.comm.ll), so the data stay as they were while they are copied. A poll that
+    # fails costs the first pass only.
+    count = int(np.count_nonzero(lines.view(np.uint32)[_FLAG_WORD::2] != int(flag_high) >> 32))
     missing[0] = count
+    if not count:
+        np.copyto(words, lines, casting="unsafe")  # each line converted to uint32 keeps its low half
     return count
 
 
