@@ -25,6 +25,8 @@ from pathlib import Path
 
 KILL_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""
+ORPHAN_RECHECK_SECONDS = 0.2
+"""An unmapped MPI file is looked at again after this long before it is removed."""
 MPI_SEGMENTS = "/dev/shm/mpich_shm_*"
 """Where MPICH keeps the shared memory of a job's ranks on one node; it removes it in ``MPI_Finalize``."""
 
@@ -63,18 +65,18 @@ def remove_orphaned_mpi_segments(since: float, pattern: str = MPI_SEGMENTS) -> l
     ``/dev/shm`` (1-3 MB a job), and the memory with it, until the machine restarts: a test suite that kills
     ranks on purpose would leave hundreds of megabytes a run. A file still mapped belongs to a job that runs.
     """
-    candidates = [path for path in glob.glob(pattern) if _modified_since(path, since)]
-    if not candidates:
+    made = [path for path in glob.glob(pattern) if _modified_since(path, since)]
+    unmapped = set(made) - _mapped_files() if made else set()
+    if not unmapped:
         return []
-    mapped = _mapped_files()
+    time.sleep(ORPHAN_RECHECK_SECONDS)  # a job starting right now may not have mapped its new file yet
     removed = []
-    for path in candidates:
-        if path not in mapped:
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except OSError:  # another cleaner, or not ours
-                pass
+    for path in sorted(unmapped - _mapped_files()):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # another cleaner, or not ours
+            pass
     return removed
 
 
