@@ -53,8 +53,7 @@ def run_job(
             raise
     if alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
         stop_job(job, output_dir)
-    if returncode != 0:
-        remove_orphaned_mpi_segments(started)
+    remove_orphaned_mpi_segments(started)  # even after status 0: ranks may end by os._exit to skip MPI_Finalize
     return returncode, False
 
 

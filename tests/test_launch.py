@@ -203,11 +203,13 @@ def _unmapped_mpi_segments_since(since: float) -> list[str]:
             if os.stat(path).st_mtime >= since - 1 and path not in launch_job._mapped_files()]  # fmt: skip
 
 
-def test_a_rank_that_dies_leaves_no_mpi_shared_memory_behind():
+@pytest.mark.parametrize(("ending", "status"), [("if MPI.COMM_WORLD.rank == 1: os._exit(3)", 3), ("os._exit(0)", 0)])
+def test_ranks_that_skip_mpi_finalize_leave_no_mpi_shared_memory_behind(ending, status):
+    # A rank that dies, and ranks that end with os._exit(0) because a peer is gone (as the fault tests' do)
     started = time.time()
-    code = "import os\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\nif MPI.COMM_WORLD.rank == 1: os._exit(3)\n"
-    result = launch(2, code=code + "MPI.COMM_WORLD.Barrier()\n", timeout=30)
-    assert result.returncode == 3, result.report()
+    code = f"import os\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n{ending}\nMPI.COMM_WORLD.Barrier()\n"
+    result = launch(2, code=code, timeout=30)
+    assert result.returncode == status, result.report()
     assert _unmapped_mpi_segments_since(started) == []
 
 
