@@ -261,3 +261,13 @@ def test_a_new_run_or_page_layout_changes_the_stub_so_the_page_is_read_again(mon
     [first] = [t for t in tutorial_pages.tutorials() if t.number == "01"]
     stub = (tutorial_pages.PAGES / f"{first.name}.rst").read_text(encoding="utf-8")
     assert f".. run {first.digest()}, layout " in stub  # the digest holds the tutorial, its backend and RUN_FORMAT
+
+
+def test_ci_runs_exactly_the_readme_test_command_which_the_docs_repeat():
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    install, test = readme.split("```bash\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert install.startswith("pip install -e") and test.startswith("python -m pytest")
+    ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert [line for line in ci.splitlines() if "pytest " in line and not line.startswith("#")] == [test]
+    for page in ("index.rst", "getting_started.rst"):
+        assert test in (DOCS / page).read_text(encoding="utf-8"), page
