@@ -1,5 +1,5 @@
 """The ``mpiexec`` job of a launch: run it in a session of its own, stop it and every rank it started, and remove
-the MPI shared memory that ranks which died left behind.
+the MPI shared memory that ranks which never reached ``MPI_Finalize`` left behind.
 
 Each rank writes its pid to ``rank<r>.pid`` in the job's output folder (:mod:`nbcoll.launch_rank`); stopping the
 job signals mpiexec's process group and then each rank's own, because MPICH's hydra starts each rank in a session
@@ -60,7 +60,8 @@ def run_job(
 def remove_orphaned_mpi_segments(since: float, pattern: str = MPI_SEGMENTS) -> list[str]:
     """Remove the MPI shared-memory files made since ``since`` that no process maps any more; return them.
 
-    A rank that is killed, or dies, never reaches ``MPI_Finalize``, so MPICH's segment of its node stays in
+    A rank that is killed, crashes, or ends with ``os._exit`` because its peers are gone (``MPI_Finalize`` would
+    wait for them) never reaches ``MPI_Finalize``, so MPICH's segment of its node stays in
     ``/dev/shm`` (1-3 MB a job), and the memory with it, until the machine restarts: a test suite that kills
     ranks on purpose would leave hundreds of megabytes a run. A file still mapped belongs to a job that runs.
     """
