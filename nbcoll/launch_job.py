@@ -36,25 +36,25 @@ def run_job(
 ) -> tuple[int | None, bool]:
     """Run ``mpiexec`` in a session of its own; on timeout (or Ctrl-C here) kill it and every rank it started."""
     started = time.time()
-    with open(log_path, "wb") as log:
-        job = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            returncode = job.wait(timeout)
-        except subprocess.TimeoutExpired:
+    try:
+        with open(log_path, "wb") as log:
+            job = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                returncode = job.wait(timeout)
+            except subprocess.TimeoutExpired:
+                stop_job(job, output_dir)
+                return None, True
+            except BaseException:
+                stop_job(job, output_dir)
+                raise
+        if alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are on their way
             stop_job(job, output_dir)
-            remove_orphaned_mpi_segments(started)
-            return None, True
-        except BaseException:
-            stop_job(job, output_dir)
-            remove_orphaned_mpi_segments(started)
-            raise
-    if alive_ranks(output_dir):  # mpiexec returned while ranks it ended (after a failure) are still on their way
-        stop_job(job, output_dir)
-    remove_orphaned_mpi_segments(started)  # even after status 0: ranks may end by os._exit to skip MPI_Finalize
-    return returncode, False
+        return returncode, False
+    finally:  # however the job ended: even ranks that exit 0 may skip MPI_Finalize (os._exit)
+        remove_orphaned_mpi_segments(started)
 
 
 def remove_orphaned_mpi_segments(since: float, pattern: str = MPI_SEGMENTS) -> list[str]:

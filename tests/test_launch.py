@@ -199,8 +199,9 @@ def test_a_rank_that_printed_nothing_says_so_in_rank_order():
 
 
 def _unmapped_mpi_segments_since(since: float) -> list[str]:
-    return [path for path in glob.glob(launch_job.MPI_SEGMENTS)
-            if os.stat(path).st_mtime >= since - 1 and path not in launch_job._mapped_files()]  # fmt: skip
+    made = [path for path in glob.glob(launch_job.MPI_SEGMENTS) if launch_job._modified_since(path, since)]
+    mapped = launch_job._mapped_files()
+    return [path for path in made if path not in mapped]
 
 
 @pytest.mark.parametrize(("ending", "status"), [("if MPI.COMM_WORLD.rank == 1: os._exit(3)", 3), ("os._exit(0)", 0)])
