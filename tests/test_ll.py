@@ -68,6 +68,23 @@ def test_the_round_wraps_around_without_reaching_zero():
 def test_mismatched_lines_and_words_are_refused():
     with nbcoll.use_backend("numpy"), pytest.raises(ValueError, match="lines, words"):
         ll.store(np.zeros(3, np.uint64), np.zeros(2, np.uint32), round_=1)
+    with nbcoll.use_backend("numpy"), pytest.raises(ValueError, match="lines: expected a 1-D array of uint64"):
+        ll.rounds_of(np.zeros(3, np.uint32))
+
+
+@pytest.mark.parametrize("n", [0, 1, ll.SCALAR_LINES, ll.SCALAR_LINES + 1, 257])
+def test_the_rounds_kernel_reads_the_flag_half_of_every_line(backend, n):
+    lines = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # every bit pattern, high and low
+    got = nbcoll.to_host(ll.rounds_of(nbcoll.to_device(lines)))
+    assert got.dtype == np.uint32
+    np.testing.assert_array_equal(got, (lines >> np.uint64(32)).astype(np.uint32))
+
+
+def test_began_counts_later_rounds_and_wraps_around():
+    assert ll.began(5, 5) and ll.began(7, 5) and not ll.began(4, 5)
+    assert not ll.began(0, 1) and not ll.began(0, 2)  # a line never written: no round begun
+    assert ll.began(1, ll.MAX_ROUND) and ll.began(2, ll.MAX_ROUND + 1)  # round MAX_ROUND + 1 is round 1 again
+    assert not ll.began(ll.MAX_ROUND, 1)  # just before the wrap is behind, not far ahead
 
 
 # -- the collectives on a loopback world -----------------------------------------------------------------------
@@ -300,3 +317,38 @@ def test_many_small_broadcasts_in_a_row_with_slow_readers_stay_exact():
 
     with nbcoll.use_backend("numpy"):
         assert loopback.run(3, body) == [39] * 3  # replayed after the first call
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_ll_rounds_stay_exact_when_readers_run_ahead_of_a_slow_rank(nranks):
+    """A broadcast's readers write their presence lines without waiting, so a rank may be rounds ahead of a slow
+    one when a data round comes; that write must still wait for every peer. A seeded mix of broadcasts from every
+    root, all-reduces and all-gathers, replayed and not, with random pauses on each rank: every result exact."""
+    import time
+
+    def body(comm):
+        pauses = np.random.default_rng(comm.rank)  # each rank pauses at its own calls
+        calls = np.random.default_rng(7)  # every rank makes the same calls
+        kept = np.zeros(3, np.int64)  # the same buffer every time: those broadcasts are replays
+        for i in range(150):
+            kind, root = int(calls.integers(0, 4)), int(calls.integers(0, comm.size))
+            if pauses.random() < 0.15:
+                time.sleep(pauses.random() * 3e-3)
+            mine = np.arange(3, dtype=np.int64) + 100 * comm.rank + i
+            if kind == 0:
+                kept[...] = mine
+                assert np.array_equal(comm.broadcast(kept, root=root, algo="direct"), mine - 100 * (comm.rank - root))
+            elif kind == 1:
+                got = comm.broadcast(mine.astype(np.int8), np.zeros(3, np.int8), root=root, algo="direct")
+                assert np.array_equal(got, (mine - 100 * (comm.rank - root)).astype(np.int8))
+            elif kind == 2:
+                want = sum(np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size))
+                assert np.array_equal(comm.all_reduce(mine, np.zeros(3, np.int64), algo="direct"), want)
+            else:
+                got = comm.all_gather(mine, np.zeros(3 * comm.size, np.int64), algo="direct")
+                want = np.concatenate([np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size)])
+                assert np.array_equal(got, want)
+        return comm.engine._ll.rounds
+
+    with nbcoll.use_backend("numpy"):
+        assert loopback.run(nranks, body, config=CommConfig(timeout=5.0)) == [150] * nranks

@@ -242,3 +242,26 @@ def test_a_replay_behind_work_in_flight_waits_its_turn_and_one_whose_peer_never_
     message = str(caught.value)
     assert "all_reduce" in message and "rank 0" in message, message
     assert "ranks [1] to write their LL lines of round 3" in message, message
+
+
+def test_a_replayed_step_that_is_not_ready_is_polled_briefly_before_the_watchdog_takes_it(monkeypatch):
+    import time
+
+    from nbcoll.comm import replay
+
+    class Step:
+        def __init__(self, ready_after):
+            self.polls, self.ready_after = 0, ready_after
+
+        def ready(self):
+            self.polls += 1
+            return self.polls > self.ready_after
+
+    monkeypatch.setattr(replay, "SPIN_SECONDS", 30.0)  # however loaded the machine, a few polls fit
+    soon = Step(ready_after=3)
+    assert replay._ready_soon(soon) and soon.polls == 4  # ready on the fourth poll: no watchdog
+    monkeypatch.setattr(replay, "SPIN_SECONDS", 0.02)
+    never = Step(ready_after=10**9)
+    start = time.perf_counter()
+    assert not replay._ready_soon(never)  # given up after SPIN_SECONDS, for the watchdog
+    assert never.polls >= 1 and time.perf_counter() - start >= 0.02

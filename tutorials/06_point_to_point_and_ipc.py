@@ -91,6 +91,8 @@ if rank == 0:
     for k in range(10):
         if not conn.ready():
             log.append((time.monotonic(), f"sender    before chunk {k}: waiting for {conn.waiting_for()}"))
+            if k == small.steps:  # the FIFO is full: tell the receiver, which has read nothing yet, to begin
+                MPI.COMM_WORLD.send("full", dest=peer, tag=6)
             while not conn.ready():
                 time.sleep(0.001)
         slot = k % small.steps
@@ -100,7 +102,7 @@ if rank == 0:
 else:
     conn = fifo_comm.recv_connection(peer)
     out = nbcoll.zeros(message.size, np.float32)
-    time.sleep(0.5)  # a slow receiver: the sender fills the FIFO and has to wait for credits
+    MPI.COMM_WORLD.recv(source=peer, tag=6)  # a slow receiver: it begins once the sender waits for credits
     for k in range(10):
         while not conn.ready():
             time.sleep(0.001)

@@ -58,7 +58,7 @@ class Logger:
         self.log("TRACE", subsys, message)
 
 
-@dataclass
+@dataclass(slots=True)  # made on every call: slots make it cheaper to build
 class OperationRecord:
     """One operation in the flight recorder; the operation updates ``state`` and ``progress`` as it runs."""
 

@@ -99,9 +99,11 @@ class Engine:
         no checks left to fail, so nothing between them can refuse it."""
         self.comm._check_usable()
         self.settle()
-        seq = self.refusals.number()
-        self.mark_run(seq)
-        return seq
+        try:
+            return self.refusals.number_run()
+        except CommAbortedError:
+            self.comm.abort()
+            raise
 
     def refuse(self, seq: int, name: str) -> None:
         """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""

@@ -19,15 +19,19 @@ watchdog bounds it (timeout, abort, dead peer). Every rank folds the same words 
 rank computes the same bits.
 
 A broadcast breaks that chain: only the root writes data, and each other rank reads the root alone. So in an LL
-broadcast every other rank still writes one *presence* line (line 0, no data) in the round, and every write of
-round ``r`` first makes sure that every peer has begun round ``r-1``: ``seen``, the last round in which this rank
-read every peer's lines, says so at once after an all-reduce; otherwise the write polls line 0 of each peer's
-round ``r-1``. The root of a broadcast therefore runs at most one round ahead of its slowest reader, and never
+broadcast every other rank writes one *presence* line (line 0, no data) in the round, which says "I have begun
+round ``r``, so I have finished reading round ``r-1``". A write of round ``r`` into a half whose last write (round
+``r-2``) carried data first makes sure that every peer has begun round ``r-1``, so none still reads that data:
+``seen``, the last round in which this rank read every peer's lines, says so at once after an all-reduce;
+otherwise the write polls line 0 of each peer's round ``r-1`` half for that round *or a later one* (a peer that
+has begun a later round has begun this one; :func:`nbcoll.kernels.ll.began`). A half that last held a presence
+line holds nothing a peer reads, so a broadcast's readers never wait to write theirs, and only the root waits for
+its readers. The root of a broadcast therefore runs at most one round ahead of its slowest reader, and never
 waits for the readers of the round it writes::
 
-    root:    wait until every peer's line 0 carries r-1;  lines(root)[r % 2] = r | words
-    others:  wait until every peer's line 0 carries r-1;  line 0 of lines(me)[r % 2] = r
-             poll lines(root)[r % 2] until every line carries r;  out = root's words
+    root:    wait until every peer's line 0 carries r-1 or later;  lines(root)[r % 2] = r | words
+    others:  (a data round two rounds back: the same wait);        line 0 of lines(me)[r % 2] = r
+             poll lines(root)[r % 2] until every line carries r;    out = root's words
 
 Half of every line is flag, so LL moves twice the bytes: the engine uses it for one-shot collectives of at most
 ``NBCOLL_LL_BYTES`` per rank (default 64 KiB, 0 turns it off), when every peer is on this machine.
@@ -50,7 +54,9 @@ from nbcoll import memory
 from nbcoll.comm.connection import apart_from, copy_device
 from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims, name_of
 from nbcoll.kernels import combine as combine_kernels
+from nbcoll.kernels import copy as copy_kernels
 from nbcoll.kernels import ll as ll_kernels
+from nbcoll.kernels.dispatch import resolve
 
 LINE_BYTES = 8
 WORD_BYTES = 4
@@ -95,7 +101,8 @@ class LLBuffers:
         self.staging = scratch(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
         self.snapshots = {p: scratch(self.lines_per_half, np.uint32) for p in self.others}
         self.missing = scratch(1, np.int32)
-        self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word
+        self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word, or its round
+        self.half_is_read = [False, False]  # whether this rank's last write into each half carried data peers read
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
@@ -183,6 +190,11 @@ class LLStep:
         self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
         self.send = [_Peer(p) for p in ll.others] if self.sending else []
         self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
+        # Each launch's backend half, chosen once: a replay reruns this step on every call
+        self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
+        self.load_rounds = resolve(ll_kernels.load_rounds)
+        self.copy_chunk = resolve(copy_kernels.copy_chunk)
+        self.presence_word = ll.staging[:1]  # what a presence line carries: its flag only
         # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
         # lines are this rank's, padded per segment; a read's are its segment of each source's)
         if self.sending:
@@ -223,16 +235,16 @@ class LLStep:
         return self.ll.others if self.sending else self.sources
 
     def ready(self) -> bool:
-        """A write: every peer has begun the previous round. A read: poll every peer still late; a load that
-        finds every line of the round keeps their words."""
+        """A write: no peer still reads the data this half held (every peer has begun the previous round). A read:
+        poll every peer still late; a load that finds every line of the round keeps their words."""
         if not self.late:
             return True
         ll = self.ll
         if self.sending:
             before = self.round - 1
-            if ll.seen < before:  # after a broadcast: ask each peer's line 0 of the previous round
-                first_lines, flag = self.first_lines[before % 2], ll_kernels.flag_of(before)
-                self.late = [peer for peer in self.late if self._absent(first_lines[peer], flag)]
+            if ll.seen < before and ll.half_is_read[self.round % 2]:  # ask each peer's line 0 of round `before`
+                first_lines = self.first_lines[before % 2]
+                self.late = [peer for peer in self.late if not self._began(first_lines[peer], before)]
                 if self.late:
                     return False
                 ll.seen = before
@@ -245,15 +257,16 @@ class LLStep:
             ll.seen = self.round
         return True
 
-    def _absent(self, line: Any, flag: np.uint64) -> int:
-        """Whether a peer's line 0 lacks ``flag``: that peer has not begun the round."""
-        return ll_kernels.load_lines(self.ll.probe, line, flag, self.ll.missing)
+    def _began(self, line: Any, round_: int) -> bool:
+        """Whether a peer's line 0 carries ``round_`` or a later round: that peer has begun ``round_``."""
+        self.load_rounds(self.ll.probe, line)
+        return ll_kernels.began(int(memory.to_host(self.ll.probe)[0]), round_)
 
     def _lines_missing(self, peer: int) -> int:
         ll, words, lines, flag = self.ll, self.words, self.lines[peer], self.flag
-        if words > PROBE_ABOVE and ll_kernels.load_lines(ll.probe, lines[words - 1 :], flag, ll.missing):
+        if words > PROBE_ABOVE and self.load_lines(ll.probe, lines[words - 1 :], flag, ll.missing):
             return 1  # the last line is not there yet: no need to read them all
-        return ll_kernels.load_lines(ll.snapshots[peer][:words], lines, flag, ll.missing)
+        return self.load_lines(ll.snapshots[peer][:words], lines, flag, ll.missing)
 
     def waiting_peers(self) -> list[int]:
         return list(self.late)
@@ -294,8 +307,9 @@ class LLStep:
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
         lines = self.lines[ll.rank]
+        ll.half_is_read[self.round % 2] = self.nbytes > 0
         if not self.nbytes:  # a presence line: its flag is all that is read
-            ll_kernels.store_lines(lines, ll.staging[:1], self.flag)
+            self.store_lines(lines, self.presence_word, self.flag)
             return
         for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
             chunk = p.local[s * self.block + lo : s * self.block + hi]
@@ -304,7 +318,7 @@ class LLStep:
             else:  # bytes or half-words: through the staging row, padded to whole words
                 staged = ll.staging[s * words : (s + 1) * words]
                 copy_device(staged.view(np.uint8)[: self.nbytes].view(p.dtype), chunk)
-            ll_kernels.store_lines(lines[s * words : (s + 1) * words], staged, self.flag)
+            self.store_lines(lines[s * words : (s + 1) * words], staged, self.flag)
         p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)
@@ -317,7 +331,7 @@ class LLStep:
         if self.nbytes:
             for peer in self.sources:
                 start = peer * self.block + self.lo
-                copy_device(p.out[start : start + self.hi - self.lo], self._words_of(peer))
+                self.copy_chunk(p.out[start : start + self.hi - self.lo], self._words_of(peer))
         self._charge_received()
 
     def _charge_received(self) -> None:

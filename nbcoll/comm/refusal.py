@@ -109,6 +109,18 @@ class Refusals:
         if conflict is not None:
             raise CommAbortedError(f"rank {self._rank}: {conflict}")
 
+    def number_run(self) -> int:
+        """:meth:`number` and :meth:`ran` at once, under one lock: a call with no checks left to fail (a replay)."""
+        with self._lock:
+            self._calls += 1
+            seq = self._calls
+            if seq in self._heard:
+                self._note_conflict(seq)
+            conflict = self.conflict
+        if conflict is not None:
+            raise CommAbortedError(f"rank {self._rank}: {conflict}")
+        return seq
+
     def poll(self) -> str | None:
         """Receive the notes that have arrived; return why the communicator must be aborted, if it must."""
         if self.conflict is None and not self._setting_up and not self._ctrl.Iprobe(MPI.ANY_SOURCE, TAG_REFUSED):

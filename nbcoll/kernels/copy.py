@@ -134,22 +134,18 @@ def copy(dst: Any, src: Any) -> Any:
     )
     _check_same_dtype(dst, src)
     _check_same_shape(dst, src)
-    return _copy(dst, src)
+    return copy_chunk(dst, src)
 
 
 @dispatch(reference=copy_reference)
-def _copy(dst: Any, src: Any) -> Any:
-    launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
-    return dst
-
-
-def copy_chunk(dst: Any, src: Any) -> None:
+def copy_chunk(dst: Any, src: Any) -> Any:
     """``for i: dst[i] = src[i]`` on 1-D contiguous device arrays of one dtype and size, without checks.
 
     The launch the collectives make once per chunk, as :func:`nbcoll.kernels.combine.fold_into` is for folds: they
     check their buffers once, when the collective is called, and every chunk is a slice of those.
     """
-    _copy(dst, src)
+    launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
+    return dst
 
 
 def storage_view(x: Any, arg: str = "src") -> tuple[Any, int, tuple[int, ...]]:

@@ -58,6 +58,16 @@ def dispatch(reference: Callable[..., Any]) -> Callable[[Launch], Launch]:
     return decorate
 
 
+def resolve(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The half of a :func:`dispatch`-ed ``function`` that the current backend runs: ``.launch``, or
+    ``.reference`` on ``numpy``.
+
+    For a step that runs the same launch again and again (the LL steps of a replayed collective): it chooses
+    once, when the step is built, instead of on every call. A replay runs only on the backend it was planned on.
+    """
+    return function.reference if backend.get_backend() == "numpy" else function.launch
+
+
 def fill_out(reference: Callable[..., Any]) -> Callable[..., Any]:
     """A reference that returns a new array, adapted to launch code whose last argument is ``out``.
 

@@ -14,7 +14,9 @@ memory in, so the writer needs no fence and the reader no separate flag to wait 
 
 A load that counts ``missing == 0`` has read every line of the round at once, so ``words`` is a consistent
 snapshot of what the writer wrote. The price is bandwidth: half of every line is flag, which is why LL serves
-small messages only.
+small messages only. A third kernel reads the flags alone, to learn which round a writer has reached::
+
+    rounds: for i: rounds[i] = lines[i] >> 32                 (then began(rounds[i], r): round r or a later one)
 
 Example::
 
@@ -31,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -52,11 +55,25 @@ SCALAR_STORES = 4
 MAX_ROUND = 0xFFFFFFFF
 """The flag is 32 bits: rounds count up to this many, then start again at 1 (a reader tells rounds apart only
 from the one before it in the same buffer, so a wrap-around is harmless)."""
+ROUND_SHIFT = np.uint64(32)
 
 
+@functools.lru_cache(maxsize=8)
 def flag_of(round_: int) -> np.uint64:
-    """``round_ << 32``: the high half of every line of that round."""
+    """``round_ << 32``: the high half of every line of that round (each step of a round asks for it, and a NumPy
+    scalar costs more to make than to look up)."""
     return np.uint64(((round_ - 1) % MAX_ROUND + 1) << 32)
+
+
+def began(carried: int, round_: int) -> bool:
+    """Whether a line that carries round ``carried`` (as :func:`load_rounds` reads it) was written in ``round_`` or
+    a later round.
+
+    Rounds wrap at :data:`MAX_ROUND`, so "later" means "less than half the cycle ahead". A line never written
+    carries 0, which is behind every round of the first half of the cycle, and by the second every line has
+    been written.
+    """
+    return (carried - ((round_ - 1) % MAX_ROUND + 1)) % MAX_ROUND < MAX_ROUND // 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,6 +112,14 @@ def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, m
     return count
 
 
+def rounds_reference(rounds: np.ndarray, lines: np.ndarray) -> None:
+    """``for i: rounds[i] = lines[i] >> 32``: the round each line carries."""
+    if lines.size <= SCALAR_LINES:  # a line or two: Python ints cost less than a ufunc
+        rounds[...] = [value >> 32 for value in lines.tolist()]  # one aligned 8-byte load per line
+        return
+    np.right_shift(lines, ROUND_SHIFT, out=rounds, casting="unsafe")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels.
 
@@ -121,6 +146,15 @@ def ll_load_kernel(words, lines, flag_high, missing):
             cuda.atomic.add(missing, 0, 1)
 
 
+@register("void(uint32[::1], uint64[::1])")
+@cuda.jit
+def ll_rounds_kernel(rounds, lines):
+    # One thread reads one line with a single 8-byte load and keeps its flag half: the round its writer reached.
+    i = cuda.grid(1)
+    if i < lines.size:
+        rounds[i] = lines[i] >> ROUND_SHIFT
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Launch functions. ``store_lines`` and ``load_lines`` run once per chunk of a small collective, without checks: the
 # collective checked its buffers when it was called. ``store`` and ``load`` are the checked entries.
@@ -140,6 +174,12 @@ def load_lines(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> in
     return int(memory.to_host(missing)[0])
 
 
+@dispatch(reference=rounds_reference)
+def load_rounds(rounds: Any, lines: Any) -> None:
+    """``rounds`` without checks, into a given ``uint32`` array: what a writer polls before it reuses its lines."""
+    launch_1d(ll_rounds_kernel, lines.size, rounds, lines)
+
+
 def store(lines: Any, words: Any, round_: int) -> None:
     """Write ``words`` (``uint32``) as the lines of round ``round_``: ``lines[i] = round_ << 32 | words[i]``."""
     _same_count(lines, words)
@@ -154,6 +194,15 @@ def load(words: Any, lines: Any, round_: int, missing: Any = None) -> int:
     """
     _same_count(lines, words)
     return load_lines(words, lines, flag_of(round_), memory.zeros(1, np.int32) if missing is None else missing)
+
+
+def rounds_of(lines: Any) -> Any:
+    """The round each line carries, as a new ``uint32`` device array: ``for i: out[i] = lines[i] >> 32``."""
+    if lines.dtype != np.uint64 or lines.ndim != 1:
+        raise ValueError(f"lines: expected a 1-D array of uint64 lines, got {lines.ndim}-D {lines.dtype}")
+    out = memory.empty(lines.size, np.uint32)
+    load_rounds(out, lines)
+    return out
 
 
 def _same_count(lines: Any, words: Any) -> None:
