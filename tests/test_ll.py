@@ -319,36 +319,57 @@ def test_many_small_broadcasts_in_a_row_with_slow_readers_stay_exact():
         assert loopback.run(3, body) == [39] * 3  # replayed after the first call
 
 
+def mixed_small_calls(comm, calls=150):
+    """A seeded mix of broadcasts from every root (replayed and not), all-reduces and all-gathers, with random
+    pauses on each rank; asserts every result; returns the LL rounds used."""
+    import time
+
+    pauses = np.random.default_rng(comm.rank)  # each rank pauses at its own calls
+    plan = np.random.default_rng(7)  # every rank makes the same calls
+    kept = np.zeros(3, np.int64)  # the same buffer every time: those broadcasts are replays
+    for i in range(calls):
+        kind, root = int(plan.integers(0, 4)), int(plan.integers(0, comm.size))
+        if pauses.random() < 0.15:
+            time.sleep(pauses.random() * 3e-3)
+        mine = np.arange(3, dtype=np.int64) + 100 * comm.rank + i
+        if kind == 0:
+            kept[...] = mine
+            assert np.array_equal(comm.broadcast(kept, root=root, algo="direct"), mine - 100 * (comm.rank - root))
+        elif kind == 1:
+            got = comm.broadcast(mine.astype(np.int8), np.zeros(3, np.int8), root=root, algo="direct")
+            assert np.array_equal(got, (mine - 100 * (comm.rank - root)).astype(np.int8))
+        elif kind == 2:
+            want = sum(np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size))
+            assert np.array_equal(comm.all_reduce(mine, np.zeros(3, np.int64), algo="direct"), want)
+        else:
+            got = comm.all_gather(mine, np.zeros(3 * comm.size, np.int64), algo="direct")
+            want = np.concatenate([np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size)])
+            assert np.array_equal(got, want)
+    return comm.engine._ll.rounds
+
+
+def mixed_small_calls_on_a_new_communicator(calls):
+    """:func:`mixed_small_calls` on ``nbcoll.init()``: what each rank of an mpiexec job runs."""
+    comm = nbcoll.init()
+    try:
+        return mixed_small_calls(comm, calls)
+    finally:
+        comm.destroy()
+
+
 @pytest.mark.parametrize("nranks", [3, 4])
 def test_ll_rounds_stay_exact_when_readers_run_ahead_of_a_slow_rank(nranks):
     """A broadcast's readers write their presence lines without waiting, so a rank may be rounds ahead of a slow
-    one when a data round comes; that write must still wait for every peer. A seeded mix of broadcasts from every
-    root, all-reduces and all-gathers, replayed and not, with random pauses on each rank: every result exact."""
-    import time
-
-    def body(comm):
-        pauses = np.random.default_rng(comm.rank)  # each rank pauses at its own calls
-        calls = np.random.default_rng(7)  # every rank makes the same calls
-        kept = np.zeros(3, np.int64)  # the same buffer every time: those broadcasts are replays
-        for i in range(150):
-            kind, root = int(calls.integers(0, 4)), int(calls.integers(0, comm.size))
-            if pauses.random() < 0.15:
-                time.sleep(pauses.random() * 3e-3)
-            mine = np.arange(3, dtype=np.int64) + 100 * comm.rank + i
-            if kind == 0:
-                kept[...] = mine
-                assert np.array_equal(comm.broadcast(kept, root=root, algo="direct"), mine - 100 * (comm.rank - root))
-            elif kind == 1:
-                got = comm.broadcast(mine.astype(np.int8), np.zeros(3, np.int8), root=root, algo="direct")
-                assert np.array_equal(got, (mine - 100 * (comm.rank - root)).astype(np.int8))
-            elif kind == 2:
-                want = sum(np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size))
-                assert np.array_equal(comm.all_reduce(mine, np.zeros(3, np.int64), algo="direct"), want)
-            else:
-                got = comm.all_gather(mine, np.zeros(3 * comm.size, np.int64), algo="direct")
-                want = np.concatenate([np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size)])
-                assert np.array_equal(got, want)
-        return comm.engine._ll.rounds
-
+    one when a data round comes; that write must still wait for every peer. Every result of the mix is exact."""
     with nbcoll.use_backend("numpy"):
-        assert loopback.run(nranks, body, config=CommConfig(timeout=5.0)) == [150] * nranks
+        assert loopback.run(nranks, mixed_small_calls, config=CommConfig(timeout=5.0)) == [150] * nranks
+
+
+@pytest.mark.mpi
+def test_ll_rounds_stay_exact_when_readers_run_ahead_under_mpiexec():
+    """The same mix on 4 processes, whose LL buffers are shared memory (threads of one process share the GIL)."""
+    from nbcoll.launch import launch
+
+    result = launch(4, function=mixed_small_calls_on_a_new_communicator, args=(300,), timeout=120,
+                    env={"NBCOLL_BACKEND": "numpy", "NBCOLL_TIMEOUT": "20"}).check()  # fmt: skip
+    assert result.returns == [300] * 4
