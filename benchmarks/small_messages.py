@@ -37,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 64 << 10]
 QUICK_SIZES = [8, 4 << 10]
 
-# stage -> (module, class, attribute): what the stopwatch wraps (module "comm": an object of the communicator).
+# stage -> (module, class, attribute): what the stopwatch wraps (module "comm": an object of the communicator;
+# class None: a function of the module).
 # The collective's own method is the outermost stage, so what it does itself (argument checks) is its own time.
 STAGES = {
     "the method: checks, or a replay's match": [("nbcoll.comm.collectives", "Collectives", "{collective}")],
@@ -45,13 +46,17 @@ STAGES = {
         ("nbcoll.comm.engine", "Engine", "settle"),
         ("nbcoll.comm.engine", "Engine", "mark_run"),
         ("nbcoll.comm.refusal", "Refusals", "number"),
+        ("nbcoll.comm.refusal", "Refusals", "number_run"),  # a replay's
         ("nbcoll.comm.lifecycle", "Lifecycle", "_check_usable"),
     ],
     "plan: algorithm choice (tuner)": [("nbcoll.comm.engine", "Engine", "choose")],
     "plan: context, record, operation": [("nbcoll.comm.engine", "Engine", "plan")],
     "queue hand-off (progress.submit)": [("nbcoll.comm.progress", "Progress", "submit")],
     "watchdog loop (drive)": [("comm", "engine.progress", "_drive")],  # bound when the queue was made
-    "waiting for peers (yield, sleep)": [("nbcoll.comm.watchdog", "Watchdog", "_wait_a_little")],
+    "waiting for peers (yield, sleep)": [
+        ("nbcoll.comm.watchdog", "Watchdog", "_wait_a_little"),
+        ("nbcoll.comm.replay", None, "_ready_soon"),  # a replay's own short wait (its polls count as polls)
+    ],
     "abort and dead-peer checks (entry, waits)": [
         ("nbcoll.comm.watchdog", "Watchdog", "check_aborted"),
         ("nbcoll.comm.watchdog", "Watchdog", "check_peers"),
@@ -143,6 +148,8 @@ class Stopwatch:
             for module_name, owner_name, attribute in targets:
                 if module_name == "comm":
                     owner = attrgetter(owner_name)(comm)
+                elif owner_name is None:
+                    owner = importlib.import_module(module_name)
                 else:
                     owner = getattr(importlib.import_module(module_name), owner_name)
                 attribute = attribute.format(collective=collective)
