@@ -71,3 +71,20 @@ def test_registry_entries_expose_name_py_func_and_signatures(name):
     entry = {e.name: e for e in all_kernels()}[name]
     assert callable(entry.py_func)
     assert entry.signatures and all(s.startswith("void(") for s in entry.signatures)
+
+
+def test_the_ptx_workers_import_nbcoll_without_starting_mpi():
+    """A forked worker ends without finalizing MPI: had it started MPI, it would leave MPI's shared memory behind."""
+    proc = _run(
+        """
+        import sys
+        from nbcoll.kernels import ptx
+        ptx._compile_without_mpi()
+        from nbcoll.kernels import all_kernels
+        all_kernels()  # imports every module of nbcoll, the communicator's too
+        from mpi4py import MPI
+        sys.exit(1 if MPI.Is_initialized() else 0)
+        """,
+        "cuda",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

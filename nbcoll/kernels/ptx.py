@@ -48,12 +48,27 @@ def compile_all(cc: tuple[int, int] = (9, 0), workers: int = 1) -> list[PtxResul
     dispatcher.get_current_device = lambda: _TargetDevice(cc)
     if workers <= 1:
         return _compile_share(cc, 0, 1)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    fork = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=fork, initializer=_compile_without_mpi) as pool:
         shares = list(pool.map(_compile_share, [cc] * workers, range(workers), [workers] * workers))
     results: list[PtxResult] = []
     for i in range(max(len(share) for share in shares)):  # share k holds jobs k, k + workers, ...: interleave
         results += [share[i] for share in shares if i < len(share)]
     return results
+
+
+def _compile_without_mpi() -> None:
+    """A worker's set-up: import every module of nbcoll without starting MPI.
+
+    ``all_kernels`` imports every module, and importing ``mpi4py.MPI`` starts MPI. A forked worker ends without
+    finalizing MPI, so it would leave MPI's shared memory in ``/dev/shm``; compiling needs no MPI.
+    """
+    try:
+        import mpi4py
+    except ImportError:
+        return
+    if "mpi4py.MPI" not in sys.modules:  # a parent that had started MPI hands it down; nothing to hold back
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False
 
 
 def _compile_share(cc: tuple[int, int], share: int, shares: int) -> list[PtxResult]:
