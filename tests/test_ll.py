@@ -321,30 +321,33 @@ def test_many_small_broadcasts_in_a_row_with_slow_readers_stay_exact():
 
 def mixed_small_calls(comm, calls=150):
     """A seeded mix of broadcasts from every root (replayed and not), all-reduces and all-gathers, with random
-    pauses on each rank; asserts every result; returns the LL rounds used."""
+    pauses on each rank, on the current backend; asserts every result; returns the LL rounds used."""
     import time
 
+    from nbcoll.kernels.copy import copy
+
+    dev, host = nbcoll.to_device, nbcoll.to_host
     pauses = np.random.default_rng(comm.rank)  # each rank pauses at its own calls
     plan = np.random.default_rng(7)  # every rank makes the same calls
-    kept = np.zeros(3, np.int64)  # the same buffer every time: those broadcasts are replays
+    kept = nbcoll.zeros(3, np.int64)  # the same buffer every time: those broadcasts are replays
     for i in range(calls):
         kind, root = int(plan.integers(0, 4)), int(plan.integers(0, comm.size))
         if pauses.random() < 0.15:
             time.sleep(pauses.random() * 3e-3)
         mine = np.arange(3, dtype=np.int64) + 100 * comm.rank + i
+        everyone = [np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size)]
         if kind == 0:
-            kept[...] = mine
-            assert np.array_equal(comm.broadcast(kept, root=root, algo="direct"), mine - 100 * (comm.rank - root))
+            copy(kept, dev(mine))
+            assert np.array_equal(host(comm.broadcast(kept, root=root, algo="direct")), everyone[root])
         elif kind == 1:
-            got = comm.broadcast(mine.astype(np.int8), np.zeros(3, np.int8), root=root, algo="direct")
-            assert np.array_equal(got, (mine - 100 * (comm.rank - root)).astype(np.int8))
+            got = comm.broadcast(dev(mine.astype(np.int8)), nbcoll.zeros(3, np.int8), root=root, algo="direct")
+            assert np.array_equal(host(got), everyone[root].astype(np.int8))
         elif kind == 2:
-            want = sum(np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size))
-            assert np.array_equal(comm.all_reduce(mine, np.zeros(3, np.int64), algo="direct"), want)
+            got = comm.all_reduce(dev(mine), nbcoll.zeros(3, np.int64), algo="direct")
+            assert np.array_equal(host(got), sum(everyone))
         else:
-            got = comm.all_gather(mine, np.zeros(3 * comm.size, np.int64), algo="direct")
-            want = np.concatenate([np.arange(3, dtype=np.int64) + 100 * r + i for r in range(comm.size)])
-            assert np.array_equal(got, want)
+            got = comm.all_gather(dev(mine), nbcoll.zeros(3 * comm.size, np.int64), algo="direct")
+            assert np.array_equal(host(got), np.concatenate(everyone))
     return comm.engine._ll.rounds
 
 
@@ -363,6 +366,13 @@ def test_ll_rounds_stay_exact_when_readers_run_ahead_of_a_slow_rank(nranks):
     one when a data round comes; that write must still wait for every peer. Every result of the mix is exact."""
     with nbcoll.use_backend("numpy"):
         assert loopback.run(nranks, mixed_small_calls, config=CommConfig(timeout=5.0)) == [150] * nranks
+
+
+@pytest.mark.skipif(nbcoll.backend.device_backend() != "sim", reason="the simulator in this process (no GPU)")
+def test_ll_rounds_stay_exact_when_readers_run_ahead_on_the_simulator():
+    """The line kernels themselves (store, load, rounds) in the same mix, fewer calls: the simulator is slow."""
+    with nbcoll.use_backend("sim"):
+        assert loopback.run(3, mixed_small_calls, 24, config=CommConfig(timeout=60.0)) == [24] * 3
 
 
 @pytest.mark.mpi

@@ -99,11 +99,7 @@ class Engine:
         no checks left to fail, so nothing between them can refuse it."""
         self.comm._check_usable()
         self.settle()
-        try:
-            return self.refusals.number_run()
-        except CommAbortedError:
-            self.comm.abort()
-            raise
+        return self._abort_on_conflict(self.refusals.number_run)
 
     def refuse(self, seq: int, name: str) -> None:
         """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""
@@ -118,16 +114,17 @@ class Engine:
 
     def settle(self) -> None:
         """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
-        try:
-            self.refusals.settle(self._check_aborted)
-        except CommAbortedError:
-            self.comm.abort()
-            raise
+        self._abort_on_conflict(self.refusals.settle, self._check_aborted)
 
     def mark_run(self, seq: int) -> None:
         """Collective call ``seq`` runs here: abort at once if a peer has refused it."""
+        self._abort_on_conflict(self.refusals.ran, seq)
+
+    def _abort_on_conflict(self, step: Callable[..., Any], *args: Any) -> Any:
+        """``step(*args)``; a conflict it raises (a call refused by one rank but run by another) aborts the
+        communicator here before it propagates, so that no later call reads data left behind."""
         try:
-            self.refusals.ran(seq)
+            return step(*args)
         except CommAbortedError:
             self.comm.abort()
             raise

@@ -103,6 +103,7 @@ class LLBuffers:
         self.missing = scratch(1, np.int32)
         self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word, or its round
         self.half_is_read = [False, False]  # whether this rank's last write into each half carried data peers read
+        self.presence_word = self.staging[:1]  # what a presence line carries: its flag only
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
@@ -194,7 +195,6 @@ class LLStep:
         self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
         self.load_rounds = resolve(ll_kernels.load_rounds)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
-        self.presence_word = ll.staging[:1]  # what a presence line carries: its flag only
         # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
         # lines are this rank's, padded per segment; a read's are its segment of each source's)
         if self.sending:
@@ -309,7 +309,7 @@ class LLStep:
         lines = self.lines[ll.rank]
         ll.half_is_read[self.round % 2] = self.nbytes > 0
         if not self.nbytes:  # a presence line: its flag is all that is read
-            self.store_lines(lines, self.presence_word, self.flag)
+            self.store_lines(lines, ll.presence_word, self.flag)
             return
         for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
             chunk = p.local[s * self.block + lo : s * self.block + hi]

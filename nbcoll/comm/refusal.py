@@ -103,23 +103,27 @@ class Refusals:
         """This rank runs call ``seq``; raise :class:`CommAbortedError` if a peer has already refused it."""
         with self._lock:
             self._open.discard(seq)
-            if seq in self._heard:
-                self._note_conflict(seq)
-            conflict = self.conflict
-        if conflict is not None:
-            raise CommAbortedError(f"rank {self._rank}: {conflict}")
+            conflict = self._conflict_if_refused(seq)
+        self._raise(conflict)
 
     def number_run(self) -> int:
         """:meth:`number` and :meth:`ran` at once, under one lock: a call with no checks left to fail (a replay)."""
         with self._lock:
             self._calls += 1
             seq = self._calls
-            if seq in self._heard:
-                self._note_conflict(seq)
-            conflict = self.conflict
+            conflict = self._conflict_if_refused(seq)
+        self._raise(conflict)
+        return seq
+
+    def _conflict_if_refused(self, seq: int) -> str | None:
+        """(Under the lock.) This rank runs ``seq``: a peer's refusal of it is a conflict. The conflict, if any."""
+        if seq in self._heard:
+            self._note_conflict(seq)
+        return self.conflict
+
+    def _raise(self, conflict: str | None) -> None:
         if conflict is not None:
             raise CommAbortedError(f"rank {self._rank}: {conflict}")
-        return seq
 
     def poll(self) -> str | None:
         """Receive the notes that have arrived; return why the communicator must be aborted, if it must."""

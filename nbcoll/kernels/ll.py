@@ -58,11 +58,16 @@ from the one before it in the same buffer, so a wrap-around is harmless)."""
 ROUND_SHIFT = np.uint64(32)
 
 
+def wrapped(round_: int) -> int:
+    """What the 32-bit flag of round ``round_`` holds: 1, 2, ..., MAX_ROUND, then 1 again (never 0)."""
+    return (round_ - 1) % MAX_ROUND + 1
+
+
 @functools.lru_cache(maxsize=8)
 def flag_of(round_: int) -> np.uint64:
     """``round_ << 32``: the high half of every line of that round (each step of a round asks for it, and a NumPy
     scalar costs more to make than to look up)."""
-    return np.uint64(((round_ - 1) % MAX_ROUND + 1) << 32)
+    return np.uint64(wrapped(round_) << 32)
 
 
 def began(carried: int, round_: int) -> bool:
@@ -73,7 +78,7 @@ def began(carried: int, round_: int) -> bool:
     carries 0, which is behind every round of the first half of the cycle, and by the second every line has
     been written.
     """
-    return (carried - ((round_ - 1) % MAX_ROUND + 1)) % MAX_ROUND < MAX_ROUND // 2
+    return (carried - wrapped(round_)) % MAX_ROUND < MAX_ROUND // 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
