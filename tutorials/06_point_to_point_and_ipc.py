@@ -102,7 +102,12 @@ if rank == 0:
 else:
     conn = fifo_comm.recv_connection(peer)
     out = nbcoll.zeros(message.size, np.float32)
-    MPI.COMM_WORLD.recv(source=peer, tag=6)  # a slow receiver: it begins once the sender waits for credits
+    full = MPI.COMM_WORLD.irecv(source=peer, tag=6)  # a slow receiver: it begins once the sender waits for credits
+    deadline = time.monotonic() + comm.config.timeout  # every wait is bounded, this one too
+    while not full.test()[0]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: rank {peer} did not fill the FIFO within {comm.config.timeout:g} s")
+        time.sleep(0.001)
     for k in range(10):
         while not conn.ready():
             time.sleep(0.001)
