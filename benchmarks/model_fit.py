@@ -12,7 +12,7 @@ Run::
     python benchmarks/model_fit.py                  # launches itself on 4 ranks, numpy backend
     mpiexec -n 2 python benchmarks/model_fit.py
     python benchmarks/model_fit.py --quick          # small sizes, one rank count: a smoke test
-    python benchmarks/model_fit.py --rescore benchmarks/results/quiet/model_fit_2ranks_2026-11-29_a.json
+    python benchmarks/model_fit.py --rescore benchmarks/results/quiet/model_fit_2ranks_2026-12-02_g.json
 
 Writes ``model_fit_<n>ranks.json`` and ``.rst`` into ``--out`` (default ``benchmarks/results``).
 
@@ -246,6 +246,7 @@ def rescore(path: str, out: Path) -> int:
     from nbcoll.comm.config import CommConfig
 
     stored = json.loads(Path(path).read_text())
+    out.mkdir(parents=True, exist_ok=True)
     n, config = stored["nranks"], CommConfig()
     model = tuner.slowest(tuner.default_models("numpy"), {"ipc"})
     model.window_bytes = config.buffsize  # one node: the direct algorithms read through windows (LL when small)

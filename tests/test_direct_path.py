@@ -10,6 +10,7 @@ would take them over (tests/test_ll.py covers it).
 
 import importlib.util
 import os
+import time
 
 import numpy as np
 import pytest
@@ -103,9 +104,14 @@ def test_alloc_checks_its_count_and_free_its_array():
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (2, 2 * (4 << 20))
+    # Eight pieces of 512 KiB: two waits in the first round, one in each later round (its post waits for the round
+    # before last, long done); the root stages a piece while the readers copy the one before.
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (9, (4 << 20) + (512 << 10))
+    assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
+    small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)
+    assert small_window == (9, (1 << 20) + (128 << 10))  # pieces of half the window
     steps, _ = cost_terms("all_to_all", "direct", 1 << 20, 4, 1 << 19, window_bytes=window)
-    assert steps == 2  # one round: the four blocks of 1 MiB fill one window
+    assert steps == 3  # two rounds: four blocks of 512 KiB fill half the window
 
 
 @pytest.mark.mpi
@@ -195,9 +201,46 @@ def test_a_broadcast_into_registered_outputs_shares_the_copies_with_the_root_cal
             copied.append(sum(comm.counters[p].bytes_copied for p in comm.counters.peers if p != r))
         return copied, comm.engine.replays.hits
 
-    share = cases._root_share(100, nranks, 256 // 8)  # windows of 256 bytes: 32 int64 a round, 4 rounds
+    share = cases._root_share(100, nranks, 256 // 16)  # windows of 256 bytes: rounds of half, 16 int64, 7 rounds
     outs = loopback.run(nranks, loop, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))
     for rank, (copied, hits) in enumerate(outs):
         want = (nranks - 1) * share * 8 if rank == nranks - 1 else (100 - share) * 8
         assert copied == [want] * 3, (rank, copied, want)
         assert hits == 2  # the second and third calls replayed the first one's steps
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "all_gather"])
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_rank_stages_its_next_piece_while_its_peers_read_the_last(monkeypatch, nranks, collective):
+    """A plain buffer's rounds take the window's two halves in turn, so a rank posts round ``k + 1`` before its
+    peers are done reading round ``k``. The last rank, inside its copy of the first round, waits for every
+    source's next post; were every round staged in the same bytes, the sources would wait for that copy instead,
+    the reader would time out here, and the results would still be exact. Were the halves not taken in turn, the
+    next post would overwrite what the reader is about to copy, and the results would be wrong."""
+    from nbcoll.comm import window_step
+
+    original, seen, root = window_step.WindowStep.run, [], 0
+
+    def copy_once_the_next_round_is_posted(step):
+        if step.name == "direct_recv" and step.w.rank == nranks - 1 and step.round == step.w.rounds - 6:
+            deadline = time.monotonic() + 10.0  # far longer than a posted round takes; bounded all the same
+            while min(step.w.posted[p] for p in step.sources) <= step.round and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen.append((step.w.rank, min(int(step.w.posted[p]) for p in step.sources) - step.round))
+        original(step)
+
+    monkeypatch.setattr(window_step.WindowStep, "run", copy_once_the_next_round_is_posted)
+
+    def one_call(comm):  # 100 int64 a rank: 7 rounds of half a 256-byte window; the reader waits in the first
+        if collective == "broadcast":
+            x = np.arange(100, dtype=np.int64) if comm.rank == root else np.full(100, -1, np.int64)
+            comm.broadcast(x, root=root, algo="direct")
+            return x
+        out = np.zeros(100 * comm.size, np.int64)
+        comm.all_gather(np.arange(100, dtype=np.int64) + 100 * comm.rank, out, algo="direct")
+        return out
+
+    outs = loopback.run(nranks, one_call, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))
+    want = np.arange(100 if collective == "broadcast" else 100 * nranks)
+    assert all(np.array_equal(out, want) for out in outs)
+    assert seen == [(nranks - 1, 1)]

@@ -180,23 +180,26 @@ class Prims:
 
     # -- the direct primitives: the peers' buffers in place instead of FIFO slots (nbcoll.comm.window) ---------
 
-    def direct_send(self, lo: int, hi: int, round_: int, in_block: int = 0) -> Any:
+    def direct_send(self, lo: int, hi: int, round_: int, in_block: int = 0, at: int = 0, after: int = 1) -> Any:
         """Post ``local[q*in_block + lo : q*in_block + hi]`` for every peer ``q``: lent in place when ``local`` is
-        registered, else copied into this rank's window. Peers read it in round ``round_``."""
-        return self.windows.step(self, DIRECT | SEND, lo, hi, round_, in_block=in_block)
+        registered, else copied into this rank's window from byte ``at``, once every peer is done with round
+        ``round_ - after`` (the last one staged there). Peers read it in round ``round_``."""
+        return self.windows.step(self, DIRECT | SEND, lo, hi, round_, in_block=in_block, at=at, after=after)
 
     def direct_recv(self, lo: int, hi: int, round_: int, sources: Sequence[int], out_block: int = 0,
-                    in_block: int = 0) -> Any:  # fmt: skip
+                    in_block: int = 0, at: int = 0) -> Any:  # fmt: skip
         """``out[p*out_block + lo : ...] = local of p [me*in_block + lo : ...]`` for every ``p`` in ``sources``,
-        read in place; then this rank is done reading in round ``round_`` (also with no source)."""
-        where = {"sources": list(sources), "out_block": out_block, "in_block": in_block}
+        read in place (or from byte ``at`` of a window it was staged in); then this rank is done reading in round
+        ``round_`` (also with no source)."""
+        where = {"sources": list(sources), "out_block": out_block, "in_block": in_block, "at": at}
         return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
 
-    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int, in_block: int = 0) -> Any:
-        """``out[lo:hi] = op(local of 0 [me*in_block + lo : ...], ..., local of n-1 [...])``, read in place, in rank
-        order (``in_block``: a reduce-scatter folds this rank's block of every rank's input)."""
+    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int, in_block: int = 0, at: int = 0) -> Any:
+        """``out[lo:hi] = op(local of 0 [me*in_block + lo : ...], ..., local of n-1 [...])``, read in place (or from
+        byte ``at`` of a window), in rank order (``in_block``: a reduce-scatter folds this rank's block of every
+        rank's input)."""
         flags = DIRECT | RECV | REDUCE | COPY | self._post
-        return self.windows.step(self, flags, lo, hi, round_, in_block=in_block)
+        return self.windows.step(self, flags, lo, hi, round_, in_block=in_block, at=at)
 
     def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None) -> Any:
         """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered (``target``, from

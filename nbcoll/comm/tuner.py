@@ -14,12 +14,19 @@ copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, wind
     ring all-reduce      (2n-1) steps per round of n chunks;           (3n-2)/n x S   (copy in, fold, copy out)
     tree all-reduce      4 (S/2c + log2 n) steps (two trees, up, down);  2 S (n = 2) to 3.5 S (inner nodes)
                          half as many on two channels (the trees at once)
-    direct all-reduce    2 steps per window w (in place over IPC),       n x S        (post, fold n sources)
+    direct all-reduce    1 + 1 step per piece p (over IPC),              n x S        (post, fold n sources)
                          or 2 per chunk through FIFOs;                   2(n-1) x S
     halving-doubling     S/c for the first copy, 4 per chunk of each of the log2 p exchanges;  S + 4(p-1)/p x S
-    direct broadcast     2 steps per window w;                          2 S (stage, read)
-    direct all-to-all    2 steps per window of n blocks;                2(n-1) x S
-    direct reduce-scatter  2 steps per window of n blocks;              n x S        (stage, fold n sources)
+    direct broadcast     1 + 1 step per piece p;                         S + p        (stage and read overlap)
+    direct all-to-all    1 + 1 step per piece p of each of n blocks;     2(n-1) x S
+    direct reduce-scatter  1 + 1 step per piece p of each of n blocks;   n x S        (stage, fold n sources)
+
+A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 512 KiB, or half the window per
+block if less (:func:`nbcoll.comm.algorithms.direct.piece_elems`): its rounds take the window's two halves in
+turn, so a rank stages one piece while its peers read the last. So the first round waits twice (for the peers to
+be done reading, then for their posts), and each later round once: its post waits only for the round before
+last, long done. Only a broadcast's root has nothing else to do meanwhile; elsewhere every rank both stages and
+reads, and the bytes of the busiest rank stay.
 
 Direct counts bytes as staged through the windows: whether a buffer is registered (read in place, one copy
 fewer) is known to its own rank only, and every rank must choose alike; registration only makes direct faster.
@@ -55,15 +62,16 @@ from pathlib import Path
 import numpy as np
 
 from nbcoll import backend
+from nbcoll.comm.algorithms import direct
 from nbcoll.comm.config import CommConfig
 
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call, and
-    # gamma_replay seconds per replayed call, the same as gamma when left out). numpy's ipc: fitted to nine 2-rank
-    # runs of benchmarks/model_fit.py on a 2-core machine, four of them kept in benchmarks/results/quiet
-    # (model_fit_2ranks_2026-12-01_c to _f; _g and _h are two later runs the fit did not see); numpy's mpi: one
+    # gamma_replay seconds per replayed call, the same as gamma when left out). numpy's ipc: fitted to six 2-rank
+    # runs of benchmarks/model_fit.py on a 2-core machine, kept in benchmarks/results/quiet
+    # (model_fit_2ranks_2026-12-02_a to _f; _g and _h are two later runs the fit did not see); numpy's mpi: one
     # calibration on that machine; the rest set by hand.
-    "numpy": {"ipc": (18e-6, 24.7e9, 25e-6, 12e-6), "mpi": (20e-6, 8.0e9, 30e-6)},
+    "numpy": {"ipc": (20e-6, 31.6e9, 25e-6, 6e-6), "mpi": (20e-6, 8.0e9, 30e-6)},
     "sim": {"ipc": (8e-3, 2.0e6, 20e-3, 10e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
     "cuda": {"ipc": (20e-6, 50e9, 100e-6, 50e-6), "mpi": (60e-6, 5e9, 100e-6)},
 }
@@ -186,6 +194,18 @@ def _chunks(nbytes: float, chunk_bytes: float) -> int:
     return max(1, math.ceil(nbytes / chunk_bytes))
 
 
+def _piece(window_bytes: int, blocks: int = 1) -> float:
+    """Bytes per block of a round of a one-shot collective over the windows, cut as the direct algorithms cut."""
+    return float(direct.piece_elems(1, window_bytes // blocks))
+
+
+def _waits(nbytes: float, piece: float) -> int:
+    """The waits of a one-shot collective over the windows: two in its first round (for the peers to be done
+    reading, then for their posts) and one in each later round, whose post waits only for the round before last,
+    long done."""
+    return 1 + _chunks(nbytes, piece)
+
+
 def cost_terms(
     collective: str,
     algo: str,
@@ -225,7 +245,7 @@ def cost_terms(
             return 4 * (_chunks(s / 2, chunk_bytes) + depth) / at_once, (2.0 if n == 2 else 3.5) * s
         if algo == "direct":  # a window round waits twice: for the peers to be done reading, then for their posts
             if window_bytes:
-                return 2 * _chunks(s, window_bytes), n * s
+                return _waits(s, _piece(window_bytes)), n * s
             return 2 * chunks, 2 * (n - 1) * s
         if algo == "halving_doubling":
             p = 1 << (n.bit_length() - 1)
@@ -233,8 +253,9 @@ def cost_terms(
             steps, moved = chunks + exchanges, s + 4 * (p - 1) / p * s
             return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
     if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop, two waits per round
-        if window_bytes:
-            return 2 * _chunks(s, window_bytes), 2 * s  # the root stages (or copies out of place), readers copy
+        if window_bytes:  # the root stages piece k + 1 while the readers copy piece k: a pipeline of two copies
+            piece = _piece(window_bytes)
+            return _waits(s, piece), s + min(s, piece)
         return chunks, n * s  # through FIFOs the root writes a slot for every peer
     if collective in ("broadcast", "reduce"):
         if algo == "ring":
@@ -242,17 +263,17 @@ def cost_terms(
         if algo == "tree":
             return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
     if collective == "reduce_scatter" and algo == "direct" and window_bytes:  # blocks staged for n-1 readers, n folded
-        return 2 * _chunks(n * s, window_bytes), n * s
+        return _waits(s, _piece(window_bytes, n)), n * s
     if collective in ("all_gather", "reduce_scatter"):
         if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without windows is the ring
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:
-                return 2 * _chunks(s, window_bytes), (n + 1) * s
+                return _waits(s, _piece(window_bytes)), (n + 1) * s
             return n * chunks, (2 * n - 1) * s
     if collective == "all_to_all":
-        if algo == "direct" and window_bytes:  # a round stages one chunk per reader: n chunks fill the window
-            return 2 * _chunks(n * s, window_bytes), 2 * (n - 1) * s
+        if algo == "direct" and window_bytes:  # a round stages one chunk per reader: n chunks fill half the window
+            return _waits(s, _piece(window_bytes, n)), 2 * (n - 1) * s
         return 2 * (n - 1) * chunks, 2 * (n - 1) * s
     if collective in ("gather", "scatter"):
         return (n - 1) * chunks, 2 * (n - 1) * s

@@ -23,14 +23,18 @@ Four rows of flags in a shared host page, one column per rank, each written by i
 
 One round of a one-shot collective, on every rank ``r`` (:mod:`nbcoll.comm.window_step`)::
 
-    wait until done[p] >= round - 1 for every peer p      # nobody still reads what we are about to overwrite
-    lend our input (lent[r] = k, lent_at[r]), or copy our chunk into window[r];  posted[r] = round
+    wait until done[p] >= round - after for every peer p  # nobody still reads what we are about to overwrite
+    lend our input (lent[r] = k, lent_at[r]), or copy our chunk into window[r][at:];  posted[r] = round
     wait until posted[p] >= round for every source p      # every peer's chunk is posted
     out = fold(source(0), ..., source(n-1))  (or copy each source's chunk into its block of out)
     done[r] = round                                         # every rank, every round, even with no source
 
-A rank that lends posts its later rounds at once (only the first round of a collective waits for the readers
-of what came before: lending overwrites nothing), and at the end of a collective in which it lent its input::
+The rounds of one collective take the window's two halves in turn (``at``), so a round waits only for the round
+before the last one, the last staged in the same half (``after = 2``), and a rank stages a piece while its
+peers still read the last; the first round of a collective waits for the round just before it (``after = 1``),
+whatever was staged where. A rank that lends posts its later rounds at once (only the first round of a
+collective waits for the readers of what came before: lending overwrites nothing), and at the end of a
+collective in which it lent its input::
 
     wait until done[p] >= last lent round for every peer p   # then the user may overwrite the buffer
 

@@ -70,16 +70,21 @@ class WindowStep(_RoundStep):
                                       (source(p) = local of p [me*b + lo : me*b + hi]: a reduce-scatter's block)
 
     ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
-    second copy of a staged byte). Every rank ends every round with a receiving step, from no source if it reads
-    nothing (a broadcast's root): its ``done`` is what lets the next writer go on. It has the interface of a
+    second copy of a staged byte), from byte ``at``. A post waits until every peer is done with round
+    ``round - after``, the last round staged in the same bytes: the round before for a collective's first round
+    (``after = 1``), and the one before that for the others, which take the window's two halves in turn
+    (``after = 2``). Every rank ends every round with a receiving step, from no source if it reads nothing (a
+    broadcast's root): its ``done`` is what lets the next writer go on. It has the interface of a
     :class:`~nbcoll.comm.primitives.Step` (``ready``, ``run``, ``describe``, ``waiting_for``, ``peers``, ``span``,
     ``nbytes``), so the same operation runs it, traces it and times it out.
     """
 
     def __init__(self, windows: Any, prims: Any, flags: Flag, lo: int, hi: int, round_: int,
-                 sources: list[int] | None = None, out_block: int = 0, in_block: int = 0) -> None:  # fmt: skip
+                 sources: list[int] | None = None, out_block: int = 0, in_block: int = 0, at: int = 0,
+                 after: int = 1) -> None:  # fmt: skip
         super().__init__(windows, prims, lo, hi, round_)
         self.flags, self.out_block, self.in_block = flags, out_block, in_block
+        self.at, self.after = at, after  # where in the window a staged chunk lies; the round last staged there
         self.sources = self.others if sources is None else sources
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         sending = bool(self.bits & _SEND)
@@ -98,15 +103,16 @@ class WindowStep(_RoundStep):
         if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
             if self.prims.lent is not None and self.prims.lent_round is not None:
                 return []  # lent again in the same collective: the same buffer, nothing overwritten
-            return [p for p in self.others if self.w.done[p] < self.round - 1]
+            return [p for p in self.others if self.w.done[p] < self.round - self.after]
         return [p for p in self.sources if self.w.posted[p] < self.round]
 
     def waiting_for(self) -> str:
         late = self._late()
         if not late:
             return "nothing (ready)"
-        what = "finish reading this rank's window" if self.bits & _SEND else "post their data"
-        return f"ranks {late} to {what} for round {self.round}"
+        if self.bits & _SEND:
+            return f"ranks {late} to finish reading this rank's window in round {self.round - self.after}"
+        return f"ranks {late} to post their data for round {self.round}"
 
     def _post(self) -> None:
         w, p, me, lo, hi = self.w, self.prims, self.w.rank, self.lo, self.hi
@@ -128,7 +134,7 @@ class WindowStep(_RoundStep):
 
     def _slot(self, reader: int) -> int:
         """Where a staged chunk for ``reader`` starts in the window, in bytes."""
-        return reader * self.nbytes if self.in_block else 0
+        return self.at + (reader * self.nbytes if self.in_block else 0)
 
     def source(self, rank: int) -> Any:
         """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""

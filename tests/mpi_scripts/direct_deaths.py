@@ -19,7 +19,7 @@ return a wrong result. A victim that stops instead (``SIGSTOP``: alive but silen
 resume it, and it exits. After each stage no ``/dev/shm`` name of the victims nor of the survivors is left, and
 the survivors carry on among themselves.
 
-Run with ``NBCOLL_LL_BYTES=64`` and ``NBCOLL_BUFFSIZE=256``: 8 int32 go by LL, 40 take one window round, 200 four.
+Run with ``NBCOLL_LL_BYTES=64`` and ``NBCOLL_BUFFSIZE=256``: 8 int32 go by LL, 24 take one window round, 100 four.
 Every rank prints ``pid=...``, one ``case ...`` line per case it ran, and ``direct deaths ok`` if it survived.
 """
 
@@ -45,8 +45,9 @@ from nbcoll.kernels import ll as ll_kernels
 
 print(f"pid={os.getpid()}", flush=True)
 
-LL, ONE_ROUND, ROUNDS = 8, 40, 200
-"""Elements per block: one LL round, one window round, four window rounds (window of 256 bytes, LL of 64)."""
+LL, ONE_ROUND, ROUNDS = 8, 24, 100
+"""Elements per block: one LL round, one window round, four window rounds (window of 256 bytes, whose rounds take
+its two halves of 128 bytes in turn; LL of 64)."""
 
 
 @dataclass(frozen=True)
