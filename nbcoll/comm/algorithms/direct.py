@@ -14,8 +14,8 @@ every peer has mapped, and the peers read the window. A large message goes in pi
 halves in turn, so that an owner stages one while its peers still read the last (:func:`_window_rounds`). A
 small message (up to ``NBCOLL_LL_BYTES`` per rank) uses the LL protocol instead (:mod:`nbcoll.comm.ll`): each
 8-byte line carries its data and the round number together, so a round is one store and one poll, with no flag
-to wait for. Elsewhere the chunks travel through the same
-FIFOs as every other algorithm, one chunk per peer per step.
+to wait for. Elsewhere the chunks travel through the same FIFOs as every other algorithm, one chunk per peer per
+step.
 
 All-gather, broadcast and all-to-all read this way too: each rank copies its block of every peer's buffer
 straight into its output. A broadcast root, which has nothing to read, writes a share of each chunk straight
@@ -39,8 +39,7 @@ Gather and scatter are direct too: the root receives from, or sends to, each pee
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from nbcoll import memory
 from nbcoll.comm.algorithms import pairwise, ring
@@ -63,9 +62,9 @@ def all_reduce(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 def _one_shot_reduce(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
-    for k in rounds:
-        yield prims.direct_send(k.lo, k.hi, k.number, at=k.at, after=k.after)
-        yield prims.direct_recv_reduce_copy(k.lo, k.hi, k.number, at=k.at)
+    for round_, lo, hi, at, after in rounds:
+        yield prims.direct_send(lo, hi, round_, at=at, after=after)
+        yield prims.direct_recv_reduce_copy(lo, hi, round_, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
@@ -90,10 +89,10 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def _one_shot_gather(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count, r = local.size, ctx.rank
     prims = ctx.prims(local, out)
-    for k in rounds:
-        yield prims.direct_send(k.lo, k.hi, k.number, at=k.at, after=k.after)
-        yield prims.copy(k.lo, k.hi, out_at=r * count + k.lo)
-        yield prims.direct_recv(k.lo, k.hi, k.number, sources=_peers(ctx), out_block=count, at=k.at)
+    for round_, lo, hi, at, after in rounds:
+        yield prims.direct_send(lo, hi, round_, at=at, after=after)
+        yield prims.copy(lo, hi, out_at=r * count + lo)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
@@ -129,16 +128,16 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, rounds: lis
     r, in_place = ctx.rank, _in_place(src, out)
     prims = ctx.prims(src, out)
     target = None if r == root else ctx.windows.find(out)  # where a reader's output is registered, if it is
-    for k in rounds:
-        cut = k.hi - (k.hi - k.lo) // ctx.nranks  # the root's share: [cut, hi)
+    for round_, lo, hi, at, after in rounds:
+        cut = hi - (hi - lo) // ctx.nranks  # the root's share: [cut, hi)
         if r == root:
-            yield prims.direct_send(k.lo, k.hi, k.number, at=k.at, after=k.after)
+            yield prims.direct_send(lo, hi, round_, at=at, after=after)
             if not in_place:
-                yield prims.copy(k.lo, k.hi)
-            yield prims.direct_write(cut, k.hi, k.number)
+                yield prims.copy(lo, hi)
+            yield prims.direct_write(cut, hi, round_)
         else:
-            yield prims.direct_open(cut, k.hi, k.number, root, target)
-            yield prims.direct_recv(k.lo, k.hi if target is None else cut, k.number, sources=[root], at=k.at)
+            yield prims.direct_open(cut, hi, round_, root, target)
+            yield prims.direct_recv(lo, hi if target is None else cut, round_, sources=[root], at=at)
     if prims.lent is not None or target is not None:  # peers read our buffer, or the root writes into it: wait
         yield prims.direct_release()
 
@@ -186,10 +185,10 @@ def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count, r = out.size // ctx.nranks, ctx.rank
     prims = ctx.prims(local, out)
-    for k in rounds:
-        yield prims.direct_send(k.lo, k.hi, k.number, in_block=count, at=k.at, after=k.after)
-        yield prims.copy(r * count + k.lo, r * count + k.hi)
-        yield prims.direct_recv(k.lo, k.hi, k.number, sources=_peers(ctx), out_block=count, in_block=count, at=k.at)
+    for round_, lo, hi, at, after in rounds:
+        yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
+        yield prims.copy(r * count + lo, r * count + hi)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
@@ -208,8 +207,7 @@ def piece_elems(itemsize: int, window_bytes: int) -> int:
     return max(1, min(PIECE_BYTES, window_bytes // 2) // itemsize)
 
 
-@dataclass(frozen=True)
-class WindowRound:
+class WindowRound(NamedTuple):
     """One round of a one-shot collective over the windows: elements ``[lo, hi)`` (of each block), its number,
     where a staged chunk lies in the window (``at``, bytes), and how many rounds back its post must wait for the
     peers to be done (``after``: the last round staged in the same bytes)."""
@@ -231,9 +229,9 @@ def _window_rounds(ctx: Context, count: int, buf: Any, blocks: int) -> list[Wind
     halves of one element per block (a few bytes) takes every round whole, each waiting for the one before.
     """
     item = buf.dtype.itemsize
-    piece = piece_elems(item, ctx.windows.nbytes // blocks)
-    spans = list(chunks(0, count, piece))
-    first, half = ctx.windows.reserve(len(spans)), blocks * piece * item
+    elems = piece_elems(item, ctx.windows.nbytes // blocks)
+    spans = list(chunks(0, count, elems))
+    first, half = ctx.windows.reserve(len(spans)), blocks * elems * item
     two = 2 * half <= ctx.windows.nbytes
     return [WindowRound(first + i, lo, hi, (i % 2) * half if two else 0, 2 if i and two else 1)
             for i, (lo, hi) in enumerate(spans)]  # fmt: skip
@@ -252,9 +250,9 @@ def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def _one_shot_reduce_scatter(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count = out.size
     prims = ctx.prims(local, out, op=ctx.op, post=ctx.post)
-    for k in rounds:  # lend, or stage block q for each reader q
-        yield prims.direct_send(k.lo, k.hi, k.number, in_block=count, at=k.at, after=k.after)
-        yield prims.direct_recv_reduce_copy(k.lo, k.hi, k.number, in_block=count, at=k.at)
+    for round_, lo, hi, at, after in rounds:  # lend, or stage block q for each reader q
+        yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
+        yield prims.direct_recv_reduce_copy(lo, hi, round_, in_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
