@@ -184,6 +184,32 @@ def test_registered_direct_collectives_on_the_simulator():
         assert mine.tolist() == [4 * rank + 10, 4 * rank + 12]  # (2r + i) + (2r + i + 10) for i = 0, 1
 
 
+def test_staged_rounds_in_the_window_halves_on_the_simulator():
+    """Plain buffers of 5 int64 over windows of 32 bytes: rounds of 2 elements in the two 16-byte halves taken in
+    turn (3 rounds, the last of one element), read and written at an offset of the device window on the
+    simulator."""
+    import nbcoll
+    from nbcoll.backend import device_backend
+
+    if device_backend() != "sim":
+        pytest.skip("the loopback world runs on numpy and sim")
+
+    def body(comm):
+        n, r = comm.size, comm.rank
+        x = nbcoll.to_device(np.arange(5, dtype=np.int64) + 10 * r)
+        gathered, summed = nbcoll.zeros(5 * n, np.int64), nbcoll.zeros(5, np.int64)
+        comm.all_gather(x, gathered, algo="direct")
+        comm.all_reduce(x, summed, algo="direct")
+        comm.broadcast(x, root=1, algo="direct")
+        return nbcoll.to_host(gathered), nbcoll.to_host(summed), nbcoll.to_host(x)
+
+    with nbcoll.use_backend("sim"):
+        outs = loopback.run(2, body, config=CommConfig(buffsize=32, steps=2, ll_bytes=0, timeout=60))
+    for gathered, summed, bcast in outs:
+        assert gathered.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+        assert summed.tolist() == [10, 12, 14, 16, 18] and bcast.tolist() == [10, 11, 12, 13, 14]
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_a_broadcast_into_registered_outputs_shares_the_copies_with_the_root_call_after_call(nranks):
     """In place on registered buffers (a training loop's parameters): every reader opens its output, so the root
