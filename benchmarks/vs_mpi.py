@@ -13,6 +13,11 @@ Run::
     mpiexec -n 4 python benchmarks/vs_mpi.py        # one rank count
     python benchmarks/vs_mpi.py --quick             # a few small sizes, for a smoke test
     python benchmarks/vs_mpi.py --peers mpi         # MPI only (no torch needed or imported)
+    python benchmarks/vs_mpi.py --bind-to core      # pin each rank to a core, in turn
+
+Started plainly, it leaves the ranks' placement to the scheduler; ``--bind-to core`` pins each rank to a core in
+turn (``mpiexec -bind-to core``), as latency benchmarks are often run. Every library runs in the same ranks, so
+all see the same placement either way, and the tables say which it was.
 
 It writes ``vs_mpi_<n>ranks.json`` and ``.rst`` (the tables of the docs' Performance page) into ``--out``
 (default ``benchmarks/results``), and the plot ``vs_mpi_<n>ranks.png`` into ``--plot-dir`` (default
@@ -53,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot-dir", default=str(HERE.parent / "docs" / "_static"), help="directory for the .png")
     p.add_argument("--no-plot", action="store_true", help="skip the plot (no matplotlib needed)")
     p.add_argument("--peers", default="mpi,gloo", help="comma-separated: mpi (always run), gloo (default mpi,gloo)")
+    p.add_argument(
+        "--bind-to",
+        default="none",
+        choices=("none", "core"),
+        help="when it launches itself: leave placement to the scheduler (default), or pin each rank to a core in turn",
+    )
     p.add_argument(
         "--no-register",
         action="store_true",
@@ -256,7 +267,7 @@ def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command:
         "",
         f"**{nranks} ranks**, {env['backend']} backend, float32 sum; {env['date']} on ``{env['host']}`` "
         f"({env['machine']}); Python {env['python']}, NumPy {env['numpy']}, mpi4py {env['mpi4py']}, "
-        f"{env['mpi']}. Command: ``{command}``.",
+        f"{env['mpi']}; {env.get('placement', 'ranks placed by the scheduler')}. Command: ``{command}``.",
         "",
         verdict(all_rows),
         "",
@@ -328,12 +339,15 @@ def run_rank(args: argparse.Namespace) -> int:
             print(format_table(rows, n), flush=True)
     if gloo is not None:
         gloo.close()
+    bound = world.allreduce(len(os.sched_getaffinity(0)) == 1, op=MPI.LAND)  # how the ranks really were placed
     if comm.rank == 0:
         env = environment()
+        env["placement"] = "each rank bound to one core" if bound else "ranks placed by the scheduler"
         if gloo is not None:
             env["torch"] = gloo.version
         flags = (" --quick" if args.quick else "") + ("" if args.peers == "mpi,gloo" else f" --peers {args.peers}")
         flags += " --no-register" if args.no_register else ""
+        flags += "" if args.bind_to == "none" else f" --bind-to {args.bind_to}"
         command = f"python benchmarks/vs_mpi.py{flags}  (mpiexec -n {n})"
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -352,22 +366,27 @@ def run_rank(args: argparse.Namespace) -> int:
     return 0 if all(r["agree"] for rows in all_rows.values() for r in rows) else 1
 
 
-def run_on_ranks(script: str, run_rank, args: argparse.Namespace, argv: list[str] | None) -> int:
-    """Under mpiexec, run this rank's part; started plainly, re-run ``script`` on each of ``args.ranks`` ranks."""
+def run_on_ranks(
+    script: str, run_rank, args: argparse.Namespace, argv: list[str] | None, bind_to: str | None = None
+) -> int:
+    """Under mpiexec, run this rank's part; started plainly, re-run ``script`` on each of ``args.ranks`` ranks
+    (``bind_to``: pin the ranks as :func:`nbcoll.launch.launch` does)."""
     from nbcoll.launch import launch, under_mpi
 
     if under_mpi():
         return run_rank(args)
     status = 0
     for nranks in (int(x) for x in args.ranks.split(",")):
-        result = launch(nranks, script, args=sys.argv[1:] if argv is None else argv, env={"NBCOLL_BACKEND": "numpy"})
+        rank_args = sys.argv[1:] if argv is None else argv
+        result = launch(nranks, script, args=rank_args, env={"NBCOLL_BACKEND": "numpy"}, bind_to=bind_to)
         print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
         status = status or (0 if result.ok else 1)
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_on_ranks(__file__, run_rank, parse_args(argv), argv)
+    args = parse_args(argv)
+    return run_on_ranks(__file__, run_rank, args, argv, bind_to=args.bind_to)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ A tutorial re-launches itself on 4 ranks when started with plain ``python tutori
     import nbcoll.launch
     nbcoll.launch.relaunch(4)       # under mpiexec this returns at once and the script goes on
 
-From a shell: ``python -m nbcoll.launch -n 4 script.py args...``.
+From a shell: ``python -m nbcoll.launch -n 4 script.py args...``. ``bind_to="core"`` (``--bind-to core``) pins
+each rank to a core in turn, with the MPI's own flag; by default the MPI places the ranks.
 
 How the output is collected: every rank runs this module as a small wrapper (``python -m nbcoll.launch --as-rank
 ...``) that points its own stdout and stderr at a file of its own, records its pid and exit status next to it,
@@ -30,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import functools
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbcoll.launch_job import run_job
+from nbcoll.launch_job import BINDINGS, mpiexec_flags, run_job
 from nbcoll.launch_rank import run_as_rank
 
 NO_MPI_MESSAGE = "no MPI runtime: install the 'mpi' extra (pip install -e '.[mpi]') or a system MPI"
@@ -81,16 +80,6 @@ def find_mpiexec() -> str:
     if on_path:
         return on_path
     raise MPIRuntimeNotFound(NO_MPI_MESSAGE)
-
-
-@functools.cache
-def _mpiexec_flags(mpiexec: str) -> tuple[str, ...]:
-    """Open MPI refuses more ranks than cores unless told; MPICH (hydra) needs nothing."""
-    try:
-        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return ("--oversubscribe",) if "Open MPI" in version or "OpenRTE" in version else ()
 
 
 def under_mpi(environ: Mapping[str, str] | None = None) -> bool:
@@ -246,6 +235,7 @@ def launch(
     args: Sequence[Any] = (),
     env: Mapping[str, str | None] | None = None,
     timeout: float | None = None,
+    bind_to: str | None = None,
 ) -> RankResult:
     """Run one target on ``nprocs`` ranks through ``mpiexec`` and return each rank's output and status.
 
@@ -253,7 +243,9 @@ def launch(
     ``python -c code args...``) or ``function`` (``"module:function"`` or a top-level function object; each rank
     calls ``function(*args)``, and its return value lands in ``result.returns``). ``env`` adds variables to the
     inherited environment (``None`` removes one). After ``timeout`` seconds every process of the job is killed
-    and the result says so. This function never raises for a failing job: call ``result.check()``.
+    and the result says so. ``bind_to`` (one of :data:`BINDINGS`) pins each rank to a core, in turn, as latency
+    benchmarks are run (``mpiexec -bind-to core``); by default the MPI places them. This function never raises for a
+    failing job: call ``result.check()``.
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs: expected an int >= 1, got {nprocs!r}")
@@ -261,6 +253,8 @@ def launch(
         raise ValueError("script, code, function: give exactly one of them")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
+    if bind_to is not None and bind_to not in BINDINGS:
+        raise ValueError(f"bind_to: expected None or one of {BINDINGS}, got {bind_to!r}")
 
     extra_path: list[str] = []
     if script is not None:
@@ -275,10 +269,11 @@ def launch(
         extra_path = [entry for entry in sys.path if entry and os.path.isdir(entry)]
 
     mpiexec = find_mpiexec()
+    flags = mpiexec_flags(mpiexec, bind_to)
     with tempfile.TemporaryDirectory(prefix="nbcoll_launch_") as output_dir:
         command = [
             mpiexec,
-            *_mpiexec_flags(mpiexec),
+            *flags,
             "-n",
             str(nprocs),
             sys.executable,
@@ -300,7 +295,7 @@ def launch(
         result.command = command
     else:
         as_python_args = target[1:] if target[0] == "script" else ["-c", *target[1:]]
-        result.command = [mpiexec, "-n", str(nprocs), sys.executable, *as_python_args]
+        result.command = [mpiexec, *flags, "-n", str(nprocs), sys.executable, *as_python_args]
     return result
 
 
@@ -397,10 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before every rank is killed")
+    parser.add_argument("--bind-to", choices=BINDINGS, default=None, help="pin each rank to a core (or ...) in turn")
     parser.add_argument("script", help="the Python script to run on every rank")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     options = parser.parse_args(argv)
-    result = launch(options.nprocs, options.script, args=options.args, timeout=options.timeout)
+    result = launch(options.nprocs, options.script, args=options.args, timeout=options.timeout, bind_to=options.bind_to)
     return _print_in_rank_order(result)
 
 

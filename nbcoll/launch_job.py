@@ -1,5 +1,5 @@
-"""The ``mpiexec`` job of a launch: run it in a session of its own, stop it and every rank it started, and remove
-the MPI shared memory that ranks which never reached ``MPI_Finalize`` left behind.
+"""The ``mpiexec`` job of a launch: the flags each MPI needs, run it in a session of its own, stop it and every rank
+it started, and remove the MPI shared memory that ranks which never reached ``MPI_Finalize`` left behind.
 
 Each rank writes its pid to ``rank<r>.pid`` in the job's output folder (:mod:`nbcoll.launch_rank`); stopping the
 job signals mpiexec's process group and then each rank's own, because MPICH's hydra starts each rank in a session
@@ -16,12 +16,36 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+
+BINDINGS = ("core", "hwthread", "socket", "numa", "none")
+"""What ``launch(bind_to=...)`` may pin each rank to, as ``mpiexec -bind-to`` names them."""
+
+
+@functools.cache
+def _is_open_mpi(mpiexec: str) -> bool:
+    try:
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in version or "OpenRTE" in version
+
+
+def mpiexec_flags(mpiexec: str, bind_to: str | None = None) -> tuple[str, ...]:
+    """Open MPI refuses more ranks than cores unless told, and more than one rank bound to a core; MPICH (hydra)
+    needs nothing. ``bind_to`` pins the ranks to cores (or hardware threads, sockets...) in turn, rank ``r`` to the
+    ``r``-th modulo their number, with each MPI's own flag; ``None`` leaves the placement to the MPI's default."""
+    if _is_open_mpi(mpiexec):
+        binding = ("--bind-to", f"{bind_to}:overload-allowed" if bind_to != "none" else "none") if bind_to else ()
+        return ("--oversubscribe", *binding)
+    return ("-bind-to", bind_to) if bind_to else ()
+
 
 KILL_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the ranks get to clean up (shared memory, files) before SIGKILL."""

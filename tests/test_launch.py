@@ -1,5 +1,6 @@
 """run_ranks and launch: every rank's output, in rank order; failures and hangs reported with all of it."""
 
+import ast
 import glob
 import mmap
 import os
@@ -130,6 +131,21 @@ def test_launch_checks_its_arguments():
         launch(2, function="rank_functions:rank_and_double", args=(object(),))
     with pytest.raises(ValueError, match="timeout"):
         launch(2, PRINT_RANK, timeout=0)
+    with pytest.raises(ValueError, match=r"bind_to: expected None or one of .*'core'.*got 'cores'"):
+        launch(2, PRINT_RANK, bind_to="cores")
+
+
+def test_bind_to_core_pins_each_rank_to_one_core_in_turn():
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    cores = sorted(os.sched_getaffinity(0))
+    bound = launch(3, code=code, bind_to="core", timeout=60)
+    assert bound.ok, bound.report()
+    pinned = [ast.literal_eval(output) for output in bound.outputs]
+    assert all(len(cpus) == 1 and cpus[0] in cores for cpus in pinned), pinned
+    assert pinned[0] != pinned[1] or len(cores) == 1  # in turn: the first two ranks on two cores
+    assert "bind" in " ".join(bound.command)  # the command that reproduces the run says so
+    free = launch(2, code=code, bind_to="none", timeout=60)
+    assert free.ok and all(ast.literal_eval(output) == cores for output in free.outputs), free.report()
 
 
 def test_relaunch_prints_each_rank_in_rank_order_and_exits_with_the_job_status():
