@@ -80,6 +80,12 @@ def test_the_rounds_kernel_reads_the_flag_half_of_every_line(backend, n):
     np.testing.assert_array_equal(got, (lines >> np.uint64(32)).astype(np.uint32))
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_first_round_reads_the_flag_of_the_first_line_alone(backend, n):
+    lines = np.array([(0xFFFFFFFE << 32) | 0xFFFFFFFF, 5 << 32, 6 << 32][:n], np.uint64)  # high bits on both halves
+    assert ll.first_round(nbcoll.zeros(1, np.uint32), nbcoll.to_device(lines)) == 0xFFFFFFFE
+
+
 def test_began_counts_later_rounds_and_wraps_around():
     assert ll.began(5, 5) and ll.began(7, 5) and not ll.began(4, 5)
     assert not ll.began(0, 1) and not ll.began(0, 2)  # a line never written: no round begun

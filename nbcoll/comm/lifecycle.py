@@ -87,13 +87,16 @@ class Lifecycle:
         >>> comm.destroy()
         """
         if self._aborted_by is None and not self._destroyed:
+            # One probe for any message (mpi4py's defaults: any source, any tag) answers for both kinds of note
+            # below in almost every call, where nothing has arrived; only when something has are they asked apart.
+            arrived = self._wiring.ctrl.Iprobe()
             by = self._wiring.control.aborted_by
-            if by is None:
+            if by is None and arrived:
                 by = abort_message_source(self._wiring.ctrl)
             if by is not None:
                 self._aborted_by = by
                 self.log.warn("INIT", f"communicator aborted by rank {by}")
-            elif self.engine.refusals.poll() is not None:
+            elif self.engine.refusals.poll(arrived) is not None:
                 self.log.warn("INIT", self.engine.refusals.conflict)
                 self.abort()
         return self._aborted_by

@@ -193,7 +193,7 @@ class LLStep:
         self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
         # Each launch's backend half, chosen once: a replay reruns this step on every call
         self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
-        self.load_rounds = resolve(ll_kernels.load_rounds)
+        self.first_round = resolve(ll_kernels.first_round)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
         # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
         # lines are this rank's, padded per segment; a read's are its segment of each source's)
@@ -259,8 +259,7 @@ class LLStep:
 
     def _began(self, line: Any, round_: int) -> bool:
         """Whether a peer's line 0 carries ``round_`` or a later round: that peer has begun ``round_``."""
-        self.load_rounds(self.ll.probe, line)
-        return ll_kernels.began(int(memory.to_host(self.ll.probe)[0]), round_)
+        return ll_kernels.began(self.first_round(self.ll.probe, line), round_)
 
     def _lines_missing(self, peer: int) -> int:
         ll, words, lines, flag = self.ll, self.words, self.lines[peer], self.flag

@@ -125,9 +125,13 @@ class Refusals:
         if conflict is not None:
             raise CommAbortedError(f"rank {self._rank}: {conflict}")
 
-    def poll(self) -> str | None:
-        """Receive the notes that have arrived; return why the communicator must be aborted, if it must."""
-        if self.conflict is None and not self._setting_up and not self._ctrl.Iprobe(MPI.ANY_SOURCE, TAG_REFUSED):
+    def poll(self, arrived: bool = True) -> str | None:
+        """Receive the notes that have arrived; return why the communicator must be aborted, if it must.
+
+        ``arrived=False``: the caller has just probed for any message and found none, so this one need not probe.
+        """
+        quiet = self.conflict is None and not self._setting_up
+        if quiet and (not arrived or not self._ctrl.Iprobe(MPI.ANY_SOURCE, TAG_REFUSED)):
             return None  # nothing has arrived, the case of almost every call: one probe, no lock
         with self._lock:
             for peer, seq in self._receive():

@@ -101,10 +101,11 @@ def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, m
     ``for i: words[i] = low half of lines[i]`` (the kernel copies the words of a round not yet complete too, and
     no caller reads them)."""
     if lines.size <= SCALAR_LINES:  # a few lines: Python ints cost less than array temporaries
-        values, flag = lines.tolist(), int(flag_high)  # one aligned 8-byte load per line, as below
-        count = sum((value & 0xFFFFFFFF00000000) != flag for value in values)
-        words[...] = [value & 0xFFFFFFFF for value in values]
+        values, flag = lines.tolist(), int(flag_high) >> 32  # one aligned 8-byte load per line, as below
+        count = len(values) - [value >> 32 for value in values].count(flag)
         missing[0] = count
+        if not count:  # a poll that fails, most of them, stops here
+            words[...] = [value & 0xFFFFFFFF for value in values]
         return count
     # Two passes, flags then data, read what the kernel's single load reads: a flag of this round was stored with
     # its data in one 8-byte store, and the writer stores into these lines again only after this rank has begun
@@ -115,6 +116,11 @@ def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, m
     if not count:
         np.copyto(words, lines, casting="unsafe")  # each line converted to uint32 keeps its low half
     return count
+
+
+def first_round_reference(probe: np.ndarray, lines: np.ndarray) -> int:
+    """``lines[0] >> 32``, returned: the round a peer's first line carries (``probe`` is the kernel's scratch)."""
+    return int(lines[0]) >> 32
 
 
 def rounds_reference(rounds: np.ndarray, lines: np.ndarray) -> None:
@@ -183,6 +189,14 @@ def load_lines(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> in
 def load_rounds(rounds: Any, lines: Any) -> None:
     """``rounds`` without checks, into a given ``uint32`` array: what a writer polls before it reuses its lines."""
     launch_1d(ll_rounds_kernel, lines.size, rounds, lines)
+
+
+@dispatch(reference=first_round_reference)
+def first_round(probe: Any, lines: Any) -> int:
+    """The round ``lines[0]`` carries, through the one-element ``uint32`` device array ``probe``: what a writer
+    polls in each peer's presence line before it reuses its own lines."""
+    launch_1d(ll_rounds_kernel, 1, probe, lines[:1])
+    return int(memory.to_host(probe)[0])
 
 
 def store(lines: Any, words: Any, round_: int) -> None:
