@@ -309,6 +309,39 @@ def test_a_broadcast_root_runs_at_most_one_round_ahead_of_its_readers():
     assert "ranks [1, 2] to begin LL round 2 before this rank writes round 3" in message, message
 
 
+def test_a_poll_that_found_its_round_incomplete_looks_at_the_last_line_first(monkeypatch):
+    """After a poll that failed, a reader looks at the writer's last line before the others. A last line that lands
+    first (as lines may on a GPU) still leaves the round incomplete until every line is there."""
+    import threading
+    import time
+
+    store, first_round = ll.store_lines.reference, ll.first_round.reference
+    looks = []
+
+    def last_line_first(lines, words, flag_high):
+        if lines.size > 1:  # the root's data, not a reader's presence line
+            store(lines[-1:], words[-1:], flag_high)
+            time.sleep(0.1)  # the readers poll meanwhile
+        store(lines, words, flag_high)
+
+    def counted(probe, lines):
+        looks.append(threading.current_thread().name)
+        return first_round(probe, lines)
+
+    monkeypatch.setattr(ll.store_lines, "reference", last_line_first)
+    monkeypatch.setattr(ll.first_round, "reference", counted)
+
+    def body(comm):
+        x = np.arange(40, dtype=np.int32) + (1000 if comm.rank == 0 else 0)  # 40 lines: more than SCALAR_LINES
+        return comm.broadcast(x, root=0, algo="direct")
+
+    with nbcoll.use_backend("numpy"):
+        outs = loopback.run(3, body)
+    for out in outs:
+        np.testing.assert_array_equal(out, np.arange(40, dtype=np.int32) + 1000)
+    assert looks, "no reader looked at the last line alone"
+
+
 def test_many_small_broadcasts_in_a_row_with_slow_readers_stay_exact():
     import time
 
