@@ -64,9 +64,10 @@ _SEND, _REDUCE, _POST = int(SEND), int(REDUCE), int(POST)  # plain ints: a test 
 PROBE_ABOVE = 256
 """Segments of more lines than this are polled by their last line first (one thread), then read whole: a load of
 every line costs a launch of as many threads, which the simulator runs one by one. A step whose poll has already
-found its round incomplete polls the last line first whatever the size: a writer stores its lines in order, so
-until the last one is there the others need not be checked (on the ``numpy`` backend a check of every flag costs
-about 3 us for 1024 lines, a look at one line 0.2 us)."""
+found its round incomplete polls the last line first whatever the size: a writer on the CPU stores its lines in
+order, so until the last one is there the others need not be checked (on the ``numpy`` backend a check of every
+flag costs about 3 us for 1024 lines, a look at one line 0.2 us). Where lines land in any order (a GPU's threads)
+the look is only a hint: the check of every flag decides."""
 
 
 def buffer_bytes(payload_bytes: int) -> int:

@@ -194,7 +194,7 @@ def load_rounds(rounds: Any, lines: Any) -> None:
 @dispatch(reference=first_round_reference)
 def first_round(probe: Any, lines: Any) -> int:
     """The round ``lines[0]`` carries, through the one-element ``uint32`` device array ``probe``: what a writer
-    polls in each peer's presence line before it reuses its own lines."""
+    polls in each peer's presence line before it reuses its own lines, and a reader in a writer's last line."""
     launch_1d(ll_rounds_kernel, 1, probe, lines[:1])
     return int(memory.to_host(probe)[0])
 
