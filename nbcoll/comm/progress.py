@@ -41,7 +41,11 @@ class Progress:
         self._check = check
         self._name = name
         self._queue: deque[tuple[list[Any], list[Work]]] = deque()
-        self._lock = threading.Condition()
+        # One lock, taken bare on the hot path (claim, release) and as a condition where a thread waits; release
+        # wakes the waiters only when there are some, since a replayed collective claims and releases every call.
+        self._mutex = threading.RLock()
+        self._lock = threading.Condition(self._mutex)
+        self._waiters = 0
         self._busy = False
         self._thread: threading.Thread | None = None
 
@@ -80,7 +84,7 @@ class Progress:
 
         A replayed collective whose steps are ready at once runs them so (:mod:`nbcoll.comm.replay`), with no batch.
         """
-        with self._lock:
+        with self._mutex:
             if self._busy or self._queue:
                 return False
             self._busy = True
@@ -88,9 +92,10 @@ class Progress:
 
     def release(self) -> None:
         """Give back the queue taken by :meth:`claim`: a batch waiting behind may run."""
-        with self._lock:
+        with self._mutex:
             self._busy = False
-            self._lock.notify_all()
+            if self._waiters:
+                self._lock.notify_all()
 
     def _finish(self, works: list[Work], error: BaseException | None) -> None:
         self.release()
@@ -101,7 +106,7 @@ class Progress:
         while True:
             with self._lock:
                 while self._queue and self._busy:  # a synchronous batch is running inline: wait for it
-                    self._lock.wait()
+                    self._wait()
                 if not self._queue:
                     # Decided under the lock, so a batch submitted from now on sees no thread and starts one.
                     self._thread = None
@@ -119,7 +124,15 @@ class Progress:
     def quiesce(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or running; return whether that happened within ``timeout``."""
         with self._lock:
-            return self._lock.wait_for(lambda: not self._busy and not self._queue, timeout)
+            return self._wait(lambda: not self._busy and not self._queue, timeout)
+
+    def _wait(self, predicate: Callable[[], bool] | None = None, timeout: float | None = None) -> bool:
+        """(Under the lock.) ``wait()``, or ``wait_for(predicate, timeout)``, counted as a waiter for release()."""
+        self._waiters += 1
+        try:
+            return self._lock.wait() if predicate is None else self._lock.wait_for(predicate, timeout)
+        finally:
+            self._waiters -= 1
 
     def cancel(self, error: BaseException) -> None:
         """Fail every batch still queued (not the one running) with ``error``."""
