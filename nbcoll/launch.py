@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before every rank is killed")
-    parser.add_argument("--bind-to", choices=BINDINGS, default=None, help="pin each rank to a core (or ...) in turn")
+    parser.add_argument("--bind-to", choices=BINDINGS, default=None, help="pin each rank to one of these, in turn")
     parser.add_argument("script", help="the Python script to run on every rank")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     options = parser.parse_args(argv)

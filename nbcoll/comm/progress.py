@@ -105,8 +105,7 @@ class Progress:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while self._queue and self._busy:  # a synchronous batch is running inline: wait for it
-                    self._wait()
+                self._wait(lambda: not (self._queue and self._busy))  # a synchronous batch runs inline: wait for it
                 if not self._queue:
                     # Decided under the lock, so a batch submitted from now on sees no thread and starts one.
                     self._thread = None
@@ -126,11 +125,11 @@ class Progress:
         with self._lock:
             return self._wait(lambda: not self._busy and not self._queue, timeout)
 
-    def _wait(self, predicate: Callable[[], bool] | None = None, timeout: float | None = None) -> bool:
-        """(Under the lock.) ``wait()``, or ``wait_for(predicate, timeout)``, counted as a waiter for release()."""
+    def _wait(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """(Under the lock.) ``wait_for(predicate, timeout)``, counted as a waiter, whom release() wakes."""
         self._waiters += 1
         try:
-            return self._lock.wait() if predicate is None else self._lock.wait_for(predicate, timeout)
+            return self._lock.wait_for(predicate, timeout)
         finally:
             self._waiters -= 1
 

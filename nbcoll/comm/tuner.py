@@ -243,7 +243,7 @@ def cost_terms(
         if algo == "tree":  # an inner node folds two children and sends down to two; n = 2 has no inner node
             at_once = 2 if channels > 1 else 1  # the trees on two channels wait at the same time
             return 4 * (_chunks(s / 2, chunk_bytes) + depth) / at_once, (2.0 if n == 2 else 3.5) * s
-        if algo == "direct":  # a window round waits twice: for the peers to be done reading, then for their posts
+        if algo == "direct":  # over the windows: two waits in the first round, one in each later one (_waits)
             if window_bytes:
                 return _waits(s, _piece(window_bytes)), n * s
             return 2 * chunks, 2 * (n - 1) * s
@@ -252,7 +252,7 @@ def cost_terms(
             exchanges = sum(4 * _chunks(s / 2**k, chunk_bytes) for k in range(1, int(math.log2(p)) + 1))
             steps, moved = chunks + exchanges, s + 4 * (p - 1) / p * s
             return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
-    if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop, two waits per round
+    if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop
         if window_bytes:  # the root stages piece k + 1 while the readers copy piece k: a pipeline of two copies
             piece = _piece(window_bytes)
             return _waits(s, piece), s + min(s, piece)
