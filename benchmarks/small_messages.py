@@ -55,7 +55,7 @@ STAGES = {
     "watchdog loop (drive)": [("comm", "engine.progress", "_drive")],  # bound when the queue was made
     "waiting for peers (yield, sleep)": [
         ("nbcoll.comm.watchdog", "Watchdog", "_wait_a_little"),
-        ("nbcoll.comm.replay", None, "_ready_soon"),  # a replay's own short wait (its polls count as polls)
+        ("nbcoll.comm.watchdog", "Watchdog", "ready_soon"),  # a replay's short wait (its polls count as polls)
     ],
     "abort and dead-peer checks (entry, waits)": [
         ("nbcoll.comm.watchdog", "Watchdog", "check_aborted"),

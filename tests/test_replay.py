@@ -247,7 +247,7 @@ def test_a_replay_behind_work_in_flight_waits_its_turn_and_one_whose_peer_never_
 def test_a_replayed_step_that_is_not_ready_is_polled_briefly_before_the_watchdog_takes_it(monkeypatch):
     import time
 
-    from nbcoll.comm import replay
+    from nbcoll.comm import watchdog
 
     class Step:
         def __init__(self, ready_after):
@@ -257,11 +257,11 @@ def test_a_replayed_step_that_is_not_ready_is_polled_briefly_before_the_watchdog
             self.polls += 1
             return self.polls > self.ready_after
 
-    monkeypatch.setattr(replay, "SPIN_SECONDS", 30.0)  # however loaded the machine, a few polls fit
+    monkeypatch.setattr(watchdog, "SHORT_POLL_SECONDS", 30.0)  # however loaded the machine, a few polls fit
     soon = Step(ready_after=3)
-    assert replay._ready_soon(soon) and soon.polls == 4  # ready on the fourth poll: no watchdog
-    monkeypatch.setattr(replay, "SPIN_SECONDS", 0.02)
+    assert watchdog.Watchdog.ready_soon(soon) and soon.polls == 4  # ready on the fourth poll: no loop
+    monkeypatch.setattr(watchdog, "SHORT_POLL_SECONDS", 0.02)
     never = Step(ready_after=10**9)
     start = time.perf_counter()
-    assert not replay._ready_soon(never)  # given up after SPIN_SECONDS, for the watchdog
+    assert not watchdog.Watchdog.ready_soon(never)  # given up after SHORT_POLL_SECONDS, for the loop
     assert never.polls >= 1 and time.perf_counter() - start >= 0.02

@@ -11,8 +11,8 @@ point-to-point operations (timeouts, abort, flight recorder)::
     all_gather     recvbuf[r*count:(r+1)*count] = sendbuf of rank r          ring, direct
     reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring, direct
     all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise, direct
-    gather         recvbuf (root)[r*count:...] = sendbuf of rank r           direct
-    scatter        recvbuf = sendbuf (root)[rank*count:...]                  direct
+
+Gather and scatter, which NCCL leaves to grouped sends and receives, are in :mod:`nbcoll.comm.gather_scatter`.
 
 Buffers are contiguous device arrays of one dtype; ``count`` is the number of elements of the per-rank block.
 ``recvbuf=None`` means in place, where NCCL allows it: all-reduce, broadcast and reduce reuse ``sendbuf``;
@@ -284,72 +284,6 @@ class Collectives(CollectiveChecks):
                 nbytes=_nbytes(send) // self.size,
                 single=[(send, recv)],
                 keep=(key, sendbuf, recvbuf),
-            )
-
-    def gather(
-        self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
-    ) -> Any:
-        """On ``root``: ``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``; ``recvbuf`` is ignored elsewhere.
-
-        >>> import numpy as np, nbcoll
-        >>> comm = nbcoll.init()
-        >>> mine = nbcoll.to_device(np.full(2, comm.rank + 1, np.int32))
-        >>> on_root = nbcoll.zeros(2 * comm.size, np.int32)
-        >>> nbcoll.to_host(comm.gather(mine, on_root, root=0))  # on rank 0: every rank's block in rank order
-        array([1, 1], dtype=int32)
-        >>> comm.destroy()
-        """
-        with self.engine.call("gather") as seq:
-            root = self._root(root)
-            send = self._buffer(sendbuf, "sendbuf")
-            count = send.size
-            recv = None
-            if self.rank == root:
-                recv = self._root_blocks(recvbuf, "recvbuf", "gather", root, send, "sendbuf")
-                memory.require_writable(recv, "recvbuf")
-            return self._launch(
-                seq,
-                "gather",
-                algo,
-                async_op,
-                Signature("gather", count, _dtype_name(send.dtype), "-", root),
-                lambda run, ctx: run(ctx, send, recv, root),
-                result=recvbuf,
-                nbytes=_nbytes(send),
-                single=[(send, recv)],
-            )
-
-    def scatter(
-        self, sendbuf: Any, recvbuf: Any, root: int = 0, algo: str | None = None, async_op: bool = False
-    ) -> Any:
-        """``recvbuf = sendbuf of root [rank*count:(rank+1)*count]``; ``sendbuf`` is ignored off the root.
-
-        >>> import numpy as np, nbcoll
-        >>> comm = nbcoll.init()
-        >>> blocks = nbcoll.to_device(np.arange(2 * comm.size, dtype=np.int32))   # read on the root only
-        >>> mine = nbcoll.zeros(2, np.int32)
-        >>> nbcoll.to_host(comm.scatter(blocks, mine, root=0))  # this rank's block of the root's array
-        array([0, 1], dtype=int32)
-        >>> comm.destroy()
-        """
-        with self.engine.call("scatter") as seq:
-            root = self._root(root)
-            recv = self._buffer(recvbuf, "recvbuf")
-            memory.require_writable(recv, "recvbuf")
-            count = recv.size
-            send = None
-            if self.rank == root:
-                send = self._root_blocks(sendbuf, "sendbuf", "scatter", root, recv, "recvbuf")
-            return self._launch(
-                seq,
-                "scatter",
-                algo,
-                async_op,
-                Signature("scatter", count, _dtype_name(recv.dtype), "-", root),
-                lambda run, ctx: run(ctx, send, recv, root),
-                result=recvbuf,
-                nbytes=_nbytes(recv),
-                single=[(send, recv)],
             )
 
     def barrier(self, async_op: bool = False) -> Any:

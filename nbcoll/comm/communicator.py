@@ -18,6 +18,7 @@ a mixin class the communicator inherits::
 
     nbcoll/comm/point_to_point.py     send, recv, group, drive
     nbcoll/comm/collectives.py        all_reduce, broadcast, reduce, all_gather, ... barrier
+    nbcoll/comm/gather_scatter.py     gather, scatter
     nbcoll/comm/peers.py              send_connection, recv_connection, peer_counters, counters, reset_counters
     nbcoll/comm/registered_buffers.py alloc, free
     nbcoll/comm/lifecycle.py          split, dup, shrink, abort, aborted_by, closed, destroy
@@ -43,6 +44,7 @@ from nbcoll.comm.config import CommConfig
 from nbcoll.comm.counters import PeerCounters
 from nbcoll.comm.debug import FlightRecorder, Logger
 from nbcoll.comm.engine import Engine
+from nbcoll.comm.gather_scatter import GatherScatter
 from nbcoll.comm.group import Group
 from nbcoll.comm.lifecycle import NOCOLOR, Lifecycle  # noqa: F401  (NOCOLOR: importable from here as before)
 from nbcoll.comm.peers import Peers
@@ -51,7 +53,7 @@ from nbcoll.comm.registered_buffers import RegisteredBuffers
 from nbcoll.comm.watchdog import Watchdog
 
 
-class Communicator(PointToPoint, Collectives, Peers, RegisteredBuffers, Lifecycle):
+class Communicator(PointToPoint, Collectives, GatherScatter, Peers, RegisteredBuffers, Lifecycle):
     """A group of ranks that can send to and receive from each other.
 
     Example::

@@ -17,9 +17,10 @@ algorithm runs those steps again in new rounds::
 What a replay still does is what every call must do: refuse to run on an aborted or destroyed communicator,
 number the call and settle earlier refusals (:mod:`nbcoll.comm.refusal`), write the flight recorder, and keep
 its place in the progress queue. When nothing else is in flight it runs its steps on the caller's thread while
-each is ready, polling a step that is not yet for a short while (:data:`SPIN_SECONDS`), and hands the first that
-must wait longer, with the rest, to the watchdog, which bounds every wait (timeouts, abort, dead peers); behind
-work in flight, or traced, it goes through the queue as a whole.
+each is ready, polling a step that is not yet for a short while (the watchdog's
+:meth:`~nbcoll.comm.watchdog.Watchdog.ready_soon`), and hands the first that must wait longer, with the rest, to
+the watchdog's loop, which bounds every wait (timeouts, abort, dead peers); behind work in flight, or traced, it
+goes through the queue as a whole.
 
 What it skips is only what cannot have changed: a replay is found by the buffers' identities, and it checks that
 their shape, strides and dtype and the output's writability are those it was planned with. A kept plan holds its
@@ -37,8 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import os
-import time
 import weakref
 from collections.abc import Hashable
 from typing import Any
@@ -48,13 +47,6 @@ from nbcoll.comm.collective_op import CollectiveOp
 
 MAX_REPLAYS = 32
 """Plans kept per communicator; the oldest goes first (a loop calls few signatures; one-off calls pass through)."""
-
-SPIN_SECONDS = 1e-3
-"""How long a replayed step that must wait polls on the caller's thread before the watchdog takes it over. A
-replay runs alone (it has claimed the progress queue) and its peer is most often a few microseconds behind: a bare
-poll between two yields of the core costs less than a pass of the watchdog's loop, so it notices the peer sooner and
-leaves more of the core to a peer that shares it (four ranks on two cores). Abort and dead peers are the
-watchdog's to notice, every 10 ms, which this spin delays by at most its length."""
 
 
 def _flat(x: Any) -> Any:
@@ -140,34 +132,25 @@ class Replay:
         return sendbuf if self.result_is_send else recvbuf
 
     def _run_ready_steps(self, engine: Any, record: Any, seq: int) -> None:
-        """Run the steps while each is ready, or becomes so within :data:`SPIN_SECONDS`; the first one that must
-        wait longer goes to the watchdog with the rest, which bounds the wait (timeout, abort, dead peer) as for
-        every other operation."""
+        """Run the steps while each is ready, or becomes so after a short poll (``watchdog.ready_soon``); the first
+        one that must wait longer goes to the watchdog's loop with the rest, which bounds the wait (timeout, abort,
+        dead peer) as for every other operation."""
+        watchdog = engine.comm.watchdog
         for i, step in enumerate(self.steps):
-            if not step.ready() and not _ready_soon(step):
-                engine.comm.watchdog.drive([self._operation(i, record, seq, engine)])
+            if not step.ready() and not watchdog.ready_soon(step):
+                watchdog.drive([self._operation(i, record, seq, engine)])
                 return
             try:
                 step.run()
             except BaseException:
                 record.finish("failed")
-                engine.comm.watchdog.failed = True  # as the watchdog marks its own failures: messages may be left
+                watchdog.failed = True  # as the watchdog marks its own failures: messages may be left
                 raise
         record.finish()
 
     def _operation(self, first: int, record: Any, seq: int, engine: Any) -> CollectiveOp:
         """The kept steps from ``first`` on, as an operation the progress queue and the watchdog run."""
         return CollectiveOp(self.name, self.algo, [iter(self.steps[first:])], record, engine.tracer, seq)
-
-
-def _ready_soon(step: Any) -> bool:
-    """Poll ``step`` between yields of the core for up to :data:`SPIN_SECONDS`; return whether it became ready."""
-    deadline = time.perf_counter() + SPIN_SECONDS
-    while time.perf_counter() < deadline:
-        os.sched_yield()
-        if step.ready():
-            return True
-    return False
 
 
 class Replays:

@@ -46,6 +46,13 @@ HEALTH_CHECK_INTERVAL = 0.01
 SPIN_SECONDS = 0.002
 """How long a waiting rank only yields the core (``sched_yield``) before it starts to sleep."""
 
+SHORT_POLL_SECONDS = 1e-3
+"""How long :meth:`Watchdog.ready_soon` polls one step on the caller's thread before the watchdog's loop takes it
+over. A replayed call (:mod:`nbcoll.comm.replay`) runs alone, and its peer is most often a few microseconds
+behind: a bare poll between two yields of the core costs less than a pass of the loop, so it notices the peer
+sooner and leaves more of the core to a peer that shares it (four ranks on two cores). Abort and dead peers are
+noticed by the loop, every :data:`HEALTH_CHECK_INTERVAL`, which this poll delays by at most its length."""
+
 MAX_SLEEP_SECONDS = 0.001
 
 
@@ -218,6 +225,17 @@ class Watchdog:
                 + self._context(pending)
             )
         )
+
+    @staticmethod
+    def ready_soon(step: Any) -> bool:
+        """Poll ``step.ready()`` between yields of the core for up to :data:`SHORT_POLL_SECONDS`; return whether it
+        became ready (if not, the caller hands it to :meth:`drive`, which bounds the wait)."""
+        deadline = time.perf_counter() + SHORT_POLL_SECONDS
+        while time.perf_counter() < deadline:
+            os.sched_yield()
+            if step.ready():
+                return True
+        return False
 
     @staticmethod
     def _wait_a_little(waited: float) -> None:
