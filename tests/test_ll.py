@@ -309,6 +309,31 @@ def test_a_broadcast_root_runs_at_most_one_round_ahead_of_its_readers():
     assert "ranks [1, 2] to begin LL round 2 before this rank writes round 3" in message, message
 
 
+def test_a_broadcast_reader_announces_itself_while_it_waits_for_the_root_in_one_step():
+    """A reader's receive writes its presence line first, before the root has written anything, and then polls:
+    one step per round. The root sees that line before it even calls the broadcast."""
+    import time
+
+    def body(comm):
+        x = np.full(3, comm.rank, np.int32)
+        comm.all_gather(x, np.zeros(3 * comm.size, np.int32), algo="direct")  # round 1: the LL buffers exist
+        ll_buffers = comm.engine._ll
+        if comm.rank == 0:  # wait for the reader's line 0 of round 2, then broadcast round 2
+            deadline = time.monotonic() + 5.0
+            while int(ll_buffers.lines(1, 2, 0, 1)[0]) >> 32 != 2:
+                assert time.monotonic() < deadline, "the reader never announced round 2"
+                time.sleep(0.001)
+        got = comm.broadcast(x, root=0, algo="direct")
+        comm.broadcast(x, root=0, algo="direct")  # the plan is kept: its steps are the replay's
+        (replay,) = [r for r in comm.engine.replays.kept.values() if r.name == "broadcast"]
+        return got.tolist(), [step.name for step in replay.steps]
+
+    with nbcoll.use_backend("numpy"):
+        results = loopback.run(2, body, config=CommConfig(timeout=10.0))
+    assert results[0] == ([0, 0, 0], ["ll_send"])  # in place: the root writes its lines, nothing to copy
+    assert results[1] == ([0, 0, 0], ["ll_recv"])  # announce, poll and copy: one step
+
+
 def test_a_poll_that_found_its_round_incomplete_looks_at_the_last_line_first(monkeypatch):
     """After a poll that failed, a reader looks at the writer's last line before the others. A last line that lands
     first (as lines may on a GPU) still leaves the round incomplete until every line is there."""

@@ -33,6 +33,9 @@ waits for the readers of the round it writes::
     others:  (a data round two rounds back: the same wait);        line 0 of lines(me)[r % 2] = r
              poll lines(root)[r % 2] until every line carries r;    out = root's words
 
+A reader does both in one step, a receive that *announces* itself first, as an NCCL receiver hands its credit
+back within its receive: a step fewer to run for every reader of every round.
+
 Half of every line is flag, so LL moves twice the bytes: the engine uses it for one-shot collectives of at most
 ``NBCOLL_LL_BYTES`` per rank (default 64 KiB, 0 turns it off), when every peer is on this machine.
 
@@ -146,15 +149,16 @@ class LLBuffers:
         return LLStep(self, prims, flags, lo, hi, round_, block, segment=segment)
 
     def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
-             sources: list[int] | None = None) -> LLStep:  # fmt: skip
+             sources: list[int] | None = None, announce: bool = False) -> LLStep:  # fmt: skip
         """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p`` (of ``sources``): an
-        all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only)."""
-        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources)
+        all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only).
 
-    def presence(self, prims: Prims, round_: int) -> LLStep:
-        """``line 0 of lines(me) = round_``, no data: a broadcast's reader says it has begun the round, which is
-        what the writers of the next round wait for (see the module's docstring)."""
-        return LLStep(self, prims, DIRECT | SEND, 0, 0, round_)
+        With ``announce`` (a broadcast's reader), the step first writes this rank's *presence* line of the round
+        (``line 0 of lines(me) = round_``, no data): it has begun the round, which is what the writers of the
+        next round wait for (see the module's docstring).
+        """
+        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources,
+                      announce=announce)  # fmt: skip
 
     def close(self) -> None:
         self.windows.close()
@@ -163,10 +167,11 @@ class LLBuffers:
 class LLStep:
     """One step of an LL round; it has the interface of a :class:`~nbcoll.comm.primitives.Step`.
 
-    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round (a presence line when
-      empty); ready when every peer has begun the previous round;
+    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round; ready when every peer has
+      begun the previous round;
     * ``DIRECT | RECV | REDUCE | COPY``: ready when every peer's lines carry the round; fold in rank order;
-    * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``.
+    * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``. With
+      ``announce``, it first writes this rank's presence line, under the same condition as a write.
 
     ``block``, ``segments`` and ``segment`` place the chunks of an all-to-all (see :meth:`LLBuffers.send`).
     """
@@ -183,6 +188,7 @@ class LLStep:
         segments: int = 1,
         segment: int = 0,
         sources: list[int] | None = None,
+        announce: bool = False,
     ) -> None:
         self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
         self.block, self.segments, self.segment = block, segments, segment
@@ -190,6 +196,8 @@ class LLStep:
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
         self.sending = bool(self.bits & _SEND)
+        self.announces = announce and not self.sending
+        self.writes = self.sending or self.announces  # into this rank's lines: data, or a presence line
         self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
         self.reads_everyone = len(self.sources) == len(ll.others)
         self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
@@ -201,10 +209,13 @@ class LLStep:
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
         # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
         # lines are this rank's, padded per segment; a read's are its segment of each source's)
+        if self.writes:  # each peer's line 0, which says whether that peer has begun a round
+            self.first_lines = [{p: ll.lines(p, half, 0, 1) for p in ll.others} for half in (0, 1)]
+        if self.announces:
+            self.presence_lines = [ll.lines(ll.rank, half, 0, 1) for half in (0, 1)]
         if self.sending:
-            count = max(1, self.segments * self.words)  # a presence line is one line
+            count = self.segments * self.words
             self.halves = [{ll.rank: ll.lines(ll.rank, half, 0, count)} for half in (0, 1)]
-            self.first_lines = [{p: ll.lines(p, half, 0, 1) for p in ll.others} for half in (0, 1)]  # presence
         else:
             at = self.segment * self.words
             self.halves = [{p: ll.lines(p, half, at, self.words) for p in self.sources} for half in (0, 1)]
@@ -219,7 +230,9 @@ class LLStep:
         self.round = round_
         self.flag = ll_kernels.flag_of(round_)
         self.round_word = ll_kernels.wrapped(round_)  # the flag as first_round returns it
-        self.late = list(self.ll.others if self.sending else self.sources)  # peers not seen in the round it waits for
+        self.unseen = self.ll.others if self.writes else []  # peers not yet seen to have begun the round before
+        self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
+        self.to_announce = self.announces
         self.lines = self.halves[round_ % 2]  # peer -> the lines this step writes (this rank's) or polls, this round
         self.probing = self.words > PROBE_ABOVE  # poll the last line first (see PROBE_ABOVE)
 
@@ -242,27 +255,41 @@ class LLStep:
 
     def ready(self) -> bool:
         """A write: no peer still reads the data this half held (every peer has begun the previous round). A read:
-        poll every peer still late; a load that finds every line of the round keeps their words."""
+        poll every peer still late; a load that finds every line of the round keeps their words. A read that
+        announces itself writes its presence line first, as soon as a write could (its writer waits for it)."""
+        if self.unseen and not self._half_is_free():
+            return False
+        if self.to_announce:
+            self._announce()
         if not self.late:
-            return True
-        ll = self.ll
-        if self.sending:
-            before = self.round - 1
-            if ll.seen < before and ll.half_is_read[self.round % 2]:  # ask each peer's line 0 of round `before`
-                first_lines = self.first_lines[before % 2]
-                self.late = [peer for peer in self.late if not self._began(first_lines[peer], before)]
-                if self.late:
-                    return False
-                ll.seen = before
-            self.late = []
             return True
         self.late = [peer for peer in self.late if self._lines_missing(peer)]
         if self.late:
             self.probing = self.words > 1  # the writer is still at it: from now on look at its last line first
             return False
-        if self.reads_everyone and ll.seen < self.round:
-            ll.seen = self.round
+        if self.reads_everyone and self.ll.seen < self.round:
+            self.ll.seen = self.round
         return True
+
+    def _half_is_free(self) -> bool:
+        """Whether no peer still reads what this rank's half of the round last held: every peer has begun the
+        round before, or that half held nothing a peer reads (a presence line)."""
+        ll, before = self.ll, self.round - 1
+        if ll.seen < before and ll.half_is_read[self.round % 2]:  # ask each peer's line 0 of round `before`
+            first_lines = self.first_lines[before % 2]
+            self.unseen = [peer for peer in self.unseen if not self._began(first_lines[peer], before)]
+            if self.unseen:
+                return False
+            ll.seen = before
+        self.unseen = []
+        return True
+
+    def _announce(self) -> None:
+        """``line 0 of lines(me) = round``, no data: this rank has begun the round, so it is done reading the one
+        before (a broadcast's reader; see the module's docstring)."""
+        self.ll.half_is_read[self.round % 2] = False
+        self.store_lines(self.presence_lines[self.round % 2], self.ll.presence_word, self.flag)
+        self.to_announce = False
 
     def _began(self, line: Any, round_: int) -> bool:
         """Whether a peer's line 0 carries ``round_`` or a later round: that peer has begun ``round_``."""
@@ -275,14 +302,14 @@ class LLStep:
         return self.load_lines(self.snapshots[peer], self.lines[peer], self.flag, ll.missing)
 
     def waiting_peers(self) -> list[int]:
-        return list(self.late)
+        return list(self.unseen or self.late)
 
     def waiting_for(self) -> str:
-        if not self.late:
-            return "nothing (ready)"
-        if self.sending:
-            return f"ranks {self.late} to begin LL round {self.round - 1} before this rank writes round {self.round}"
-        return f"ranks {self.late} to write their LL lines of round {self.round}"
+        if self.unseen:
+            return f"ranks {self.unseen} to begin LL round {self.round - 1} before this rank writes round {self.round}"
+        if self.late:
+            return f"ranks {self.late} to write their LL lines of round {self.round}"
+        return "nothing (ready)"
 
     def describe(self) -> str:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
@@ -313,10 +340,7 @@ class LLStep:
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
         lines = self.lines[ll.rank]
-        ll.half_is_read[self.round % 2] = self.nbytes > 0
-        if not self.nbytes:  # a presence line: its flag is all that is read
-            self.store_lines(lines, ll.presence_word, self.flag)
-            return
+        ll.half_is_read[self.round % 2] = True
         for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
             chunk = p.local[s * self.block + lo : s * self.block + hi]
             if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input itself

@@ -143,7 +143,8 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, rounds: lis
 
 
 def _ll_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, first: int) -> Iterator[Step]:
-    """The root writes its lines; every other rank writes a presence line and copies the root's words."""
+    """The root writes its lines; every other rank writes a presence line, then copies the root's words (one
+    step)."""
     ll, prims, in_place = ctx.ll, ctx.prims(src, out), _in_place(src, out)
     for round_, (lo, hi) in enumerate(spans, first):
         if ctx.rank == root:
@@ -151,8 +152,7 @@ def _ll_broadcast(ctx: Context, src: Any, out: Any, root: int, spans: list, firs
             if not in_place:
                 yield prims.copy(lo, hi)
         else:
-            yield ll.presence(prims, round_)
-            yield ll.recv(prims, lo, hi, round_, block=0, sources=[root])
+            yield ll.recv(prims, lo, hi, round_, block=0, sources=[root], announce=True)  # a presence line first
 
 
 def _in_place(src: Any, out: Any) -> bool:
