@@ -229,7 +229,7 @@ class LLStep:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
         self.round = round_
         self.flag = ll_kernels.flag_of(round_)
-        self.round_word = ll_kernels.wrapped(round_)  # the flag as first_round returns it
+        self.round_word = self.flag >> 32  # the flag as first_round returns it
         self.unseen = self.ll.others if self.writes else []  # peers not yet seen to have begun the round before
         self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
         self.to_announce = self.announces

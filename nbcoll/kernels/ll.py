@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -63,11 +62,11 @@ def wrapped(round_: int) -> int:
     return (round_ - 1) % MAX_ROUND + 1
 
 
-@functools.lru_cache(maxsize=8)
-def flag_of(round_: int) -> np.uint64:
-    """``round_ << 32``: the high half of every line of that round (each step of a round asks for it, and a NumPy
-    scalar costs more to make than to look up)."""
-    return np.uint64(wrapped(round_) << 32)
+def flag_of(round_: int) -> int:
+    """``round_ << 32``: the high half of every line of that round, as a Python int. Every step of every round
+    makes one, so it is not a NumPy scalar, which costs more to make than the rest of the step's rearming: the
+    launches make one where a kernel or a ufunc needs its type."""
+    return wrapped(round_) << 32
 
 
 def began(carried: int, round_: int) -> bool:
@@ -86,17 +85,17 @@ def began(carried: int, round_: int) -> bool:
 # plain copy may use string instructions that promise no such thing); the load reads each flag with one access.
 
 
-def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: np.uint64) -> None:
+def store_reference(lines: np.ndarray, words: np.ndarray, flag_high: int) -> None:
     """``for i: lines[i] = flag_high | words[i]``."""
     if lines.size <= SCALAR_STORES:  # a presence line, a word or two: Python ints cost less than a ufunc
         flag = int(flag_high)
         for i, word in enumerate(words.tolist()):
             lines[i] = flag | word  # one aligned 8-byte store, as below
         return
-    np.bitwise_or(words, flag_high, out=lines, casting="unsafe")
+    np.bitwise_or(words, np.uint64(flag_high), out=lines, casting="unsafe")
 
 
-def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: np.uint64, missing: np.ndarray) -> int:
+def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: int, missing: np.ndarray) -> int:
     """``missing[0]`` = lines whose high half is not ``flag_high``, which it returns; when none is missing,
     ``for i: words[i] = low half of lines[i]`` (the kernel copies the words of a round not yet complete too, and
     no caller reads them)."""
@@ -172,16 +171,16 @@ def ll_rounds_kernel(rounds, lines):
 
 
 @dispatch(reference=store_reference)
-def store_lines(lines: Any, words: Any, flag_high: np.uint64) -> None:
+def store_lines(lines: Any, words: Any, flag_high: int) -> None:
     """``store`` without checks, for a flag already made by :func:`flag_of`."""
-    launch_1d(ll_store_kernel, lines.size, lines, words, flag_high)
+    launch_1d(ll_store_kernel, lines.size, lines, words, np.uint64(flag_high))
 
 
 @dispatch(reference=load_reference)
-def load_lines(words: Any, lines: Any, flag_high: np.uint64, missing: Any) -> int:
+def load_lines(words: Any, lines: Any, flag_high: int, missing: Any) -> int:
     """``load`` without checks, into a given ``missing``: the poll of a step, which returns the count."""
     missing[0] = 0  # one element written to the device: the kernel counts up from it
-    launch_1d(ll_load_kernel, lines.size, words, lines, flag_high, missing)
+    launch_1d(ll_load_kernel, lines.size, words, lines, np.uint64(flag_high), missing)
     return int(memory.to_host(missing)[0])
 
 
