@@ -366,5 +366,4 @@ class LLStep:
 
     def _charge_received(self) -> None:
         for peer in self.sources:
-            self.prims.charge_copy(peer, self.nbytes)  # out of the lines the peer wrote
-            self.prims.charge(peer, self.nbytes, sent=False)
+            self.prims.charge_read(peer, self.nbytes)  # out of the lines the peer wrote

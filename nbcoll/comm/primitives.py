@@ -223,6 +223,16 @@ class Prims:
         if self.counters is not None and peer >= 0:
             self.counters(peer).bytes_copied += nbytes
 
+    def charge_read(self, peer: int, nbytes: int) -> None:
+        """``nbytes`` received from ``peer`` by copying or folding them out of memory it wrote (a direct read):
+        :meth:`charge_copy` and :meth:`charge` at once, since a small collective pays for every call here."""
+        if self.counters is None:
+            return
+        pc = self.counters(peer)
+        pc.bytes_copied += nbytes
+        pc.bytes_received += nbytes
+        pc.chunks_received += 1
+
     def charge(self, peer: int, nbytes: int, sent: bool) -> None:
         if self.counters is None:
             return
