@@ -196,6 +196,7 @@ class LLStep:
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
         self.sending = bool(self.bits & _SEND)
+        self.probes_first = self.words > PROBE_ABOVE  # a round's first poll looks at the last line first
         self.announces = announce and not self.sending
         self.writes = self.sending or self.announces  # into this rank's lines: data, or a presence line
         self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
@@ -234,7 +235,7 @@ class LLStep:
         self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
         self.to_announce = self.announces
         self.lines = self.halves[round_ % 2]  # peer -> the lines this step writes (this rank's) or polls, this round
-        self.probing = self.words > PROBE_ABOVE  # poll the last line first (see PROBE_ABOVE)
+        self.probing = self.probes_first  # poll the last line first (see PROBE_ABOVE)
 
     @property
     def numbering(self) -> LLBuffers:
