@@ -1,5 +1,5 @@
-"""The LL broadcast: its readers' presence lines, the root at most one round ahead of them, readers that run
-ahead of a slow rank, and a poll that looks at the writer's last line first; on a loopback world, on the
+"""The LL broadcast: its readers' presence lines, a root at most its slots less one round ahead of them, readers
+that run ahead of a slow rank, and a poll that looks at the writer's last line first; on a loopback world, on the
 simulator and under mpiexec."""
 
 import numpy as np
@@ -38,21 +38,50 @@ def test_small_broadcasts_from_every_root_are_exact_between_other_ll_rounds(nran
     assert rounds == [0 if nranks == 1 else 3 * 3 * nranks * 3] * nranks  # every call one LL round
 
 
-def test_a_broadcast_root_runs_at_most_one_round_ahead_of_its_readers():
-    """A root that broadcasts while its readers have stopped writes two rounds (both halves of its buffer), then
-    waits for them to begin the previous round instead of overwriting lines they may still read."""
+@pytest.mark.parametrize("steps", [2, 5, 8])
+def test_a_broadcast_root_runs_ahead_of_its_readers_by_at_most_its_slots_less_one(steps):
+    """A root that broadcasts while its readers have stopped writes one round into each of its ``steps`` slots,
+    then waits for them to begin the round after the oldest one instead of overwriting lines they may still read."""
 
     def body(comm):
         x = np.arange(3, dtype=np.int32)
-        calls = 3 if comm.rank == 0 else 1
+        calls = steps + 1 if comm.rank == 0 else 1
         for _ in range(calls):
             comm.broadcast(x, root=0, algo="direct")
 
     with nbcoll.use_backend("numpy"), pytest.raises(CommTimeoutError) as caught:
-        loopback.run(3, body, config=CommConfig(timeout=1.0))
+        loopback.run(3, body, config=CommConfig(timeout=1.0, steps=steps, buffsize=steps * 8 * 4096))
     message = str(caught.value)
     assert "broadcast" in message and "rank 0" in message
-    assert "ranks [1, 2] to begin LL round 2 before this rank writes round 3" in message, message
+    assert f"ranks [1, 2] to begin LL round 2 before this rank writes round {steps + 1}" in message, message
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_readers_that_start_late_read_every_round_the_root_wrote_ahead_of_them(backend):
+    """The root writes its slots' worth of rounds and returns before any reader has begun; the readers then read
+    each round's own words, in order, although the root has moved on."""
+    import threading
+
+    steps, count = 4, 5
+    root_is_ahead = threading.Event()
+
+    def body(comm):
+        device = nbcoll.to_device
+        comm.all_gather(device(np.zeros(1, np.int8)), device(np.zeros(3, np.int8)), algo="direct")  # round 1
+        got = []
+        if comm.rank != 0:
+            assert root_is_ahead.wait(10.0), "the root never got ahead"
+        for call in range(steps - 1):  # rounds 2 to steps: every slot but round 1's, which the readers have read
+            x = _inputs(100 + call, count, np.int8) if comm.rank == 0 else np.zeros(count, np.int8)
+            got.append(nbcoll.to_host(comm.broadcast(device(x), root=0, algo="direct")).tolist())
+        if comm.rank == 0:
+            root_is_ahead.set()
+        return got
+
+    with nbcoll.use_backend(backend):
+        results = loopback.run(3, body, config=CommConfig(timeout=10.0, steps=steps))
+    expected = [_inputs(100 + call, count, np.int8).tolist() for call in range(steps - 1)]
+    assert results == [expected] * 3
 
 
 def test_a_broadcast_reader_announces_itself_while_it_waits_for_the_root_in_one_step():

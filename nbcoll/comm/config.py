@@ -12,7 +12,8 @@ variable                   default   meaning
 ========================== ========= ===================================================================
 ``NBCOLL_TIMEOUT``         300       seconds a wait may make no progress before ``CommTimeoutError``
 ``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE), per channel
-``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk
+``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk;
+                                     also the rounds an LL buffer holds (:mod:`nbcoll.comm.ll`)
 ``NBCOLL_NCHANNELS``       2         connection sets per pair of ranks (NCCL's channels), 1 to 16
 ``NBCOLL_TRANSPORT``       (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
 ``NBCOLL_RANKS_PER_NODE``  (real)    pretend that every k consecutive ranks of a machine form a node

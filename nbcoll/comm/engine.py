@@ -344,8 +344,9 @@ class Engine:
         if self._windows_failed is not None:
             return self.direct_windows()  # raises: the communicator cannot set windows up
         if not self._ll_made:
-            windows = self._map_windows(buffer_bytes(self.comm.config.ll_bytes))
-            self._ll = None if windows is None else LLBuffers(windows)
+            config = self.comm.config
+            windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps))
+            self._ll = None if windows is None else LLBuffers(windows, config.steps)
             self._ll_made = True
         return self._ll
 

@@ -4,34 +4,35 @@ The direct windows (:mod:`nbcoll.comm.window`) announce a round with a flag writ
 with a second flag once every peer has read it: every round waits twice, and each wait is a round trip through
 the shared page. For a message of a few bytes those waits are the whole cost. NCCL answers with its LL protocol,
 and so does this module: each rank owns an *LL buffer* that every rank of the machine has mapped, made of 8-byte
-lines that each hold 4 bytes of data and the round number (:mod:`nbcoll.kernels.ll`), in two halves used by
-alternate rounds. Round ``r`` of a one-shot collective, on every rank::
+lines that each hold 4 bytes of data and the round number (:mod:`nbcoll.kernels.ll`), in ``S`` slots
+(``NBCOLL_STEPS``, 8 by default, as NCCL's LL buffer has ``NCCL_STEPS``) that the rounds take in turn. Round ``r``
+of a one-shot collective, on every rank::
 
-    lines(me)[r % 2] = r | my words                    # one store per line: no flag to write after the data
-    for each peer p: poll lines(p)[r % 2] until every line carries r     (a snapshot of p's words)
+    lines(me)[r % S] = r | my words                    # one store per line: no flag to write after the data
+    for each peer p: poll lines(p)[r % S] until every line carries r     (a snapshot of p's words)
     out = fold(words of rank 0, ..., of rank n-1)      # in rank order; or copy each peer's words into its block
 
-The writer of an all-reduce never waits. When rank ``a`` writes half ``h`` in round ``r``, every peer ``b`` has
-finished reading ``a``'s round ``r-2`` there: ``a`` has finished round ``r-1``, so it has read ``b``'s round ``r-1``
-lines, which ``b`` wrote only after its round ``r-2`` ended, and ``b``'s round ``r-2`` ends by reading ``a``'s half
-``h``. With two halves, the previous round's reads are the credit. The poll is a step like every other, so the
-watchdog bounds it (timeout, abort, dead peer). Every rank folds the same words in the same rank order, so every
-rank computes the same bits.
+The writer of an all-reduce never waits. When rank ``a`` writes slot ``r % S`` in round ``r``, every peer ``b``
+has finished reading ``a``'s round ``r-2``, so its round ``r-S`` too: ``a`` has finished round ``r-1``, so it has
+read ``b``'s round ``r-1`` lines, which ``b`` wrote only after its round ``r-2`` ended. With two slots or more, the
+previous round's reads are the credit. The poll is a step like every other, so the watchdog bounds it (timeout,
+abort, dead peer). Every rank folds the same words in the same rank order, so every rank computes the same bits.
 
 A broadcast breaks that chain: only the root writes data, and each other rank reads the root alone. So in an LL
 broadcast every other rank writes one *presence* line (line 0, no data) in the round, which says "I have begun
-round ``r``, so I have finished reading round ``r-1``". A write of round ``r`` into a half whose last write (round
-``r-2``) carried data first makes sure that every peer has begun round ``r-1``, so none still reads that data:
-``seen``, the last round in which this rank read every peer's lines, says so at once after an all-reduce;
-otherwise the write polls line 0 of each peer's round ``r-1`` half for that round *or a later one* (a peer that
-has begun a later round has begun this one; :func:`nbcoll.kernels.ll.began`). A half that last held a presence
-line holds nothing a peer reads, so a broadcast's readers never wait to write theirs, and only the root waits for
-its readers. The root of a broadcast therefore runs at most one round ahead of its slowest reader, and never
-waits for the readers of the round it writes::
+round ``r``, so I have finished reading the rounds before". A write of round ``r`` into a slot whose last write
+(round ``r-S``) carried data first makes sure that every peer has begun round ``r-S+1``, so none still reads that
+data: ``seen``, the last round in which this rank read every peer's lines, says so at once after an all-reduce;
+otherwise the write polls line 0 of each peer's slot of round ``r-S+1`` for that round *or a later one* (a peer
+that has begun a later round has begun this one; :func:`nbcoll.kernels.ll.began`). A slot that last held a
+presence line holds nothing a peer reads, so a broadcast's readers never wait to write theirs, and only the root
+waits for its readers. The root of a broadcast therefore runs up to ``S-1`` rounds ahead of its slowest reader,
+as an MPI root's eager sends do: on a machine with fewer cores than ranks, a root that may run ahead writes many
+rounds in its turn on a core, and its readers read them in theirs::
 
-    root:    wait until every peer's line 0 carries r-1 or later;  lines(root)[r % 2] = r | words
-    others:  (a data round two rounds back: the same wait);        line 0 of lines(me)[r % 2] = r
-             poll lines(root)[r % 2] until every line carries r;    out = root's words
+    root:    wait until every peer's line 0 carries r-S+1 or later;  lines(root)[r % S] = r | words
+    others:  (a data round S rounds back: the same wait);             line 0 of lines(me)[r % S] = r
+             poll lines(root)[r % S] until every line carries r;       out = root's words
 
 A reader does both in one step, a receive that *announces* itself first, as an NCCL receiver hands its credit
 back within its receive: a step fewer to run for every reader of every round.
@@ -41,7 +42,7 @@ Half of every line is flag, so LL moves twice the bytes: the engine uses it for 
 
 Example::
 
-    ll = LLBuffers(windows)                       # windows: DirectWindows of 4 x NBCOLL_LL_BYTES per rank
+    ll = LLBuffers(windows, slots=8)              # windows: DirectWindows of 2 x 8 x NBCOLL_LL_BYTES per rank
     prims = ctx.prims(x, y, op="sum")
     round_ = ll.reserve(1)                        # numbered when the collective is planned
     steps = [ll.send(prims, 0, 64, round_), ll.recv_reduce_copy(prims, 0, 64, round_)]
@@ -73,9 +74,9 @@ flag costs about 3 us for 1024 lines, a look at one line 0.2 us). Where lines la
 the look is only a hint: the check of every flag decides."""
 
 
-def buffer_bytes(payload_bytes: int) -> int:
-    """Bytes of one rank's LL buffer for rounds of up to ``payload_bytes``: two halves of 8-byte lines."""
-    return 2 * LINE_BYTES * -(-payload_bytes // WORD_BYTES)
+def buffer_bytes(payload_bytes: int, slots: int) -> int:
+    """Bytes of one rank's LL buffer for rounds of up to ``payload_bytes``: ``slots`` slots of 8-byte lines."""
+    return slots * LINE_BYTES * -(-payload_bytes // WORD_BYTES)
 
 
 class _Peer:
@@ -92,33 +93,33 @@ class LLBuffers:
 
     Example::
 
-        ll = LLBuffers(DirectWindows(ctrl, buffer_bytes(1 << 16), drive, recorder))
+        ll = LLBuffers(DirectWindows(ctrl, buffer_bytes(1 << 16, 8), drive, recorder), slots=8)
         ll.capacity(np.float32)            # elements of one round: 16384
     """
 
-    def __init__(self, windows: Any) -> None:
+    def __init__(self, windows: Any, slots: int) -> None:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
-        self.rank, self.nranks = windows.rank, windows.nranks
-        self.lines_per_half = windows.nbytes // (2 * LINE_BYTES)
+        self.rank, self.nranks, self.slots = windows.rank, windows.nranks, slots
+        self.lines_per_slot = windows.nbytes // (slots * LINE_BYTES)
         self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0
         self.seen = 0  # the last round in which this rank read every peer's lines (each had begun that round)
         self.others = [p for p in range(self.nranks) if p != self.rank]
         scratch = memory.communicator_zeros  # the communicator's own, not counted in memory.stats()
-        self.staging = scratch(self.lines_per_half, np.uint32)  # our words, when the data are not whole words
-        self.snapshots = {p: scratch(self.lines_per_half, np.uint32) for p in self.others}
+        self.staging = scratch(self.lines_per_slot, np.uint32)  # our words, when the data are not whole words
+        self.snapshots = {p: scratch(self.lines_per_slot, np.uint32) for p in self.others}
         self.missing = scratch(1, np.int32)
         self.probe = scratch(1, np.uint32)  # where a poll of one line puts its word, or its round
-        self.half_is_read = [False, False]  # whether this rank's last write into each half carried data peers read
+        self.slot_is_read = [False] * slots  # whether this rank's last write into each slot carried data peers read
         self.presence_word = self.staging[:1]  # what a presence line carries: its flag only
 
     def capacity(self, dtype: Any, segments: int = 1) -> int:
         """Elements of ``dtype`` one round carries in each of ``segments`` segments (one per peer: all-to-all)."""
-        return (self.lines_per_half // segments) * WORD_BYTES // np.dtype(dtype).itemsize
+        return (self.lines_per_slot // segments) * WORD_BYTES // np.dtype(dtype).itemsize
 
     def lines(self, rank: int, round_: int, start: int, count: int) -> Any:
-        """Lines ``start`` to ``start + count`` of ``rank``'s half for ``round_``."""
-        start += (round_ % 2) * self.lines_per_half
+        """Lines ``start`` to ``start + count`` of ``rank``'s slot for ``round_``."""
+        start += (round_ % self.slots) * self.lines_per_slot
         return self.line_views[rank][start : start + count]
 
     def reserve(self, count: int) -> int:
@@ -164,11 +165,30 @@ class LLBuffers:
         self.windows.close()
 
 
+class _SlotLines:
+    """The lines one step touches in one slot of the buffers: cut the first time a round of the step uses that slot,
+    then kept, since a replay reruns the step in every slot in turn; a step that runs once cuts only its own."""
+
+    __slots__ = ("lines", "last_lines", "first_lines", "presence")
+
+    def __init__(self, step: LLStep, slot: int) -> None:
+        ll = step.ll
+        # each peer's line 0, which says whether that peer has begun a round (what a write waits for)
+        self.first_lines = {p: ll.lines(p, slot, 0, 1) for p in ll.others} if step.writes else {}
+        self.presence = ll.lines(ll.rank, slot, 0, 1) if step.announces else None
+        if step.sending:  # this rank's lines, padded per segment
+            self.lines = {ll.rank: ll.lines(ll.rank, slot, 0, step.segments * step.words)}
+            self.last_lines = {}
+        else:  # the step's segment of each source's lines
+            self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
+            self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
+
+
 class LLStep:
     """One step of an LL round; it has the interface of a :class:`~nbcoll.comm.primitives.Step`.
 
-    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round; ready when every peer has
-      begun the previous round;
+    * ``DIRECT | SEND``: write ``local[lo:hi]`` into this rank's lines of the round; ready when no peer still
+      reads what the slot held (:meth:`_slot_is_free`);
     * ``DIRECT | RECV | REDUCE | COPY``: ready when every peer's lines carry the round; fold in rank order;
     * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``. With
       ``announce``, it first writes this rank's presence line, under the same condition as a write.
@@ -208,20 +228,8 @@ class LLStep:
         self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
         self.first_round = resolve(ll_kernels.first_round)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
-        # The lines of each half, cut once: a replay reruns the step in every round (peer -> lines; a write's
-        # lines are this rank's, padded per segment; a read's are its segment of each source's)
-        if self.writes:  # each peer's line 0, which says whether that peer has begun a round
-            self.first_lines = [{p: ll.lines(p, half, 0, 1) for p in ll.others} for half in (0, 1)]
-        if self.announces:
-            self.presence_lines = [ll.lines(ll.rank, half, 0, 1) for half in (0, 1)]
-        if self.sending:
-            count = self.segments * self.words
-            self.halves = [{ll.rank: ll.lines(ll.rank, half, 0, count)} for half in (0, 1)]
-        else:
-            at = self.segment * self.words
-            self.halves = [{p: ll.lines(p, half, at, self.words) for p in self.sources} for half in (0, 1)]
-            self.last_lines = [{p: lines[-1:] for p, lines in half.items()} for half in self.halves]
-            # each source's words where its poll leaves them, and as the data they are
+        self.cuts: list[_SlotLines | None] = [None] * ll.slots  # each slot's lines, cut when a round first needs them
+        if not self.sending:  # each source's words where its poll leaves them, and as the data they are
             self.snapshots = {p: ll.snapshots[p][: self.words] for p in self.sources}
             self.received = {p: w.view(np.uint8)[: self.nbytes].view(prims.dtype) for p, w in self.snapshots.items()}
         self.rearm(round_)
@@ -231,11 +239,19 @@ class LLStep:
         self.round = round_
         self.flag = ll_kernels.flag_of(round_)
         self.round_word = self.flag >> 32  # the flag as first_round returns it
-        self.unseen = self.ll.others if self.writes else []  # peers not yet seen to have begun the round before
+        self.slot = round_ % self.ll.slots
+        self.unseen = self.ll.others if self.writes else []  # peers not yet seen to be done with the slot's data
         self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
         self.to_announce = self.announces
-        self.lines = self.halves[round_ % 2]  # peer -> the lines this step writes (this rank's) or polls, this round
+        self.cut = self._cut(self.slot)
+        self.lines = self.cut.lines  # peer -> the lines this step writes (this rank's) or polls, this round
         self.probing = self.probes_first  # poll the last line first (see PROBE_ABOVE)
+
+    def _cut(self, slot: int) -> _SlotLines:
+        cut = self.cuts[slot]
+        if cut is None:
+            cut = self.cuts[slot] = _SlotLines(self, slot)
+        return cut
 
     @property
     def numbering(self) -> LLBuffers:
@@ -255,10 +271,10 @@ class LLStep:
         return self.ll.others if self.sending else self.sources
 
     def ready(self) -> bool:
-        """A write: no peer still reads the data this half held (every peer has begun the previous round). A read:
-        poll every peer still late; a load that finds every line of the round keeps their words. A read that
+        """A write: no peer still reads the data this slot held (every peer has begun the round after them). A
+        read: poll every peer still late; a load that finds every line of the round keeps their words. A read that
         announces itself writes its presence line first, as soon as a write could (its writer waits for it)."""
-        if self.unseen and not self._half_is_free():
+        if self.unseen and not self._slot_is_free():
             return False
         if self.to_announce:
             self._announce()
@@ -272,24 +288,25 @@ class LLStep:
             self.ll.seen = self.round
         return True
 
-    def _half_is_free(self) -> bool:
-        """Whether no peer still reads what this rank's half of the round last held: every peer has begun the
-        round before, or that half held nothing a peer reads (a presence line)."""
-        ll, before = self.ll, self.round - 1
-        if ll.seen < before and ll.half_is_read[self.round % 2]:  # ask each peer's line 0 of round `before`
-            first_lines = self.first_lines[before % 2]
-            self.unseen = [peer for peer in self.unseen if not self._began(first_lines[peer], before)]
+    def _slot_is_free(self) -> bool:
+        """Whether no peer still reads what this rank's slot of the round last held (round ``r - S``): every peer
+        has begun round ``r - S + 1``, or that slot held nothing a peer reads (a presence line)."""
+        ll = self.ll
+        after = self.round - ll.slots + 1  # the round that follows the slot's last one
+        if ll.seen < after and ll.slot_is_read[self.slot]:  # ask each peer's line 0 of round `after`
+            first_lines = self._cut(after % ll.slots).first_lines
+            self.unseen = [peer for peer in self.unseen if not self._began(first_lines[peer], after)]
             if self.unseen:
                 return False
-            ll.seen = before
+            ll.seen = after
         self.unseen = []
         return True
 
     def _announce(self) -> None:
         """``line 0 of lines(me) = round``, no data: this rank has begun the round, so it is done reading the one
         before (a broadcast's reader; see the module's docstring)."""
-        self.ll.half_is_read[self.round % 2] = False
-        self.store_lines(self.presence_lines[self.round % 2], self.ll.presence_word, self.flag)
+        self.ll.slot_is_read[self.slot] = False
+        self.store_lines(self.cut.presence, self.ll.presence_word, self.flag)
         self.to_announce = False
 
     def _began(self, line: Any, round_: int) -> bool:
@@ -298,7 +315,7 @@ class LLStep:
 
     def _lines_missing(self, peer: int) -> int:
         ll = self.ll
-        if self.probing and self.first_round(ll.probe, self.last_lines[self.round % 2][peer]) != self.round_word:
+        if self.probing and self.first_round(ll.probe, self.cut.last_lines[peer]) != self.round_word:
             return 1  # the last line is not there yet: no need to read them all
         return self.load_lines(self.snapshots[peer], self.lines[peer], self.flag, ll.missing)
 
@@ -307,7 +324,8 @@ class LLStep:
 
     def waiting_for(self) -> str:
         if self.unseen:
-            return f"ranks {self.unseen} to begin LL round {self.round - 1} before this rank writes round {self.round}"
+            after = self.round - self.ll.slots + 1
+            return f"ranks {self.unseen} to begin LL round {after} before this rank writes round {self.round}"
         if self.late:
             return f"ranks {self.late} to write their LL lines of round {self.round}"
         return "nothing (ready)"
@@ -341,7 +359,7 @@ class LLStep:
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
         lines = self.lines[ll.rank]
-        ll.half_is_read[self.round % 2] = True
+        ll.slot_is_read[self.slot] = True
         for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
             chunk = p.local[s * self.block + lo : s * self.block + hi]
             if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input itself
