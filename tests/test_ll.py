@@ -158,6 +158,54 @@ def test_ll_off_uses_the_windows():
     assert used == [None, None]
 
 
+def test_an_all_gathers_receive_copies_its_own_block_before_its_peers_have_written_in_one_step():
+    """An LL all-gather's or all-to-all's receive copies this rank's own block first, then polls: one step less a
+    round. Rank 1 calls only once rank 0's own block has landed in its output, which rank 0 can only have done
+    before its poll succeeds. In place, there is nothing to copy, and no byte of it is counted."""
+    import time
+
+    outputs = {}
+
+    def body(comm):
+        r, n = comm.rank, comm.size
+        comm.all_gather(np.zeros(1, np.int32), np.zeros(n, np.int32), algo="direct")  # round 1: the LL buffers exist
+        x = np.full(3, 10 + r, np.int32)
+        out = outputs[r] = np.zeros(3 * n, np.int32)
+        if r == 1:
+            deadline = time.monotonic() + 5.0
+            while 0 not in outputs or outputs[0][0] != 10:  # rank 0 is inside its call, polling for our lines
+                assert time.monotonic() < deadline, "rank 0 never copied its own block before the poll"
+                time.sleep(0.001)
+        copied = comm.counters[r].bytes_copied
+        got = comm.all_gather(x, out, algo="direct").tolist()
+        own_copied = comm.counters[r].bytes_copied - copied
+        comm.all_gather(x, out, algo="direct")  # the plan is kept: its steps are the replay's
+        (replay,) = [k for k in comm.engine.replays.kept.values() if k.name == "all_gather"]
+        in_place = np.zeros(3 * n, np.int32)
+        in_place[3 * r : 3 * r + 3] = 20 + r
+        copied = comm.counters[r].bytes_copied
+        comm.all_gather(in_place[3 * r : 3 * r + 3], in_place, algo="direct")
+        in_place_copied = comm.counters[r].bytes_copied - copied
+        blocks = np.arange(2 * n, dtype=np.int32) + 100 * r  # block p (2 elements) goes to rank p
+        swapped = comm.all_to_all(blocks, np.zeros_like(blocks), algo="direct")
+        return (
+            got,
+            own_copied,
+            [step.name for step in replay.steps],
+            in_place.tolist(),
+            in_place_copied,
+            swapped.tolist(),
+        )
+
+    with nbcoll.use_backend("numpy"):
+        results = loopback.run(3, body, config=CommConfig(timeout=10.0))
+    for r, (got, own_copied, steps, in_place, in_place_copied, swapped) in enumerate(results):
+        assert got == [10, 10, 10, 11, 11, 11, 12, 12, 12]
+        assert own_copied == 12 + 12 and steps == ["ll_send", "ll_recv"]  # into its lines, and its own block
+        assert in_place == [20, 20, 20, 21, 21, 21, 22, 22, 22] and in_place_copied == 12  # into its lines only
+        assert swapped == [100 * p + 2 * r + i for p in range(3) for i in range(2)]
+
+
 def test_the_tuner_counts_one_wait_for_an_ll_round():
     from nbcoll.comm.tuner import cost_terms
 

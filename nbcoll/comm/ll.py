@@ -150,16 +150,20 @@ class LLBuffers:
         return LLStep(self, prims, flags, lo, hi, round_, block, segment=segment)
 
     def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
-             sources: list[int] | None = None, announce: bool = False) -> LLStep:  # fmt: skip
+             sources: list[int] | None = None, announce: bool = False, own: bool = False) -> LLStep:  # fmt: skip
         """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p`` (of ``sources``): an
         all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only).
 
         With ``announce`` (a broadcast's reader), the step first writes this rank's *presence* line of the round
         (``line 0 of lines(me) = round_``, no data): it has begun the round, which is what the writers of the
         next round wait for (see the module's docstring).
+
+        With ``own`` (an all-gather's or an all-to-all's receive), it first copies this rank's own block,
+        ``out[me*block + lo : me*block + hi] = local[segment*block + lo : segment*block + hi]``, while its peers
+        may still be writing: a step fewer for every round, and the copy still overlaps the wait.
         """
         return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources,
-                      announce=announce)  # fmt: skip
+                      announce=announce, own=own)  # fmt: skip
 
     def close(self) -> None:
         self.windows.close()
@@ -209,6 +213,7 @@ class LLStep:
         segment: int = 0,
         sources: list[int] | None = None,
         announce: bool = False,
+        own: bool = False,
     ) -> None:
         self.ll, self.prims, self.flags, self.lo, self.hi = ll, prims, flags, lo, hi
         self.block, self.segments, self.segment = block, segments, segment
@@ -219,6 +224,7 @@ class LLStep:
         self.probes_first = self.words > PROBE_ABOVE  # a round's first poll looks at the last line first
         self.announces = announce and not self.sending
         self.writes = self.sending or self.announces  # into this rank's lines: data, or a presence line
+        self.copies_own = own and not self.sending
         self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
         self.reads_everyone = len(self.sources) == len(ll.others)
         self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
@@ -243,6 +249,7 @@ class LLStep:
         self.unseen = self.ll.others if self.writes else []  # peers not yet seen to be done with the slot's data
         self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
         self.to_announce = self.announces
+        self.to_copy_own = self.copies_own
         self.cut = self._cut(self.slot)
         self.lines = self.cut.lines  # peer -> the lines this step writes (this rank's) or polls, this round
         self.probing = self.probes_first  # poll the last line first (see PROBE_ABOVE)
@@ -278,6 +285,8 @@ class LLStep:
             return False
         if self.to_announce:
             self._announce()
+        if self.to_copy_own:
+            self._copy_own()
         if not self.late:
             return True
         self.late = [peer for peer in self.late if self._lines_missing(peer)]
@@ -308,6 +317,17 @@ class LLStep:
         self.ll.slot_is_read[self.slot] = False
         self.store_lines(self.cut.presence, self.ll.presence_word, self.flag)
         self.to_announce = False
+
+    def _copy_own(self) -> None:
+        """This rank's own block of the output, from its input: done before the poll, so it overlaps the wait for
+        the peers' lines (an all-gather's or an all-to-all's; nothing to copy in place)."""
+        p, lo, hi = self.prims, self.lo, self.hi
+        at, start = self.segment * self.block, self.ll.rank * self.block + lo
+        dst, src = p.out[start : start + hi - lo], p.local[at + lo : at + hi]
+        if self.nbytes and not memory.same_memory(dst, src):
+            self.copy_chunk(dst, src)
+            p.charge_copy(self.ll.rank, self.nbytes)
+        self.to_copy_own = False
 
     def _began(self, line: Any, round_: int) -> bool:
         """Whether a peer's line 0 carries ``round_`` or a later round: that peer has begun ``round_``."""

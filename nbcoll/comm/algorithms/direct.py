@@ -277,12 +277,8 @@ def _ll_steps(ctx: Context, local: Any, out: Any, count: int, segments: int, red
         yield ll.send(prims, lo, hi, round_, block=block, segments=segments)
         if reduce:
             yield ll.recv_reduce_copy(prims, lo, hi, round_, block=block, segment=r if segments > 1 else 0)
-        elif segments > 1:  # all-to-all: this rank's own block, then its segment of every peer's lines
-            yield prims.copy(r * count + lo, r * count + hi)
-            yield ll.recv(prims, lo, hi, round_, block=count, segment=r)
-        else:  # all-gather: this rank's own block, then every peer's
-            yield prims.copy(lo, hi, out_at=r * count + lo)
-            yield ll.recv(prims, lo, hi, round_, block=count)
+        else:  # all-gather (segment 0) or all-to-all (this rank's segment): its own block, then every peer's
+            yield ll.recv(prims, lo, hi, round_, block=count, segment=r if segments > 1 else 0, own=True)
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
