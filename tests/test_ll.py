@@ -158,10 +158,11 @@ def test_ll_off_uses_the_windows():
     assert used == [None, None]
 
 
-def test_an_all_gathers_receive_copies_its_own_block_before_its_peers_have_written_in_one_step():
-    """An LL all-gather's or all-to-all's receive copies this rank's own block first, then polls: one step less a
-    round. Rank 1 calls only once rank 0's own block has landed in its output, which rank 0 can only have done
-    before its poll succeeds. In place, there is nothing to copy, and no byte of it is counted."""
+def test_an_ll_round_is_one_step_that_writes_and_copies_its_own_block_before_its_peers_have_written():
+    """An LL all-gather's round is one step: it writes this rank's lines, copies its own block, then polls. Rank 1
+    calls only once rank 0's own block has landed in its output, which rank 0 can only have done before its poll
+    succeeds. In place, there is nothing to copy, and no byte of it is counted. An all-reduce's round is one step
+    too."""
     import time
 
     outputs = {}
@@ -188,6 +189,12 @@ def test_an_all_gathers_receive_copies_its_own_block_before_its_peers_have_writt
         in_place_copied = comm.counters[r].bytes_copied - copied
         blocks = np.arange(2 * n, dtype=np.int32) + 100 * r  # block p (2 elements) goes to rank p
         swapped = comm.all_to_all(blocks, np.zeros_like(blocks), algo="direct")
+        mine, total = np.full(2, r, np.int32), np.zeros(2, np.int32)
+        for _ in range(2):  # the second call replays the first one's steps
+            comm.all_reduce(mine, total, algo="direct")
+        (kept,) = [k for k in comm.engine.replays.kept.values() if k.name == "all_reduce"]
+        assert total.tolist() == [n * (n - 1) // 2] * 2
+        assert [step.name for step in kept.steps] == ["ll_send_recv_reduce_copy"]
         return (
             got,
             own_copied,
@@ -201,7 +208,7 @@ def test_an_all_gathers_receive_copies_its_own_block_before_its_peers_have_writt
         results = loopback.run(3, body, config=CommConfig(timeout=10.0))
     for r, (got, own_copied, steps, in_place, in_place_copied, swapped) in enumerate(results):
         assert got == [10, 10, 10, 11, 11, 11, 12, 12, 12]
-        assert own_copied == 12 + 12 and steps == ["ll_send", "ll_recv"]  # into its lines, and its own block
+        assert own_copied == 12 + 12 and steps == ["ll_send_recv"]  # into its lines, and its own block
         assert in_place == [20, 20, 20, 21, 21, 21, 22, 22, 22] and in_place_copied == 12  # into its lines only
         assert swapped == [100 * p + 2 * r + i for p in range(3) for i in range(2)]
 

@@ -45,7 +45,7 @@ Example::
     ll = LLBuffers(windows, slots=8)              # windows: DirectWindows of 2 x 8 x NBCOLL_LL_BYTES per rank
     prims = ctx.prims(x, y, op="sum")
     round_ = ll.reserve(1)                        # numbered when the collective is planned
-    steps = [ll.send(prims, 0, 64, round_), ll.recv_reduce_copy(prims, 0, 64, round_)]
+    steps = [ll.send_recv_reduce_copy(prims, 0, 64, round_)]    # an all-reduce's round: one step
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ from nbcoll.kernels.dispatch import resolve
 
 LINE_BYTES = 8
 WORD_BYTES = 4
-_SEND, _REDUCE, _POST = int(SEND), int(REDUCE), int(POST)  # plain ints: a test on a Flag builds an enum member
+# plain ints: a test on a Flag builds an enum member
+_SEND, _RECV, _REDUCE, _POST = int(SEND), int(RECV), int(REDUCE), int(POST)
 PROBE_ABOVE = 256
 """Segments of more lines than this are polled by their last line first (one thread), then read whole: a load of
 every line costs a launch of as many threads, which the simulator runs one by one. A step whose poll has already
@@ -140,30 +141,35 @@ class LLBuffers:
         """
         return LLStep(self, prims, DIRECT | SEND, lo, hi, round_, block, segments)
 
-    def recv_reduce_copy(self, prims: Prims, lo: int, hi: int, round_: int, block: int = 0, segment: int = 0) -> LLStep:
-        """``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry this round.
+    def send_recv_reduce_copy(self, prims: Prims, lo: int, hi: int, round_: int, block: int = 0, segments: int = 1,
+                              segment: int = 0) -> LLStep:  # fmt: skip
+        """:meth:`send`, then ``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry
+        this round, in one step: this rank's lines are written as soon as the slot is free, first thing in the
+        step's poll. A round of an all-reduce (``segments`` 1) or of a reduce-scatter (``segments`` n, and
+        ``segment`` this rank, whose input part is ``local[segment*block + lo : segment*block + hi]``) is then one
+        step, as an NCCL LL primitive writes and reads in one pass."""
+        flags = DIRECT | SEND | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
+        return LLStep(self, prims, flags, lo, hi, round_, block, segments, segment)
 
-        A reduce-scatter reads ``segment`` (its rank) of every peer's lines, and its own input at
-        ``local[segment*block + lo : segment*block + hi]``.
-        """
-        flags = DIRECT | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
-        return LLStep(self, prims, flags, lo, hi, round_, block, segment=segment)
+    def send_recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segments: int = 1,
+                  segment: int = 0) -> LLStep:  # fmt: skip
+        """:meth:`send`, then :meth:`recv`, in one step: write this rank's lines, copy its own block
+        (``out[me*block + lo : me*block + hi] = local[segment*block + lo : segment*block + hi]``) while its peers
+        may still be writing, poll, copy every peer's block. An all-gather's round (``segments`` 1) or an
+        all-to-all's (``segments`` n, ``segment`` this rank)."""
+        return LLStep(self, prims, DIRECT | SEND | RECV | COPY, lo, hi, round_, block, segments, segment, own=True)
 
     def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
-             sources: list[int] | None = None, announce: bool = False, own: bool = False) -> LLStep:  # fmt: skip
+             sources: list[int] | None = None, announce: bool = False) -> LLStep:  # fmt: skip
         """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p`` (of ``sources``): an
         all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only).
 
         With ``announce`` (a broadcast's reader), the step first writes this rank's *presence* line of the round
         (``line 0 of lines(me) = round_``, no data): it has begun the round, which is what the writers of the
         next round wait for (see the module's docstring).
-
-        With ``own`` (an all-gather's or an all-to-all's receive), it first copies this rank's own block,
-        ``out[me*block + lo : me*block + hi] = local[segment*block + lo : segment*block + hi]``, while its peers
-        may still be writing: a step fewer for every round, and the copy still overlaps the wait.
         """
         return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources,
-                      announce=announce, own=own)  # fmt: skip
+                      announce=announce)  # fmt: skip
 
     def close(self) -> None:
         self.windows.close()
@@ -173,19 +179,18 @@ class _SlotLines:
     """The lines one step touches in one slot of the buffers: cut the first time a round of the step uses that slot,
     then kept, since a replay reruns the step in every slot in turn; a step that runs once cuts only its own."""
 
-    __slots__ = ("lines", "last_lines", "first_lines", "presence")
+    __slots__ = ("own", "lines", "last_lines", "first_lines", "presence")
 
     def __init__(self, step: LLStep, slot: int) -> None:
         ll = step.ll
         # each peer's line 0, which says whether that peer has begun a round (what a write waits for)
         self.first_lines = {p: ll.lines(p, slot, 0, 1) for p in ll.others} if step.writes else {}
         self.presence = ll.lines(ll.rank, slot, 0, 1) if step.announces else None
-        if step.sending:  # this rank's lines, padded per segment
-            self.lines = {ll.rank: ll.lines(ll.rank, slot, 0, step.segments * step.words)}
-            self.last_lines = {}
-        else:  # the step's segment of each source's lines
-            self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
-            self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
+        # what a write stores into: this rank's lines, padded per segment
+        self.own = ll.lines(ll.rank, slot, 0, step.segments * step.words) if step.stores else None
+        # what a read polls: the step's segment of each source's lines
+        self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
+        self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
 
 
 class LLStep:
@@ -195,7 +200,9 @@ class LLStep:
       reads what the slot held (:meth:`_slot_is_free`);
     * ``DIRECT | RECV | REDUCE | COPY``: ready when every peer's lines carry the round; fold in rank order;
     * ``DIRECT | RECV | COPY``: the same wait; copy each peer's words into its block of ``out``. With
-      ``announce``, it first writes this rank's presence line, under the same condition as a write.
+      ``announce``, it first writes this rank's presence line, under the same condition as a write; with ``own``,
+      it first copies this rank's own block;
+    * ``DIRECT | SEND`` with ``RECV``: the write, first thing in the poll, then the read (one step a round).
 
     ``block``, ``segments`` and ``segment`` place the chunks of an all-to-all (see :meth:`LLBuffers.send`).
     """
@@ -220,22 +227,24 @@ class LLStep:
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
-        self.sending = bool(self.bits & _SEND)
+        self.stores, self.receives = bool(self.bits & _SEND), bool(self.bits & _RECV)  # data into its lines; reads
         self.probes_first = self.words > PROBE_ABOVE  # a round's first poll looks at the last line first
-        self.announces = announce and not self.sending
-        self.writes = self.sending or self.announces  # into this rank's lines: data, or a presence line
-        self.copies_own = own and not self.sending
-        self.sources = list(ll.others) if sources is None else list(sources)  # whose lines a receiving step reads
+        self.announces = announce and not self.stores
+        self.writes = self.stores or self.announces  # into this rank's lines: data, or a presence line
+        self.copies_own = own and self.receives
+        self.stores_first = self.stores and self.receives  # the write comes first thing in the poll, not in run()
+        sources = list(ll.others) if sources is None else list(sources)
+        self.sources = sources if self.receives else []  # whose lines the step reads
         self.reads_everyone = len(self.sources) == len(ll.others)
         self.stored_segments = [s for s in range(segments) if segments == 1 or s != ll.rank]
-        self.send = [_Peer(p) for p in ll.others] if self.sending else []
-        self.recv = [] if self.sending else [_Peer(p) for p in self.sources]
+        self.send = [_Peer(p) for p in ll.others] if self.stores else []
+        self.recv = [_Peer(p) for p in self.sources]
         # Each launch's backend half, chosen once: a replay reruns this step on every call
         self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
         self.first_round = resolve(ll_kernels.first_round)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
         self.cuts: list[_SlotLines | None] = [None] * ll.slots  # each slot's lines, cut when a round first needs them
-        if not self.sending:  # each source's words where its poll leaves them, and as the data they are
+        if self.receives:  # each source's words where its poll leaves them, and as the data they are
             self.snapshots = {p: ll.snapshots[p][: self.words] for p in self.sources}
             self.received = {p: w.view(np.uint8)[: self.nbytes].view(prims.dtype) for p, w in self.snapshots.items()}
         self.rearm(round_)
@@ -247,11 +256,12 @@ class LLStep:
         self.round_word = self.flag >> 32  # the flag as first_round returns it
         self.slot = round_ % self.ll.slots
         self.unseen = self.ll.others if self.writes else []  # peers not yet seen to be done with the slot's data
-        self.late = [] if self.sending else self.sources  # peers whose lines of this round have not all come
+        self.late = self.sources  # peers whose lines of this round have not all come
+        self.to_store = self.stores_first
         self.to_announce = self.announces
         self.to_copy_own = self.copies_own
         self.cut = self._cut(self.slot)
-        self.lines = self.cut.lines  # peer -> the lines this step writes (this rank's) or polls, this round
+        self.lines = self.cut.lines  # peer -> the lines this step polls, this round
         self.probing = self.probes_first  # poll the last line first (see PROBE_ABOVE)
 
     def _cut(self, slot: int) -> _SlotLines:
@@ -267,6 +277,8 @@ class LLStep:
 
     @property
     def name(self) -> str:
+        if self.stores_first:  # a write, then a read: "ll_send_recv_reduce_copy", "ll_send_recv"
+            return "ll_send_" + name_of(self.flags & ~(DIRECT | SEND))
         return "ll_" + name_of(self.flags & ~DIRECT)
 
     @property
@@ -275,14 +287,18 @@ class LLStep:
 
     @property
     def peers(self) -> list[int]:
-        return self.ll.others if self.sending else self.sources
+        return self.ll.others if self.stores else self.sources
 
     def ready(self) -> bool:
         """A write: no peer still reads the data this slot held (every peer has begun the round after them). A
         read: poll every peer still late; a load that finds every line of the round keeps their words. A read that
-        announces itself writes its presence line first, as soon as a write could (its writer waits for it)."""
+        writes (its data, or a presence line that announces it) does so first, as soon as the write may go, and
+        one that copies its own block does that next: both overlap the wait for the peers."""
         if self.unseen and not self._slot_is_free():
             return False
+        if self.to_store:
+            self._store()
+            self.to_store = False
         if self.to_announce:
             self._announce()
         if self.to_copy_own:
@@ -354,8 +370,9 @@ class LLStep:
         return f"{self.name} of {self.nbytes} bytes, round {self.round}"
 
     def run(self) -> None:
-        """Store this rank's lines, or fold every rank's words in rank order, or copy the peers' blocks."""
-        if self.bits & _SEND:
+        """Store this rank's lines (a write alone), or fold every rank's words in rank order, or copy the peers'
+        blocks."""
+        if not self.receives:
             self._store()
             return
         if not self.bits & _REDUCE:
@@ -378,7 +395,7 @@ class LLStep:
 
     def _store(self) -> None:
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
-        lines = self.lines[ll.rank]
+        lines = self.cut.own
         ll.slot_is_read[self.slot] = True
         for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
             chunk = p.local[s * self.block + lo : s * self.block + hi]

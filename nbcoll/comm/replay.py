@@ -10,7 +10,7 @@ ran over LL lines (:mod:`nbcoll.comm.ll`) or the direct windows (:mod:`nbcoll.co
 keeps its steps under the call's arguments, and the next call with the very same buffer objects, op, root and
 algorithm runs those steps again in new rounds::
 
-    call  comm.all_reduce(x, y)      checks, plan, steps [ll_send, ll_recv_reduce_copy] in round 7, kept
+    call  comm.all_reduce(x, y)      checks, plan, step [ll_send_recv_reduce_copy] in round 7, kept
     call  comm.all_reduce(x, y)      same x, y, op: the kept steps, rearmed for round 8
     call  comm.all_reduce(x, z)      another output: the checks and the plan again
 

@@ -145,12 +145,12 @@ def section_trace(comm) -> None:
         assert steps[0]["primitive"] == "send" and steps[-1]["primitive"] == "recv"
     assert all(rec["algo"] == "ring" and rec["t1"] >= rec["t0"] for rec in ring)
     # One machine, ipc everywhere: the one-shot all-reduce of a small buffer stores LL lines and polls the
-    # peers' lines in place, with no FIFO step and no flag to wait for.
+    # peers' lines in place, in one step, with no FIFO step and no flag to wait for.
     comm.all_reduce(x, algo="direct")
     comm.barrier()
     with open(os.path.join(directory, f"rank{comm.rank}.jsonl")) as f:
         direct = [json.loads(line) for line in f if '"algo": "direct"' in line]
-    assert [rec["primitive"] for rec in direct] == ["ll_send", "ll_recv_reduce_copy"], direct
+    assert [rec["primitive"] for rec in direct] == ["ll_send_recv_reduce_copy"], direct
     assert np.all(nbcoll.to_host(x) == np.arange(4 * comm.size) * comm.size**2)
     print(f"rank {comm.rank}: trace ok, {len(records)} records")
 

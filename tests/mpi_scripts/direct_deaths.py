@@ -9,7 +9,8 @@ calls ``os._exit`` (as a crash: no clean-up of any kind) at a chosen point of th
 * point ``-1``: it never calls the collective;
 * point ``k >= 0``: it exits just before the ``k``-th one-shot step it would run (LL or window steps, counted
   from 0), or just after the collective if it has fewer steps: ``1`` is after writing its LL lines, or after
-  posting its first window round.
+  posting its first window round. An LL step that writes and then reads counts as two: its write, first thing
+  in its poll, then its read.
 
 Every survivor must then either raise :class:`~nbcoll.comm.CommPeerLostError` naming its rank, the victim and the
 collective, well within ``NBCOLL_TIMEOUT`` (the dead-peer check, not the timeout, must end the wait), or, where
@@ -149,9 +150,9 @@ def die(note: str) -> None:
     os._exit(0)
 
 
-def _counted(run):
+def _counted(run, counts=lambda step: True):
     def wrapper(self, *args, **kwargs):
-        if Exit.at is not None:
+        if Exit.at is not None and counts(self):
             if Exit.steps == Exit.at:
                 if Exit.torn:
                     store_half_then_die(self)
@@ -167,6 +168,7 @@ def _counted(run):
 
 for _step in (LLStep, WindowStep, Release, OpenOutput, WriteShares):
     _step.run = _counted(_step.run)
+LLStep._store = _counted(LLStep._store, lambda step: step.stores_first)  # a write alone is counted by its run()
 
 
 def die_at_setup_exchange(what: str) -> None:

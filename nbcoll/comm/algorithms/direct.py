@@ -273,12 +273,12 @@ def _ll_steps(ctx: Context, local: Any, out: Any, count: int, segments: int, red
     ll, r = ctx.ll, ctx.rank
     prims = ctx.prims(local, out, op=ctx.op, post=ctx.post) if reduce else ctx.prims(local, out)
     block = count if segments > 1 else 0  # where each segment's data lie in the input
-    for round_, (lo, hi) in enumerate(spans, first):
-        yield ll.send(prims, lo, hi, round_, block=block, segments=segments)
+    segment = r if segments > 1 else 0  # which segment of every rank's lines this rank reads
+    for round_, (lo, hi) in enumerate(spans, first):  # one step a round: write, (copy its own block,) poll, read
         if reduce:
-            yield ll.recv_reduce_copy(prims, lo, hi, round_, block=block, segment=r if segments > 1 else 0)
-        else:  # all-gather (segment 0) or all-to-all (this rank's segment): its own block, then every peer's
-            yield ll.recv(prims, lo, hi, round_, block=count, segment=r if segments > 1 else 0, own=True)
+            yield ll.send_recv_reduce_copy(prims, lo, hi, round_, block=block, segments=segments, segment=segment)
+        else:  # all-gather or all-to-all: each block of the output is count long
+            yield ll.send_recv(prims, lo, hi, round_, block=count, segments=segments, segment=segment)
 
 
 def gather(ctx: Context, local: Any, out: Any, root: int) -> Iterator[Step]:
