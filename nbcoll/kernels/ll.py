@@ -44,6 +44,10 @@ from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import launch_1d
 from nbcoll.kernels.registry import register
 
+LINE_BYTES = 8
+"""Bytes of one line: a word of data and its round, stored and loaded with one access."""
+WORD_BYTES = 4
+"""Bytes of data one line carries."""
 DATA_MASK = np.uint64(0xFFFFFFFF)
 FLAG_MASK = np.uint64(0xFFFFFFFF00000000)
 _FLAG_WORD = 1 if sys.byteorder == "little" else 0  # which 32-bit half of a line holds its flag
