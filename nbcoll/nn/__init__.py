@@ -55,7 +55,8 @@ __all__ = [
 # Sequence, convolution and attention layers.
 from nbcoll.nn.attention import FeedForward, MultiheadAttention, TransformerBlock  # noqa: E402
 from nbcoll.nn.conv import Conv2d, MaxPool2d  # noqa: E402
-from nbcoll.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+from nbcoll.nn.recurrent import GRU, LSTM, RNN  # noqa: E402
+from nbcoll.nn.recurrent_cells import GRUCell, LSTMCell, RNNCell  # noqa: E402
 
 __all__ += [
     "Conv2d",
