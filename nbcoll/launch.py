@@ -24,7 +24,8 @@ The wrapper imports the ``nbcoll`` package before the target runs, so the backen
 the ranks are started with: set ``NBCOLL_BACKEND`` through ``env=``, not from inside the script.
 
 The wrapper is :mod:`nbcoll.launch_rank`; starting and stopping the ``mpiexec`` job, and removing the MPI shared
-memory its killed ranks leave behind, is :mod:`nbcoll.launch_job`.
+memory its killed ranks leave behind, is :mod:`nbcoll.launch_job`; what a launch returns is
+:mod:`nbcoll.launch_result`.
 """
 
 from __future__ import annotations
@@ -32,18 +33,18 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import shlex
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nbcoll.launch_job import BINDINGS, mpiexec_flags, run_job
 from nbcoll.launch_rank import run_as_rank
+from nbcoll.launch_result import LaunchError as LaunchError  # re-exported: raised by RankResult.check
+from nbcoll.launch_result import RankResult
 
 NO_MPI_MESSAGE = "no MPI runtime: install the 'mpi' extra (pip install -e '.[mpi]') or a system MPI"
 
@@ -58,10 +59,6 @@ _ENCLOSING_JOB_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCAL")
 
 class MPIRuntimeNotFound(RuntimeError):
     """No ``mpiexec`` next to the Python interpreter nor on ``PATH``."""
-
-
-class LaunchError(RuntimeError):
-    """A launched job failed or timed out; the message shows every rank's output."""
 
 
 def find_mpiexec() -> str:
@@ -86,80 +83,6 @@ def under_mpi(environ: Mapping[str, str] | None = None) -> bool:
     """True when this process is a rank of an MPI job (started by ``mpiexec`` or by :func:`launch`)."""
     environ = os.environ if environ is None else environ
     return any(environ.get(name) for name in UNDER_MPI_VARIABLES)
-
-
-# -------------------------------------------------------------------------------------------------------------
-# The result of a launch.
-
-
-@dataclass
-class RankResult:
-    """What a multi-rank run produced: each rank's output and exit status, and ``mpiexec``'s own messages.
-
-    Example::
-
-        result = launch(2, code="print('hello')")
-        assert result.ok and result.outputs == ["hello\\n", "hello\\n"]
-        print(result.report())      # every rank's output, labelled, with the command
-    """
-
-    nprocs: int
-    command: list[str]
-    """The plain ``mpiexec -n N python script args...`` that reproduces the run (its wrapper left out)."""
-    returncode: int | None
-    """``mpiexec``'s exit status; ``None`` when it was killed at the timeout."""
-    outputs: list[str]
-    """Index ``r``: everything rank ``r`` wrote to stdout and stderr, in the order it wrote it."""
-    statuses: list[int | None]
-    """Index ``r``: rank ``r``'s exit status, or ``None`` when it never finished (killed, crashed, hung)."""
-    launcher_output: str = ""
-    launcher_command: list[str] = field(default_factory=list)
-    """What really ran: each rank goes through this module's wrapper, which collects its output."""
-    timed_out: bool = False
-    timeout: float | None = None
-    elapsed: float = 0.0
-    returns: list[Any] = field(default_factory=list)
-    """For a launched function, index ``r``: the value rank ``r`` returned (``None`` if it did not finish)."""
-    pids: list[int | None] = field(default_factory=list)
-    """Index ``r``: rank ``r``'s process id (``None`` if it never started): its ``/dev/shm`` names hold it."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and self.returncode == 0 and all(s == 0 for s in self.statuses)
-
-    def describe_status(self) -> str:
-        if self.timed_out:
-            return f"timed out after {self.timeout:g} s; every process of the job was killed"
-        return f"mpiexec exit status {self.returncode}, after {self.elapsed:.1f} s"
-
-    def report(self) -> str:
-        """Every rank's output under a header naming the rank and its status, then ``mpiexec``'s messages."""
-        lines = [f"command: {shlex.join(self.command)}", f"{self.nprocs} rank(s): {self.describe_status()}"]
-        for rank, (output, status) in enumerate(zip(self.outputs, self.statuses, strict=True)):
-            state = f"exit status {status}" if status is not None else "did not finish"
-            lines.append(f"----- rank {rank} ({state}) -----")
-            lines.append(output.rstrip("\n") if output else "(no output)")
-        if self.launcher_output.strip():
-            lines.append("----- mpiexec -----")
-            lines.append(self.launcher_output.rstrip("\n"))
-        return "\n".join(lines)
-
-    def check(self) -> RankResult:
-        """Return ``self`` when every rank succeeded; otherwise raise :class:`LaunchError` with :meth:`report`."""
-        if not self.ok:
-            raise LaunchError(self.report())
-        return self
-
-    def in_rank_order(self) -> str:
-        """Each rank's output as one block headed by ``[rank r]``, ranks in order: what :func:`relaunch` prints.
-
-        A rank that printed nothing says so, rather than leaving a bare heading (often rank 0 narrates alone).
-        """
-        blocks = []
-        for rank, output in enumerate(self.outputs):
-            output = output or "(printed nothing)\n"
-            blocks.append(f"[rank {rank}]\n{output}" + ("" if output.endswith("\n") else "\n"))
-        return "".join(blocks)
 
 
 # -------------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def run_ranks(
 ) -> RankResult:
     """``mpiexec -n nprocs python script args...`` (or ``python -c code``, or a function); raise if any rank fails.
 
-    Returns the :class:`~nbcoll.launch.RankResult` (``result.outputs[r]`` is rank ``r``'s stdout and stderr).
+    Returns the :class:`~nbcoll.launch_result.RankResult` (``result.outputs[r]`` is rank ``r``'s stdout and stderr).
     A non-zero exit of any rank, or the ``timeout`` (every process of the job is then killed), raises
     ``AssertionError`` with the full report. ``env`` adds to the inherited environment (``None`` removes).
     """
