@@ -136,8 +136,7 @@ class LLStep:
         self.to_store = self.stores_first
         self.to_announce = self.announces
         self.to_copy_own = self.copies_own
-        self.cut = self._cut(self.slot)
-        self.lines = self.cut.lines  # peer -> the lines this step polls, this round
+        self.cut = self._cut(self.slot)  # the round's lines: this rank's to write, each source's to poll
         self.probing = self.probes_first  # poll the last line first (see PROBE_ABOVE)
 
     def _cut(self, slot: int) -> _SlotLines:
@@ -227,9 +226,10 @@ class LLStep:
 
     def _lines_missing(self, peer: int) -> int:
         ll = self.ll
-        if self.probing and self.first_round(ll.probe, self.cut.last_lines[peer]) != self.round_word:
+        cut = self.cut
+        if self.probing and self.first_round(ll.probe, cut.last_lines[peer]) != self.round_word:
             return 1  # the last line is not there yet: no need to read them all
-        return self.load_lines(self.snapshots[peer], self.lines[peer], self.flag, ll.missing)
+        return self.load_lines(self.snapshots[peer], cut.lines[peer], self.flag, ll.missing)
 
     def waiting_peers(self) -> list[int]:
         return list(self.unseen or self.late)
