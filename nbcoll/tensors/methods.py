@@ -1,10 +1,11 @@
 """The Tensor's operators and math methods: each converts its operands and applies a ``Function`` of the ops.
 
-:class:`TensorMethods` is the half of :class:`~nbcoll.tensors.tensor.Tensor` that computes: ``+``, ``@``, ``==``,
-``exp``, ``sum``, ``reshape``, ``gather``... Every method here only checks its arguments, keeps the shape
-bookkeeping, and calls ``apply`` of the matching ``Function`` in :mod:`nbcoll.tensors.ops`, which runs a kernel
-launch function of ``nbcoll.kernels`` and records the backward. The other half, in ``tensor.py``, holds the data,
-the gradient and the hooks, and converts operands (``_operands``) to one dtype.
+:class:`TensorMethods` is the part of :class:`~nbcoll.tensors.tensor.Tensor` that computes: ``+``, ``@``, ``==``,
+``exp``, ``sum``, ``softmax``... Every method here only checks its arguments, keeps the shape bookkeeping, and
+calls ``apply`` of the matching ``Function`` in :mod:`nbcoll.tensors.ops`, which runs a kernel launch function of
+``nbcoll.kernels`` and records the backward. The reshaping and indexing methods are in
+:mod:`nbcoll.tensors.shape_methods`; the rest, in ``tensor.py``, holds the data, the gradient and the hooks, and
+converts operands (``_operands``) to one dtype.
 
 Example::
 
@@ -20,14 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from nbcoll import memory
 from nbcoll.kernels.elementwise import binary
 from nbcoll.kernels.reduce_axes import reduce
-from nbcoll.tensors.arrays import from_host
 from nbcoll.tensors.ops import elementwise as ew
-from nbcoll.tensors.ops import indexing, join, matmul, select
+from nbcoll.tensors.ops import matmul, select
 from nbcoll.tensors.ops import reduce as reductions
 from nbcoll.tensors.ops import shape as shape_ops
 from nbcoll.tensors.ops import softmax as softmax_ops
@@ -300,115 +298,3 @@ class TensorMethods:
         array([-0.6931472, -0.6931472], dtype=float32)
         """
         return softmax_ops.LogSoftmax.apply(self, axis)
-
-    # -- shape -------------------------------------------------------------------------------------------------
-
-    def reshape(self, *shape: Any) -> Tensor:
-        """``reshape(2, -1)`` or ``reshape((2, -1))``, as NumPy.
-
-        >>> import nbcoll
-        >>> nbcoll.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, -1).shape
-        (2, 3)
-        """
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        return shape_ops.Reshape.apply(self, tuple(int(n) for n in shape))
-
-    def flatten(self) -> Tensor:
-        """The elements as one axis, in row-major order.
-
-        >>> import nbcoll
-        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).flatten().numpy()
-        array([1., 2., 3., 4.], dtype=float32)
-        """
-        return self.reshape(-1)
-
-    def transpose(self, *axes: Any) -> Tensor:
-        """``transpose()`` reverses the axes; ``transpose(1, 0, 2)`` or ``transpose((1, 0, 2))`` permutes them.
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([[[1.0, 2.0, 3.0]]])
-        >>> x.transpose().shape, x.transpose(1, 0, 2).shape
-        ((3, 1, 1), (1, 1, 3))
-        """
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
-        if not axes:
-            axes = tuple(range(self.ndim - 1, -1, -1))
-        return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
-
-    def permute(self, *axes: Any) -> Tensor:
-        """``permute(1, 0, 2)`` or ``permute((1, 0, 2))``: the same as ``transpose`` with axes (PyTorch's name).
-
-        >>> import nbcoll
-        >>> nbcoll.tensor([[[1.0, 2.0, 3.0]]]).permute(2, 0, 1).shape
-        (3, 1, 1)
-        """
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
-        return shape_ops.Permute.apply(self, shape_ops.check_permutation(axes, self.ndim))
-
-    def split(self, sizes_or_sections: Any, axis: int = 0) -> tuple[Tensor, ...]:
-        """Pieces along ``axis``: a list gives their lengths, an int the number of equal pieces (``np.split``).
-
-        >>> import nbcoll
-        >>> [piece.tolist() for piece in nbcoll.tensor([1.0, 2.0, 3.0, 4.0]).split(2)]
-        [[1.0, 2.0], [3.0, 4.0]]
-        """
-        return join.split(self, sizes_or_sections, axis)
-
-    @property
-    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
-        """The tensor with its axes reversed, as NumPy's ``.T``.
-
-        >>> import nbcoll
-        >>> nbcoll.tensor([[1.0, 2.0]]).T.numpy()
-        array([[1.],
-               [2.]], dtype=float32)
-        """
-        return self.transpose()
-
-    # -- indexing ----------------------------------------------------------------------------------------------
-
-    def gather(self, index: Any, axis: int) -> Tensor:
-        """``out[i][j] = self[index[i][j]][j]`` for ``axis=0`` (torch.gather); ``out`` has index's shape.
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]])
-        >>> x.gather(nbcoll.tensor([[1, 0]]), axis=0).numpy()        # out[0][j] = x[index[0][j]][j]
-        array([[3., 2.]], dtype=float32)
-        """
-        return indexing.Gather.apply(self, _index_array(index), axis)
-
-    def scatter_add(self, index: Any, src: Tensor, axis: int) -> Tensor:
-        """A copy of self with ``src[i][j]`` added at ``[index[i][j]][j]`` for ``axis=0``.
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([[0.0, 0.0], [0.0, 0.0]])
-        >>> x.scatter_add(nbcoll.tensor([[1, 1]]), nbcoll.tensor([[5.0, 6.0]]), axis=0).numpy()
-        array([[0., 0.],
-               [5., 6.]], dtype=float32)
-        """
-        return indexing.ScatterAdd.apply(self, _index_array(index), self._operand(src), axis)
-
-    def index_select(self, axis: int, index: Any) -> Tensor:
-        """``np.take(self, index, axis)`` for a 1-D integer index.
-
-        >>> import nbcoll
-        >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).index_select(1, [1, 1, 0]).numpy()
-        array([[2., 2., 1.],
-               [4., 4., 3.]], dtype=float32)
-        """
-        return shape_ops.IndexSelect.apply(self, axis, _index_array(index))
-
-
-def _index_array(index: Any) -> Any:
-    """An index argument (Tensor, device array, NumPy array or list of ints) as a device array."""
-    if isinstance(index, TensorMethods):
-        return index.data
-    if memory.is_device_array(index):
-        return index
-    host = np.asarray(index)
-    if host.dtype.kind not in "iu":
-        raise TypeError(f"index: expected integers, got dtype {host.dtype}")
-    return from_host(host)

@@ -12,8 +12,8 @@ Example::
 
 Every numeric operation runs a kernel launch function of ``nbcoll.kernels``; a Tensor method only checks its
 arguments, keeps the shape bookkeeping, and applies the matching ``Function`` of ``nbcoll.tensors.ops``. Those
-operators and methods are written in :mod:`nbcoll.tensors.methods`; this file holds the data, the gradient and
-the hooks.
+operators and methods are written in :mod:`nbcoll.tensors.methods` (arithmetic) and
+:mod:`nbcoll.tensors.shape_methods` (reshaping and indexing); this file holds the data, the gradient and the hooks.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from nbcoll.tensors import dtypes
 from nbcoll.tensors.arrays import from_host
 from nbcoll.tensors.function import Context
 from nbcoll.tensors.methods import TensorMethods
+from nbcoll.tensors.shape_methods import ShapeMethods
 
 
 class RemovableHandle:
@@ -71,7 +72,7 @@ def _host_data(data: Any, dtype: Any) -> np.ndarray:
     return np.asarray(host, dtype=dtype)
 
 
-class Tensor(TensorMethods):
+class Tensor(TensorMethods, ShapeMethods):
     """An n-dimensional array on the current backend that can record the operations applied to it.
 
     Example::
