@@ -5,6 +5,7 @@ compared bit for bit on every dtype, floats included; integers must wrap around 
 """
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -68,6 +69,36 @@ def test_combine_into_writes_a_third_array_or_either_operand(backend, rng, dtype
     b_dev = nbcoll.to_device(b)
     cb.combine_into("prod", b_dev, nbcoll.to_device(a), b_dev)
     np.testing.assert_array_equal(nbcoll.to_host(b_dev), expected_combine("prod", a, b))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+def test_fold_into_folds_every_source_in_order_into_a_third_array_or_the_first(backend, rng, op, dtype):
+    # What a collective's reduce step launches: every rank's part, in rank order, pair by pair as the kernel does.
+    for n in sizes_for(backend)[:3]:  # 0, 1 and 31: a launch a source, one thread an element on the simulator
+        for count in (2, 3, 4):
+            parts = [sample(rng, dtype, n)[:: (-1) ** k].copy() for k in range(count)]
+            expected = expected_combine(op, parts[0], parts[1])
+            for part in parts[2:]:
+                expected = expected_combine(op, expected, part)
+            sources = [nbcoll.to_device(part) for part in parts]
+            out = nbcoll.zeros(n, dtype)
+            cb.fold_into(op, out, sources)
+            np.testing.assert_array_equal(nbcoll.to_host(out), expected, err_msg=f"n={n}, {count} sources")
+            cb.fold_into(op, sources[0], sources)  # in place: into the first source
+            np.testing.assert_array_equal(nbcoll.to_host(sources[0]), expected, err_msg=f"n={n}, in place")
+
+
+def test_fold_into_keeps_numpy_quiet_where_a_kernel_would_be():
+    # A float sum that overflows, or meets inf - inf, gives inf or nan on a device without a word; so does the
+    # reference, for any number of sources.
+    big = np.finfo(np.float32).max
+    parts = [np.array([big, np.inf, 1.0], np.float32), np.array([big, -np.inf, 2.0], np.float32)]
+    out = np.zeros(3, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cb.fold_reference("sum", out, parts + [np.ones(3, np.float32)])
+    assert np.isinf(out[0]) and np.isnan(out[1]) and out[2] == 4.0
 
 
 def test_combine_accepts_same_shape_multidimensional_arrays_and_slices(backend, rng):

@@ -262,9 +262,7 @@ class LLStep:
             if ll.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
                 local = apart_from(dst, local)
             sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
-            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
-            for src in sources[2:]:
-                combine_kernels.fold_into(p.rule, dst, dst, src)
+            combine_kernels.fold_into(p.rule, dst, sources)  # unchecked: checked at the call
             if self.bits & _POST:
                 p.post(dst)
         self._charge_received()

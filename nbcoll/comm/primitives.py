@@ -327,9 +327,7 @@ class Step:
                 folded_into = self.send[0]
                 dst = folded_into.slot()[:nbytes].view(p.dtype)
             # The combine kernel, launched unchecked: the buffers and the op were checked when the call began.
-            combine_kernels.fold_into(p.rule, dst, received[0], received[1])
-            for src in received[2:]:
-                combine_kernels.fold_into(p.rule, dst, dst, src)
+            combine_kernels.fold_into(p.rule, dst, received)
             value = dst
         elif flags & _RECV:
             value = received[0]

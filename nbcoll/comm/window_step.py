@@ -157,9 +157,7 @@ class WindowStep(_RoundStep):
             sources = [self.source(rank) for rank in range(w.nranks)]
             if w.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
                 sources[w.rank] = apart_from(dst, sources[w.rank])
-            combine_kernels.fold_into(p.rule, dst, sources[0], sources[1])  # unchecked: checked at the call
-            for src in sources[2:]:
-                combine_kernels.fold_into(p.rule, dst, dst, src)
+            combine_kernels.fold_into(p.rule, dst, sources)  # unchecked: checked at the call
             for rank in self.others:
                 p.charge_copy(rank, self.nbytes)
             if self.bits & _POST:

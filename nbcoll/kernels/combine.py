@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,15 +171,36 @@ def combine_reference(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | N
     With ``out`` the result is written there (it may be ``a`` or ``b``) in one pass, without temporaries,
     except for float16, which is widened first.
     """
-    rule = _NUMPY_RULES[op]
     with np.errstate(all="ignore"):
-        if a.dtype == np.float16:
-            result = rule(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
-            if out is None:
-                return result
-            out[...] = result
-            return out
-        return rule(a, b, out=out)
+        return _combine_quietly(op, a, b, out)
+
+
+def _combine_quietly(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """:func:`combine_reference` inside the caller's ``np.errstate``: an overflow or ``inf - inf`` makes NumPy warn,
+    and a kernel does not."""
+    rule = _NUMPY_RULES[op]
+    if a.dtype == np.float16:
+        result = rule(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+    return rule(a, b, out=out)
+
+
+def fold_reference(op: str, out: np.ndarray, sources: Sequence[np.ndarray]) -> None:
+    """``out = op(sources[0], sources[1])``, then ``out = op(out, s)`` for each later ``s``, in NumPy."""
+    if out.dtype.kind != "f":  # integer folds never warn: no errstate, which costs more than a small fold
+        _fold_quietly(op, out, sources)
+        return
+    with np.errstate(all="ignore"):  # once for the whole fold, not once a pair
+        _fold_quietly(op, out, sources)
+
+
+def _fold_quietly(op: str, out: np.ndarray, sources: Sequence[np.ndarray]) -> None:
+    _combine_quietly(op, sources[0], sources[1], out)
+    for src in sources[2:]:
+        _combine_quietly(op, out, src, out)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -257,13 +279,25 @@ def _combine_into(op: str, out: Any, a: Any, b: Any) -> Any:
     return out
 
 
-def fold_into(rule: str, out: Any, a: Any, b: Any) -> None:
-    """``for i: out[i] = rule(a[i], b[i])`` on 1-D contiguous arrays of one dtype and size, without checks.
+def fold_into(rule: str, out: Any, sources: Sequence[Any]) -> None:
+    """``for i: out[i] = rule(...rule(rule(sources[0][i], sources[1][i]), sources[2][i])..., sources[-1][i])``: the
+    sources folded in the order given, into ``out``, on 1-D contiguous arrays of one dtype and size, without checks.
 
-    The launch the collectives call once per chunk: they check their buffers and parse their op
-    (:func:`kernel_op` gives ``rule``) once, when the collective is called, not again for every chunk.
+    The launch the collectives call once per chunk, with every rank's part in rank order, so that every rank
+    computes the same bits: they check their buffers and parse their op (:func:`kernel_op` gives ``rule``) once,
+    when the collective is called, not again for every chunk. ``out`` may be ``sources[0]`` (a fold in place);
+    each later source is an array of its own.
     """
-    _combine_into(rule, out, a, b)
+    _fold(rule, out, sources)
+
+
+@dispatch(reference=fold_reference)
+def _fold(rule: str, out: Any, sources: Sequence[Any]) -> None:
+    """:func:`fold_into` on a device: one launch of the combine kernel a source after the first."""
+    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
+    launch_1d(kernels[rule], out.size, flat_view(out), flat_view(sources[0]), flat_view(sources[1]))
+    for src in sources[2:]:
+        launch_1d(kernels[rule], out.size, flat_view(out), flat_view(out), flat_view(src))
 
 
 def combine(op: Any, dst: Any, src: Any) -> Any:
