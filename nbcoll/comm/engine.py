@@ -114,7 +114,8 @@ class Engine:
 
     def settle(self) -> None:
         """Before a new operation: learn whether the calls this rank refused were refused everywhere."""
-        self._abort_on_conflict(self.refusals.settle, self._check_aborted)
+        if self.refusals.unsettled:  # only after a refusal: every call passes here
+            self._abort_on_conflict(self.refusals.settle, self._check_aborted)
 
     def mark_run(self, seq: int) -> None:
         """Collective call ``seq`` runs here: abort at once if a peer has refused it."""

@@ -173,6 +173,11 @@ class Refusals:
                 "data left behind. Create a new communicator"
             )
 
+    @property
+    def unsettled(self) -> bool:
+        """Whether this rank refused a call that some peer has not yet been heard to refuse (:meth:`settle` waits)."""
+        return bool(self._mine)
+
     def settle(self, check_aborted: Callable[[], None]) -> None:
         """Before this rank's next operation: wait until every peer refused what this rank refused, or abort.
 

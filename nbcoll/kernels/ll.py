@@ -103,12 +103,12 @@ def load_reference(words: np.ndarray, lines: np.ndarray, flag_high: int, missing
     """``missing[0]`` = lines whose high half is not ``flag_high``, which it returns; when none is missing,
     ``for i: words[i] = low half of lines[i]`` (the kernel copies the words of a round not yet complete too, and
     no caller reads them)."""
-    if lines.size <= SCALAR_LINES:  # a few lines: Python ints cost less than array temporaries
+    if lines.size <= SCALAR_LINES:  # a few lines: their flags as Python ints cost less than array temporaries
         values, flag = lines.tolist(), int(flag_high) >> 32  # one aligned 8-byte load per line, as below
         count = len(values) - [value >> 32 for value in values].count(flag)
         missing[0] = count
-        if not count:  # a poll that fails, most of them, stops here
-            words[...] = [value & 0xFFFFFFFF for value in values]
+        if not count:  # a poll that fails, most of them, stops here; else a second pass, as below
+            words[...] = lines  # each line cast to uint32 keeps its low half
         return count
     # Two passes, flags then data, read what the kernel's single load reads: a flag of this round was stored with
     # its data in one 8-byte store, and the writer stores into these lines again only after this rank has begun
