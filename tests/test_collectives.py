@@ -271,9 +271,9 @@ def test_cost_model_prefers_few_steps_for_small_and_ring_for_large():
     # One round of 4 chunks: send, 2 folds on the way, fold + copy, 2 copy-throughs, copy out; 10 blocks of S/4.
     steps, moved = cost_terms("all_reduce", "ring", 4 << 20, 4, 1 << 20)
     assert steps == 7 and moved == 10 / 4 * (4 << 20)
-    # Direct reads its peers in place through windows, in 512 KiB pieces: two waits in the first round, one in each
+    # Direct reads its peers in place through windows, in 1 MiB pieces: two waits in the first round, one in each
     # later one; n x S copied or folded.
-    assert cost_terms("all_reduce", "direct", 4 << 20, 4, 1 << 20, window_bytes=4 << 20) == (9, 4 * (4 << 20))
+    assert cost_terms("all_reduce", "direct", 4 << 20, 4, 1 << 20, window_bytes=4 << 20) == (5, 4 * (4 << 20))
 
 
 def test_fit_recovers_the_call_the_step_and_the_byte_cost():

@@ -104,9 +104,9 @@ def test_alloc_checks_its_count_and_free_its_array():
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    # Eight pieces of 512 KiB: two waits in the first round, one in each later round (its post waits for the round
+    # Four pieces of 1 MiB: two waits in the first round, one in each later round (its post waits for the round
     # before last, long done); the root stages a piece while the readers copy the one before.
-    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (9, (4 << 20) + (512 << 10))
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
     assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
     small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)
     assert small_window == (9, (1 << 20) + (128 << 10))  # pieces of half the window

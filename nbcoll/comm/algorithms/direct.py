@@ -193,11 +193,14 @@ def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, rounds: list[Window
         yield prims.direct_release()
 
 
-PIECE_BYTES = 512 << 10
+PIECE_BYTES = 1 << 20
 """A one-shot collective over the windows goes in rounds of this many bytes (per block) at most: small enough
-that a piece being staged and the one being read stay in a core's cache, large enough that a round's two waits
-cost little beside its copies. In interleaved runs on a 2-core machine, pieces of 512 KiB were as fast as any size
-from 256 KiB to 2 MiB, and in some launches 1.3-1.9x faster than pieces of 1-2 MiB."""
+that a piece being staged and the one being read stay in a core's caches, large enough that a round's two waits
+cost little beside its copies. On the CPU the size also picks how the C library copies: glibc copies from 2 KiB
+up to its ``rep_movsb_stop_threshold`` (the L2 cache's size on AMD cores, 1 MiB on the machine of the Performance
+page) with one ``rep movsb``, and larger blocks with vector loops. With two ranks copying at once there, pieces
+of 512 KiB took up to twice the time of pieces of 1 MiB (a 64 MiB all-gather 14-19 ms against 8-9), in the same
+launch (``docs/guide/performance.rst``); on a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
 
 def piece_elems(itemsize: int, window_bytes: int) -> int:
