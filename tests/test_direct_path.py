@@ -104,14 +104,35 @@ def test_alloc_checks_its_count_and_free_its_array():
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    # Four pieces of 1 MiB: two waits in the first round, one in each later round (its post waits for the round
-    # before last, long done); the root stages a piece while the readers copy the one before.
-    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
+    # A broadcast goes in pieces of 512 KiB (half the others'), here eight: two waits in the first round, one in
+    # each later round (its post waits for the round before last, long done); the root stages a piece while the
+    # readers copy the one before.
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (9, (4 << 20) + (512 << 10))
+    assert cost_terms("all_gather", "direct", 4 << 20, 4, 1 << 19, window_bytes=window)[0] == 5  # 1 MiB pieces
     assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
     small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)
     assert small_window == (9, (1 << 20) + (128 << 10))  # pieces of half the window
     steps, _ = cost_terms("all_to_all", "direct", 1 << 20, 4, 1 << 19, window_bytes=window)
     assert steps == 3  # two rounds: four blocks of 512 KiB fill half the window
+
+
+def test_a_broadcast_takes_pieces_half_the_size_of_the_other_one_shot_collectives():
+    # 4 MiB through 4 MiB windows: a broadcast in eight rounds of 512 KiB, an all-gather's 2 MiB block (2 ranks) in
+    # two rounds of 1 MiB, as direct.BROADCAST_PIECE_BYTES and direct.PIECE_BYTES say; and the results are exact.
+    def rounds_of(comm):
+        windows, counts = comm.engine.direct_windows(), []
+        x = np.arange(1 << 20, dtype=np.float32) + comm.rank
+        before = windows.rounds
+        comm.broadcast(x, root=0, algo="direct")
+        counts.append(windows.rounds - before)
+        out, before = np.zeros(1 << 20, np.float32), windows.rounds
+        comm.all_gather(x[: 1 << 19], out, algo="direct")
+        counts.append(windows.rounds - before)
+        expected = np.concatenate([np.arange(1 << 19, dtype=np.float32)] * 2)
+        return counts, bool(np.array_equal(x, np.arange(1 << 20, dtype=np.float32)) and np.array_equal(out, expected))
+
+    config = CommConfig(buffsize=4 << 20, ll_bytes=0)
+    assert loopback.run(2, rounds_of, config=config) == [([8, 2], True)] * 2
 
 
 @pytest.mark.mpi

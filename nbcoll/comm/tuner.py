@@ -21,12 +21,12 @@ copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, wind
     direct all-to-all    1 + 1 step per piece p of each of n blocks;     2(n-1) x S
     direct reduce-scatter  1 + 1 step per piece p of each of n blocks;   n x S        (stage, fold n sources)
 
-A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 1 MiB, or half the window per
-block if less (:func:`nbcoll.comm.algorithms.direct.piece_elems`): its rounds take the window's two halves in
-turn, so a rank stages one piece while its peers read the last. So the first round waits twice (for the peers to
-be done reading, then for their posts), and each later round once: its post waits only for the round before
-last, long done. Only a broadcast's root has nothing else to do meanwhile; elsewhere every rank both stages and
-reads, and the bytes of the busiest rank stay.
+A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 1 MiB (a broadcast's: 512 KiB), or
+half the window per block if less (:func:`nbcoll.comm.algorithms.direct.piece_elems`): its rounds take the
+window's two halves in turn, so a rank stages one piece while its peers read the last. So the first round waits
+twice (for the peers to be done reading, then for their posts), and each later round once: its post waits only
+for the round before last, long done. Only a broadcast's root has nothing else to do meanwhile; elsewhere every
+rank both stages and reads, and the bytes of the busiest rank stay.
 
 Direct counts bytes as staged through the windows: whether a buffer is registered (read in place, one copy
 fewer) is known to its own rank only, and every rank must choose alike; registration only makes direct faster.
@@ -194,9 +194,9 @@ def _chunks(nbytes: float, chunk_bytes: float) -> int:
     return max(1, math.ceil(nbytes / chunk_bytes))
 
 
-def _piece(window_bytes: int, blocks: int = 1) -> float:
+def _piece(window_bytes: int, blocks: int = 1, piece_bytes: int = direct.PIECE_BYTES) -> float:
     """Bytes per block of a round of a one-shot collective over the windows, cut as the direct algorithms cut."""
-    return float(direct.piece_elems(1, window_bytes // blocks))
+    return float(direct.piece_elems(1, window_bytes // blocks, piece_bytes))
 
 
 def _waits(nbytes: float, piece: float) -> int:
@@ -254,7 +254,7 @@ def cost_terms(
             return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
     if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop
         if window_bytes:  # the root stages piece k + 1 while the readers copy piece k: a pipeline of two copies
-            piece = _piece(window_bytes)
+            piece = _piece(window_bytes, piece_bytes=direct.BROADCAST_PIECE_BYTES)
             return _waits(s, piece), s + min(s, piece)
         return chunks, n * s  # through FIFOs the root writes a slot for every peer
     if collective in ("broadcast", "reduce"):

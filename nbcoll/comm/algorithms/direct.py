@@ -114,7 +114,8 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
         spans = list(chunks(0, out.size, ctx.ll.capacity(out.dtype)))
         return _ll_broadcast(ctx, src, out, root, spans, ctx.ll.reserve(len(spans)))
     if ctx.windows is not None:
-        return _one_shot_broadcast(ctx, src, out, root, _window_rounds(ctx, out.size, out, blocks=1))
+        rounds = _window_rounds(ctx, out.size, out, blocks=1, piece_bytes=BROADCAST_PIECE_BYTES)
+        return _one_shot_broadcast(ctx, src, out, root, rounds)
     return _fifo_broadcast(ctx, src, out, root)
 
 
@@ -202,12 +203,19 @@ page) with one ``rep movsb``, and larger blocks with vector loops. With two rank
 of 512 KiB took up to twice the time of pieces of 1 MiB (a 64 MiB all-gather 14-19 ms against 8-9), in the same
 launch (``docs/guide/performance.rst``); on a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
+BROADCAST_PIECE_BYTES = 512 << 10
+"""A broadcast's pieces, half the others': its rounds are a pipeline of two copies on two cores, the root's into
+its window and the readers' out of it, which wants the piece the root has just written to be still in a cache
+when a reader copies it. NCCL's broadcast likewise moves one FIFO step a chunk where its all-reduce moves
+``NCCL_STEPS/2`` (``BROADCAST_CHUNKSTEPS`` against ``ALLREDUCE_CHUNKSTEPS``). Staged through the window at 2
+ranks, pieces of 1 MiB took 1.1-2.1x the time of pieces of 512 KiB, in the same launch."""
 
-def piece_elems(itemsize: int, window_bytes: int) -> int:
+
+def piece_elems(itemsize: int, window_bytes: int, piece_bytes: int = PIECE_BYTES) -> int:
     """Elements per round (per block) of a one-shot collective over ``window_bytes`` of window (per block):
-    :data:`PIECE_BYTES`, or half the window if that is less, since the rounds take its two halves in turn. The
-    tuner counts the rounds by the same rule."""
-    return max(1, min(PIECE_BYTES, window_bytes // 2) // itemsize)
+    ``piece_bytes``, or half the window if that is less, since the rounds take its two halves in turn. The tuner
+    counts the rounds by the same rule."""
+    return max(1, min(piece_bytes, window_bytes // 2) // itemsize)
 
 
 class WindowRound(NamedTuple):
@@ -222,7 +230,9 @@ class WindowRound(NamedTuple):
     after: int
 
 
-def _window_rounds(ctx: Context, count: int, buf: Any, blocks: int) -> list[WindowRound]:
+def _window_rounds(
+    ctx: Context, count: int, buf: Any, blocks: int, piece_bytes: int = PIECE_BYTES
+) -> list[WindowRound]:
     """The rounds of ``count`` elements (per block) of a one-shot collective, numbered now (``reserve``).
 
     A round's pieces (:func:`piece_elems`; ``blocks`` of them when each reader has its own) fill at most half the
@@ -232,7 +242,7 @@ def _window_rounds(ctx: Context, count: int, buf: Any, blocks: int) -> list[Wind
     halves of one element per block (a few bytes) takes every round whole, each waiting for the one before.
     """
     item = buf.dtype.itemsize
-    elems = piece_elems(item, ctx.windows.nbytes // blocks)
+    elems = piece_elems(item, ctx.windows.nbytes // blocks, piece_bytes)
     spans = list(chunks(0, count, elems))
     first, half = ctx.windows.reserve(len(spans)), blocks * elems * item
     two = 2 * half <= ctx.windows.nbytes
