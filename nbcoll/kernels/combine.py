@@ -285,8 +285,9 @@ def fold_into(rule: str, out: Any, sources: Sequence[Any]) -> None:
 
     The launch the collectives call once per chunk, with every rank's part in rank order, so that every rank
     computes the same bits: they check their buffers and parse their op (:func:`kernel_op` gives ``rule``) once,
-    when the collective is called, not again for every chunk. ``out`` may be ``sources[0]`` (a fold in place);
-    each later source is an array of its own.
+    when the collective is called, not again for every chunk. ``out`` may be ``sources[0]`` or ``sources[1]`` (a
+    fold in place, as the first pair is folded element by element); a later source must not overlap it, since
+    ``out`` changes before that source is read.
     """
     _fold(rule, out, sources)
 

@@ -200,7 +200,7 @@ that a piece being staged and the one being read stay in a core's caches, large 
 cost little beside its copies. On the CPU the size also picks how the C library copies: glibc copies from 2 KiB
 up to its ``rep_movsb_stop_threshold`` (the L2 cache's size on AMD cores, 1 MiB on the machine of the Performance
 page) with one ``rep movsb``, and larger blocks with vector loops. With two ranks copying at once there, pieces
-of 512 KiB took up to twice the time of pieces of 1 MiB (a 64 MiB all-gather 14-19 ms against 8-9), in the same
+of 512 KiB took up to twice the time of pieces of 1 MiB (a 64 MiB all-gather 14-16 ms against 8-10), in the same
 launch (``docs/guide/performance.rst``); on a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
 BROADCAST_PIECE_BYTES = 512 << 10
