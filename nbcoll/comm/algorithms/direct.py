@@ -199,9 +199,10 @@ PIECE_BYTES = 1 << 20
 that a piece being staged and the one being read stay in a core's caches, large enough that a round's two waits
 cost little beside its copies. On the CPU the size also picks how the C library copies: glibc copies from 2 KiB
 up to its ``rep_movsb_stop_threshold`` (the L2 cache's size on AMD cores, 1 MiB on the machine of the Performance
-page) with one ``rep movsb``, and larger blocks with vector loops. With two ranks copying at once there, pieces
-of 512 KiB took up to twice the time of pieces of 1 MiB (a 64 MiB all-gather 14-16 ms against 8-10), in the same
-launch (``docs/guide/performance.rst``); on a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
+page) with one ``rep movsb``, and larger blocks with vector loops. There, ``rep movsb`` reads shared pages (a
+registered buffer, a window) slowly: with two ranks copying at once, pieces of 512 KiB took up to twice the time
+of pieces of 1 MiB (a 64 MiB all-gather 14-16 ms against 8-10), in the same launch
+(``docs/guide/performance.rst``). On a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
 BROADCAST_PIECE_BYTES = 512 << 10
 """A broadcast's pieces, half the others': its rounds are a pipeline of two copies on two cores, the root's into
