@@ -17,6 +17,7 @@ import pytest
 
 import nbcoll
 from nbcoll.comm import CommConfig, loopback
+from nbcoll.comm.algorithms import direct
 from nbcoll.comm.tuner import cost_terms
 from nbcoll.testing import run_ranks
 
@@ -267,9 +268,10 @@ def test_a_rank_stages_its_next_piece_while_its_peers_read_the_last(monkeypatch,
     from nbcoll.comm import window_step
 
     original, seen, root = window_step.WindowStep.run, [], 0
+    rounds = -(-100 // (direct.window_bytes(256, nranks) // 16))  # 100 int64 in halves of the window
 
     def copy_once_the_next_round_is_posted(step):
-        if step.name == "direct_recv" and step.w.rank == nranks - 1 and step.round == step.w.rounds - 6:
+        if step.name == "direct_recv" and step.w.rank == nranks - 1 and step.round == step.w.rounds - rounds + 1:
             deadline = time.monotonic() + 10.0  # far longer than a posted round takes; bounded all the same
             while min(step.w.posted[p] for p in step.sources) <= step.round and time.monotonic() < deadline:
                 time.sleep(0.001)
@@ -278,7 +280,7 @@ def test_a_rank_stages_its_next_piece_while_its_peers_read_the_last(monkeypatch,
 
     monkeypatch.setattr(window_step.WindowStep, "run", copy_once_the_next_round_is_posted)
 
-    def one_call(comm):  # 100 int64 a rank: 7 rounds of half a 256-byte window; the reader waits in the first
+    def one_call(comm):  # 100 int64 a rank, in several rounds; the reader waits in the first
         if collective == "broadcast":
             x = np.arange(100, dtype=np.int64) if comm.rank == root else np.full(100, -1, np.int64)
             comm.broadcast(x, root=root, algo="direct")

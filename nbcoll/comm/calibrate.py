@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 import nbcoll
 from nbcoll.comm import tuner
+from nbcoll.comm.algorithms import direct
 from nbcoll.comm.communicator import Communicator
 from nbcoll.comm.config import CommConfig
 
@@ -90,7 +91,8 @@ def measure(transport: str, max_bytes: int, repeats: int) -> tuple[list[tuple[st
     for _ in range(repeats):
         for i, call in enumerate(calls):
             samples[i].append(_sample(world, call, inner[i]))
-    windows = config.buffsize if transport == "ipc" else 0  # every pair on ipc: direct steps use windows
+    # every pair on ipc: direct steps use windows
+    windows = direct.window_bytes(config.buffsize, comm.size) if transport == "ipc" else 0
     comm.destroy()
     return cases, [statistics.median(s) for s in samples], windows
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from nbcoll import backend, memory
 from nbcoll.comm import algorithms, tuner
+from nbcoll.comm.algorithms import direct
 from nbcoll.comm.algorithms.common import Context
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
@@ -176,7 +177,8 @@ class Engine:
             comm = self.comm
             models = comm._wiring.link_models.get(current) or tuner.default_models(current)
             transports = comm.topology.transports() or {"ipc"}
-            windows = comm.config.buffsize if transports == {"ipc"} else 0  # direct reads peers in place
+            on_ipc = transports == {"ipc"}  # direct reads peers in place
+            windows = direct.window_bytes(comm.config.buffsize, comm.size) if on_ipc else 0
             ll_bytes = comm.config.ll_bytes if windows else 0
             self._link_models[current] = dataclasses.replace(
                 tuner.slowest(models, transports),
@@ -305,7 +307,7 @@ class Engine:
                 f"({self._windows_failed}); abort or shrink the communicator"
             )
         if not self._windows_made:
-            self._windows = self._map_windows(self.comm.config.buffsize)
+            self._windows = self._map_windows(direct.window_bytes(self.comm.config.buffsize, self.comm.size))
             self._windows_made = True
         return self._windows
 

@@ -263,7 +263,7 @@ def cost_terms(
         if algo == "tree":
             return chunks + depth - 1, (2.0 if n == 2 else 3.0) * s
     if collective == "reduce_scatter" and algo == "direct" and window_bytes:  # blocks staged for n-1 readers, n folded
-        return _waits(s, _piece(window_bytes, n)), n * s
+        return _waits(s, _piece(window_bytes, n, direct.fold_piece_bytes(n))), n * s
     if collective in ("all_gather", "reduce_scatter"):
         if algo == "ring" or collective == "reduce_scatter":  # a direct reduce-scatter without windows is the ring
             return n * chunks, (2 * n - 1) * s

@@ -5,7 +5,8 @@ A FIFO moves data by copying it into the receiver's slot, and the receiver copie
 hop. NCCL's P2P direct mode with user-buffer registration skips the first: a GPU reads its peer's buffer itself
 over NVLink. Here every rank of the machine maps two kinds of its peers' memory:
 
-* its *window*, an IPC-exportable buffer of ``NBCOLL_BUFFSIZE`` bytes, where an input that is not registered is
+* its *window*, an IPC-exportable buffer of ``NBCOLL_BUFFSIZE`` bytes for every two ranks
+  (:func:`~nbcoll.comm.algorithms.direct.window_bytes`), where an input that is not registered is
   staged (copied in by its owner, read by the peers: still two copies, but one write serves every reader);
 * its *registered buffers*, from :meth:`DirectWindows.alloc` (``comm.alloc``): an input that lies in one is
   *lent*, read by the peers where it is, so each byte is copied once per hop, straight into the reader's output.

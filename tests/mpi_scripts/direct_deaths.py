@@ -20,7 +20,8 @@ return a wrong result. A victim that stops instead (``SIGSTOP``: alive but silen
 resume it, and it exits. After each stage no ``/dev/shm`` name of the victims nor of the survivors is left, and
 the survivors carry on among themselves.
 
-Run with ``NBCOLL_LL_BYTES=64`` and ``NBCOLL_BUFFSIZE=256``: 8 int32 go by LL, 24 take one window round, 100 four.
+Run with ``NBCOLL_LL_BYTES=64``; every case's communicator has windows of 256 bytes (:data:`WINDOW_BYTES`): 8 int32
+go by LL, 24 take one window round, 100 four.
 Every rank prints ``pid=...``, one ``case ...`` line per case it ran, and ``direct deaths ok`` if it survived.
 """
 
@@ -40,11 +41,24 @@ import numpy as np
 from mpi4py import MPI
 
 from nbcoll.comm import CommConfig, CommPeerLostError, CommTimeoutError, init, window
+from nbcoll.comm.algorithms import direct
 from nbcoll.comm.ll import LLStep
 from nbcoll.comm.window_step import OpenOutput, Release, WindowStep, WriteShares
 from nbcoll.kernels import ll as ll_kernels
 
 print(f"pid={os.getpid()}", flush=True)
+
+WINDOW_BYTES = 256
+"""The window of every rank in every case, whatever its number of ranks (:func:`buffsize_for_windows`)."""
+
+
+def buffsize_for_windows(nranks: int) -> int:
+    """The ``NBCOLL_BUFFSIZE`` that gives ``nranks`` ranks windows of :data:`WINDOW_BYTES` (a window holds it for
+    every two ranks: :func:`~nbcoll.comm.algorithms.direct.window_bytes`)."""
+    buffsize = WINDOW_BYTES // ((nranks + 1) // 2)
+    assert direct.window_bytes(buffsize, nranks) == WINDOW_BYTES, nranks
+    return buffsize
+
 
 LL, ONE_ROUND, ROUNDS = 8, 24, 100
 """Elements per block: one LL round, one window round, four window rounds (window of 256 bytes, whose rounds take
@@ -235,7 +249,7 @@ def ended(pid: int) -> bool:
 
 def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
     """Run ``case`` on ``sub``; the victim exits (or stops), a survivor returns what it saw."""
-    config = CommConfig.from_env()
+    config = dataclasses.replace(CommConfig.from_env(), buffsize=buffsize_for_windows(sub.Get_size()))
     comm = init(sub, dataclasses.replace(config, timeout=STOPPED_TIMEOUT) if case.stop else config)
     me, n, timeout = comm.rank, comm.size, comm.config.timeout
     victim = case.victim % n

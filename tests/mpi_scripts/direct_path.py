@@ -69,6 +69,8 @@ def _root_share(count: int, n: int, per_round: int) -> int:
 
 def check_rank(comm) -> list[str]:
     """Run every case, direct and through FIFOs; the problems seen on this rank (empty when all is well)."""
+    from nbcoll.comm.algorithms import direct
+
     problems = []
     n, r = comm.size, comm.rank
     for coll, count, registered in CASES:
@@ -92,7 +94,8 @@ def check_rank(comm) -> list[str]:
                 if own != own_block:  # nothing staged: only this rank's own block is copied within it
                     problems.append(f"{name}: {own} bytes copied within the rank, expected {own_block}")
             if algo == "direct" and registered == "both" and r == n - 1:
-                want = (n - 1) * 8 * _root_share(count, n, comm.config.buffsize // 16)  # rounds: half a window
+                half_window = direct.window_bytes(comm.config.buffsize, n) // 16  # int64 in a round
+                want = (n - 1) * 8 * _root_share(count, n, half_window)
                 if written != want:  # the root wrote its share of every chunk into each reader's output
                     problems.append(f"{name}: the root wrote {written} bytes into its readers, expected {want}")
             if registered:

@@ -212,6 +212,30 @@ when a reader copies it. NCCL's broadcast likewise moves one FIFO step a chunk w
 ranks, pieces of 1 MiB took 1.1-2.1x the time of pieces of 512 KiB, in the same launch."""
 
 
+FOLD_ROUND_BYTES = 2 << 20
+"""A reduce-scatter's round, the pieces of all its blocks together, takes at most this many bytes: each rank folds
+one block from every rank in a round, and the fold's operands had best stay in a core's caches as they stream
+through. Staged through the windows at 4 ranks, pieces of 1 MiB (4 MiB a round) took 1.16-1.46x the time of pieces
+of 512 KiB from 4 MiB up, in the same launch; at 2 ranks a round of two 1 MiB pieces is as fast as any."""
+
+
+def fold_piece_bytes(nranks: int) -> int:
+    """A reduce-scatter's pieces (per block): :data:`PIECE_BYTES`, or less where ``nranks`` of them would take more
+    than :data:`FOLD_ROUND_BYTES`."""
+    return min(PIECE_BYTES, FOLD_ROUND_BYTES // max(1, nranks))
+
+
+def window_bytes(buffsize: int, nranks: int) -> int:
+    """Bytes of each rank's window: ``NBCOLL_BUFFSIZE`` (``buffsize``) for every two ranks.
+
+    An all-to-all's round stages one piece for each reader in one half of the window, so a window of a fixed size
+    would cut its pieces as the ranks grow: at 4 ranks, 4 MiB windows gave pieces of 512 KiB, and the all-to-all
+    of 4 to 64 MiB with registered buffers took 1.6-2x the time it took with 8 MiB windows and pieces of 1 MiB, in
+    the same launch. With ``NBCOLL_BUFFSIZE`` for every two ranks, the pieces stay as large as at 2 ranks.
+    """
+    return buffsize * ((nranks + 1) // 2)
+
+
 def piece_elems(itemsize: int, window_bytes: int, piece_bytes: int = PIECE_BYTES) -> int:
     """Elements per round (per block) of a one-shot collective over ``window_bytes`` of window (per block):
     ``piece_bytes``, or half the window if that is less, since the rounds take its two halves in turn. The tuner
@@ -258,7 +282,8 @@ def reduce_scatter(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
         return _ll_round(ctx, local, out, out.size, segments=ctx.nranks, reduce=True)
     if ctx.windows is None:
         return ring.reduce_scatter(ctx, local, out)
-    return _one_shot_reduce_scatter(ctx, local, out, _window_rounds(ctx, out.size, local, blocks=ctx.nranks))
+    rounds = _window_rounds(ctx, out.size, local, blocks=ctx.nranks, piece_bytes=fold_piece_bytes(ctx.nranks))
+    return _one_shot_reduce_scatter(ctx, local, out, rounds)
 
 
 def _one_shot_reduce_scatter(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
