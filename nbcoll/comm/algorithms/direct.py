@@ -215,8 +215,8 @@ ranks, pieces of 1 MiB took 1.1-2.1x the time of pieces of 512 KiB, in the same 
 FOLD_ROUND_BYTES = 2 << 20
 """A reduce-scatter's round, the pieces of all its blocks together, takes at most this many bytes: each rank folds
 one block from every rank in a round, and the fold's operands had best stay in a core's caches as they stream
-through. Staged through the windows at 4 ranks, pieces of 1 MiB (4 MiB a round) took 1.16-1.46x the time of pieces
-of 512 KiB from 4 MiB up, in the same launch; at 2 ranks a round of two 1 MiB pieces is as fast as any."""
+through. Staged through the windows at 4 ranks, pieces of 1 MiB (4 MiB a round) took 1.17-1.46x the time of pieces
+of 512 KiB at 16 and 64 MiB, in two launches; at 2 ranks a round of two 1 MiB pieces is as fast as any."""
 
 
 def fold_piece_bytes(nranks: int) -> int:
