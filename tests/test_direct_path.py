@@ -136,6 +136,31 @@ def test_a_broadcast_takes_pieces_half_the_size_of_the_other_one_shot_collective
     assert loopback.run(2, rounds_of, config=config) == [([8, 2], True)] * 2
 
 
+def test_a_window_holds_a_buffsize_for_every_two_ranks_so_an_all_to_all_keeps_its_pieces():
+    # 4 ranks, NBCOLL_BUFFSIZE of 4 MiB: windows of 8 MiB (direct.window_bytes). An all-to-all of 2 MiB blocks goes
+    # in two rounds of 1 MiB pieces (four of them fill half the window); a reduce-scatter of the same blocks in four
+    # rounds of 512 KiB, its round kept to direct.FOLD_ROUND_BYTES; and the results are exact.
+    block = 1 << 19  # float32: 2 MiB
+
+    def rounds_of(comm):
+        windows, counts, n = comm.engine.direct_windows(), [], comm.size
+        x = (np.arange(n * block) % 1000 + comm.rank).astype(np.float32)
+        out, before = np.zeros(n * block, np.float32), windows.rounds
+        comm.all_to_all(x, out, algo="direct")
+        counts.append(windows.rounds - before)
+        exchanged = np.concatenate([(np.arange(comm.rank * block, (comm.rank + 1) * block) % 1000 + p)
+                                    for p in range(n)]).astype(np.float32)  # fmt: skip
+        folded, before = np.zeros(block, np.float32), windows.rounds
+        comm.reduce_scatter(x, folded, algo="direct")
+        counts.append(windows.rounds - before)
+        summed = n * (np.arange(comm.rank * block, (comm.rank + 1) * block) % 1000) + n * (n - 1) // 2
+        exact = np.array_equal(out, exchanged) and np.array_equal(folded, summed.astype(np.float32))
+        return windows.nbytes, counts, bool(exact)
+
+    config = CommConfig(buffsize=4 << 20, ll_bytes=0)
+    assert loopback.run(4, rounds_of, config=config) == [(8 << 20, [2, 4], True)] * 4
+
+
 @pytest.mark.mpi
 def test_direct_path_under_mpiexec_on_ipc():
     env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60", "NBCOLL_LL_BYTES": "0"}
