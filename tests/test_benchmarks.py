@@ -192,3 +192,14 @@ def test_fault_sweep_prints_one_row_per_case():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "barrier:pairwise raise 0 2" in done.stdout and "barrier:pairwise exit 0 2" in done.stdout
     assert "cases held: 2 of 2" in done.stdout
+
+
+@pytest.mark.mpi
+def test_windows_benchmark_compares_two_window_sizes_with_exact_results(tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "windows.py"), "--ranks", "4", "--sizes", "1M", "--repeats", "1",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "windows_4ranks.rst").read_text()
+    assert "window 4 MiB" in text and "window 8 MiB" in text  # 4 ranks: the default window is two buffsizes
+    assert "results that differ from the exact ones: 0" in text
+    assert text.count("   * - all_to_all") == 2 and text.count("   * - reduce_scatter") == 2

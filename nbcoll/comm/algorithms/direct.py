@@ -230,8 +230,9 @@ def window_bytes(buffsize: int, nranks: int) -> int:
 
     An all-to-all's round stages one piece for each reader in one half of the window, so a window of a fixed size
     would cut its pieces as the ranks grow: at 4 ranks, 4 MiB windows gave pieces of 512 KiB, and the all-to-all
-    of 4 to 64 MiB with registered buffers took 1.6-2x the time it took with 8 MiB windows and pieces of 1 MiB, in
-    the same launch. With ``NBCOLL_BUFFSIZE`` for every two ranks, the pieces stay as large as at 2 ranks.
+    of 16 and 64 MiB with registered buffers took 1.4-2x the time it took with 8 MiB windows and pieces of 1 MiB,
+    in the same launch (``benchmarks/windows.py``). With ``NBCOLL_BUFFSIZE`` for every two ranks, the pieces stay
+    as large as at 2 ranks.
     """
     return buffsize * ((nranks + 1) // 2)
 
