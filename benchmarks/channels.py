@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import report
 
 HERE = Path(__file__).resolve().parent
 ALGOS = ("tree", "ring")
@@ -90,16 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
-    from nbcoll.launch import launch, under_mpi
+    from nbcoll.launch import under_mpi
 
     if not under_mpi():
-        for nranks in (int(n) for n in args.ranks.split(",")):
-            forwarded = list(sys.argv[1:] if argv is None else argv)
-            result = launch(nranks, __file__, args=forwarded, env={"NBCOLL_BACKEND": "numpy"}, timeout=3600)
-            print(result.outputs[0] if result.ok else result.report(), end="")
-            if not result.ok:
-                return 1
-        return 0
+        return report.launch_on_ranks(__file__, args.ranks, sys.argv[1:] if argv is None else argv)
 
     from mpi4py import MPI
 
@@ -116,13 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             f"python benchmarks/channels.py --sizes {args.sizes} --repeats {args.repeats} "
             f"(mpiexec -n {world.Get_size()})"
         )
-        text = table(times, sizes, world.Get_size(), command)
-        print(text)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"channels_{world.Get_size()}ranks.rst"
-        path.write_text(text)
-        print(f"# wrote {path}")
+        report.write_table(
+            args.out, f"channels_{world.Get_size()}ranks.rst", table(times, sizes, world.Get_size(), command)
+        )
     for comm in comms.values():
         comm.destroy()
     return 0

@@ -52,3 +52,26 @@ def list_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str 
     for cells in [header, *rows]:
         lines += [f"   * - {cells[0]}", *[f"     - {cell}" for cell in cells[1:]]]
     return lines
+
+
+def launch_on_ranks(script: str, ranks: str, argv: Sequence[str], timeout: float = 3600) -> int:
+    """Run ``script`` with ``argv`` under mpiexec once for each rank count of ``ranks`` ("2,4"), on the ``numpy``
+    backend, printing rank 0's output; 1 as soon as a launch fails, else 0."""
+    from nbcoll.launch import launch
+
+    for nranks in (int(n) for n in ranks.split(",")):
+        result = launch(nranks, script, args=list(argv), env={"NBCOLL_BACKEND": "numpy"}, timeout=timeout)
+        print(result.outputs[0] if result.ok else result.report(), end="")
+        if not result.ok:
+            return 1
+    return 0
+
+
+def write_table(out: str | Path, name: str, text: str) -> Path:
+    """Print an reST table and write it to ``out/name`` (the folder made if need be); its path."""
+    print(text)
+    path = Path(out) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(f"# wrote {path}")
+    return path

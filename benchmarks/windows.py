@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import report
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_to_all", "reduce_scatter")
@@ -91,22 +92,16 @@ def table(times: dict, sizes: list[int], names: list[str], nranks: int, wrong: i
         f"ratio = the second window's time over the first's (below 1: the second is faster); results that differ "
         f"from the exact ones: {wrong}. Command: ``{command}``.",
         "",
-        f".. list-table:: direct windows of two sizes, {nranks} ranks",
-        "   :header-rows: 1",
-        "",
-        "   * - collective",
-        "     - buffers",
-        "     - size (B)",
-        *[f"     - window {name}" for name in names],
-        "     - ratio",
     ]
+    rows = []
     for collective in COLLECTIVES:
         for registered in (True, False):
             for nbytes in sizes:
-                first, second = (float(np.median(times[(collective, registered, nbytes, n)])) for n in names)
-                lines += [f"   * - {collective}", f"     - {'registered' if registered else 'plain'}",
-                          f"     - {nbytes}", f"     - {first * 1e6:.0f}", f"     - {second * 1e6:.0f}",
-                          f"     - {second / first:.2f}"]  # fmt: skip
+                first, second = (float(np.median(times[(collective, registered, nbytes, name)])) for name in names)
+                rows.append([collective, "registered" if registered else "plain", str(nbytes),
+                             f"{first * 1e6:.0f}", f"{second * 1e6:.0f}", f"{second / first:.2f}"])  # fmt: skip
+    header = ["collective", "buffers", "size (B)", *[f"window {name}" for name in names], "ratio"]
+    lines += report.list_table(header, rows, f"direct windows of two sizes, {nranks} ranks")
     return "\n".join(lines) + "\n"
 
 
@@ -117,16 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
-    from nbcoll.launch import launch, under_mpi
+    from nbcoll.launch import under_mpi
 
     if not under_mpi():
-        for nranks in (int(n) for n in args.ranks.split(",")):
-            forwarded = list(sys.argv[1:] if argv is None else argv)
-            result = launch(nranks, __file__, args=forwarded, env={"NBCOLL_BACKEND": "numpy"}, timeout=3600)
-            print(result.outputs[0] if result.ok else result.report(), end="")
-            if not result.ok:
-                return 1
-        return 0
+        return report.launch_on_ranks(__file__, args.ranks, sys.argv[1:] if argv is None else argv)
 
     from mpi4py import MPI
 
@@ -147,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     wrong = world.allreduce(wrong, op=MPI.SUM)
     if world.Get_rank() == 0:
         command = f"python benchmarks/windows.py --sizes {args.sizes} --repeats {args.repeats} (mpiexec -n {n})"
-        text = table(times, sizes, names, n, wrong, command)
-        print(text)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"windows_{n}ranks.rst"
-        path.write_text(text)
-        print(f"# wrote {path}")
+        report.write_table(args.out, f"windows_{n}ranks.rst", table(times, sizes, names, n, wrong, command))
     for comm in comms.values():
         comm.destroy()
     return 0 if wrong == 0 else 1
