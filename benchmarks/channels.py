@@ -14,7 +14,6 @@ Writes ``channels_<n>ranks.rst`` into ``--out`` (default ``benchmarks/results``)
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import platform
@@ -85,11 +84,7 @@ def table(times: dict[tuple, list[float]], sizes: list[int], nranks: int, comman
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="8,64K,1M,16M", help="comma-separated sizes in bytes (8, 64K, 16M, ...)")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
-    p.add_argument("--out", default=str(HERE / "results"))
+    p = report.same_run_arguments(__doc__.split("\n\n")[0], "8,64K,1M,16M", HERE / "results")
     args = p.parse_args(argv)
     from nbcoll.launch import under_mpi
 

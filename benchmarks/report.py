@@ -12,6 +12,7 @@ half-written record in ``benchmarks/results``.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -75,3 +76,14 @@ def write_table(out: str | Path, name: str, text: str) -> Path:
     path.write_text(text)
     print(f"# wrote {path}")
     return path
+
+
+def same_run_arguments(description: str, sizes: str, out: Path) -> argparse.ArgumentParser:
+    """The options of a benchmark that compares two settings in one launch at each rank count: ``--sizes``,
+    ``--repeats``, ``--ranks`` (launched when not under mpiexec) and ``--out`` (where its tables go)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", default=sizes, help="comma-separated sizes in bytes (8, 64K, 16M, ...)")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
+    parser.add_argument("--out", default=str(out))
+    return parser

@@ -18,7 +18,6 @@ Writes ``windows_<n>ranks.rst`` into ``--out`` (default ``benchmarks/results``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import platform
@@ -106,11 +105,7 @@ def table(times: dict, sizes: list[int], names: list[str], nranks: int, wrong: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="1M,4M,16M,64M", help="comma-separated sizes in bytes (64K, 16M, ...)")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
-    p.add_argument("--out", default=str(HERE / "results"))
+    p = report.same_run_arguments(__doc__.split("\n\n")[0], "1M,4M,16M,64M", HERE / "results")
     args = p.parse_args(argv)
     from nbcoll.launch import under_mpi
 
