@@ -27,21 +27,11 @@ from pathlib import Path
 
 import numpy as np
 import report
+from vs_mpi import sample
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_to_all", "reduce_scatter")
 FIXED_WINDOW = 4 << 20
-
-
-def sample(world, call, calls: int) -> float:
-    """Seconds per call of ``calls`` calls, the ranks started together; the slowest rank's time."""
-    from mpi4py import MPI
-
-    world.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        call()
-    return world.allreduce(time.perf_counter() - t0, op=MPI.MAX) / calls
 
 
 def contender(comm, collective: str, nbytes: int, registered: bool):
