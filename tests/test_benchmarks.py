@@ -203,3 +203,14 @@ def test_windows_benchmark_compares_two_window_sizes_with_exact_results(tmp_path
     assert "window 4 MiB" in text and "window 8 MiB" in text  # 4 ranks: the default window is two buffsizes
     assert "results that differ from the exact ones: 0" in text
     assert text.count("   * - all_to_all") == 2 and text.count("   * - reduce_scatter") == 2
+
+
+@pytest.mark.mpi
+def test_broadcast_pieces_benchmark_compares_two_piece_sizes_with_exact_results(tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "broadcast_pieces.py"), "--ranks", "3", "--sizes", "2M",
+                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "broadcast_pieces_3ranks.rst").read_text()
+    assert "pieces of 512 KiB" in text and "pieces of 1 MiB" in text
+    assert "results that differ from the root's: 0" in text
+    assert text.count("   * - registered") == 1 and text.count("   * - plain") == 1

@@ -105,10 +105,10 @@ def test_alloc_checks_its_count_and_free_its_array():
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    # A broadcast goes in pieces of 512 KiB (half the others'), here eight: two waits in the first round, one in
-    # each later round (its post waits for the round before last, long done); the root stages a piece while the
-    # readers copy the one before.
-    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (9, (4 << 20) + (512 << 10))
+    # A broadcast goes in pieces of 1 MiB, as the others, here four: two waits in the first round, one in each later
+    # round (its post waits for the round before last, long done); the root stages a piece while the readers copy
+    # the one before.
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
     assert cost_terms("all_gather", "direct", 4 << 20, 4, 1 << 19, window_bytes=window)[0] == 5  # 1 MiB pieces
     assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
     small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)
@@ -117,8 +117,8 @@ def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     assert steps == 3  # two rounds: four blocks of 512 KiB fill half the window
 
 
-def test_a_broadcast_takes_pieces_half_the_size_of_the_other_one_shot_collectives():
-    # 4 MiB through 4 MiB windows: a broadcast in eight rounds of 512 KiB, an all-gather's 2 MiB block (2 ranks) in
+def test_a_broadcast_takes_pieces_of_the_size_of_the_other_one_shot_collectives():
+    # 4 MiB through 4 MiB windows: a broadcast in four rounds of 1 MiB, an all-gather's 2 MiB block (2 ranks) in
     # two rounds of 1 MiB, as direct.BROADCAST_PIECE_BYTES and direct.PIECE_BYTES say; and the results are exact.
     def rounds_of(comm):
         windows, counts = comm.engine.direct_windows(), []
@@ -133,7 +133,7 @@ def test_a_broadcast_takes_pieces_half_the_size_of_the_other_one_shot_collective
         return counts, bool(np.array_equal(x, np.arange(1 << 20, dtype=np.float32)) and np.array_equal(out, expected))
 
     config = CommConfig(buffsize=4 << 20, ll_bytes=0)
-    assert loopback.run(2, rounds_of, config=config) == [([8, 2], True)] * 2
+    assert loopback.run(2, rounds_of, config=config) == [([4, 2], True)] * 2
 
 
 def test_a_window_holds_a_buffsize_for_every_two_ranks_so_an_all_to_all_keeps_its_pieces():

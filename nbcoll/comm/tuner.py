@@ -21,8 +21,8 @@ copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, wind
     direct all-to-all    1 + 1 step per piece p of each of n blocks;     2(n-1) x S
     direct reduce-scatter  1 + 1 step per piece p of each of n blocks;   n x S        (stage, fold n sources)
 
-A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 1 MiB (a broadcast's: 512 KiB; a
-reduce-scatter's at most 2 MiB over its n blocks), or half the window per block if less
+A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 1 MiB (a reduce-scatter's at most
+2 MiB over its n blocks), or half the window per block if less
 (:func:`nbcoll.comm.algorithms.direct.piece_elems`): its rounds take the window's two halves in turn, so a rank
 stages one piece while its peers read the last. So the first round waits
 twice (for the peers to be done reading, then for their posts), and each later round once: its post waits only

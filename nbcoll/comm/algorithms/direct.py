@@ -204,12 +204,16 @@ registered buffer, a window) slowly: with two ranks copying at once, pieces of 5
 of pieces of 1 MiB (a 64 MiB all-gather 14-16 ms against 8-10), in the same launch
 (``docs/guide/performance.rst``). On a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
-BROADCAST_PIECE_BYTES = 512 << 10
-"""A broadcast's pieces, half the others': its rounds are a pipeline of two copies on two cores, the root's into
-its window and the readers' out of it, which wants the piece the root has just written to be still in a cache
-when a reader copies it. NCCL's broadcast likewise moves one FIFO step a chunk where its all-reduce moves
-``NCCL_STEPS/2`` (``BROADCAST_CHUNKSTEPS`` against ``ALLREDUCE_CHUNKSTEPS``). Staged through the window at 2
-ranks, pieces of 1 MiB took 1.1-2.1x the time of pieces of 512 KiB, in the same launch."""
+BROADCAST_PIECE_BYTES = PIECE_BYTES
+"""A broadcast's pieces: the others' size. They were half as large for a while, for the pipeline of two copies on
+two cores of a staged broadcast (the root's into its window, the readers' out of it), which wants the piece the
+root has just written to be still in a cache when a reader copies it; NCCL's broadcast also moves a smaller chunk
+than its all-reduce (one FIFO step against ``NCCL_STEPS/2``). Compared in the same launch, in two launches
+(``benchmarks/broadcast_pieces.py``, 1 to 64 MiB), pieces of 1 MiB took 0.69-0.92 of the time of pieces of 512 KiB
+with registered buffers at 2 and 4 ranks; 0.64-0.95 staged at 4 ranks; and staged at 2 ranks 0.50-1.01, except a
+1 MiB message, which then takes one round instead of a pipeline of two (0.90-1.12). Every rank must cut the
+same rounds, and a reader cannot know whether the root's buffer is registered, so one size serves both. The
+benchmark sets this name to compare sizes; a broadcast reads it when it is planned."""
 
 
 FOLD_ROUND_BYTES = 2 << 20
