@@ -2,7 +2,8 @@
 
 For every collective and size, each rank times MPI (through mpi4py), gloo (torch.distributed on CPU, when torch
 is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
-repeat so that all see the same machine noise; a sample is the slowest rank's time over a loop of calls
+repeat so that all see the same machine noise, each repeat in an order rotated by one (a contender's time depends
+on the one that ran just before it); a sample is the slowest rank's time over a loop of calls
 (``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps the median of the repeats. A ratio is the peer's
 time over the best nbcoll algorithm's time, which is also nbcoll's busbw over the peer's (the same bytes and the
 same factor divide both). The results of every library are compared element by element on exact inputs.
@@ -167,9 +168,10 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
     inner = calls_per_sample(nbytes)  # the calibration's rule, for every library alike
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, call in contenders.items():
-            samples[name].append(sample(world, call, inner))
+    names = list(contenders)
+    for k in range(repeats):  # each repeat starts one contender later: none keeps the place after a given one
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            samples[name].append(sample(world, contenders[name], inner))
     for buffer in lent:
         comm.free(buffer)
     medians = {name: statistics.median(s) for name, s in samples.items()}
