@@ -96,31 +96,25 @@ def table(times: dict, sizes: list[int], nranks: int, wrong: int, command: str) 
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = report.same_run_arguments(__doc__.split("\n\n")[0], "1M,4M,16M,64M", HERE / "results")
-    args = p.parse_args(argv)
-    from nbcoll.launch import under_mpi
-
-    if not under_mpi():
-        return report.launch_on_ranks(__file__, args.ranks, sys.argv[1:] if argv is None else argv)
-
+def compare(args, world, sizes: list[int]) -> int:
+    """Both piece sizes at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
     from mpi4py import MPI
 
     from nbcoll.comm import init
-    from nbcoll.perf.bandwidth import parse_size
 
-    world = MPI.COMM_WORLD
-    n = world.Get_size()
-    comm = init(world)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    n, comm = world.Get_size(), init(world)
     times, wrong = measure(comm, world, sizes, args.repeats)
     wrong = world.allreduce(wrong, op=MPI.SUM)
     if world.Get_rank() == 0:
-        flags = f"--sizes {args.sizes} --repeats {args.repeats}"
-        command = f"python benchmarks/broadcast_pieces.py {flags} (mpiexec -n {n})"
+        command = report.same_run_command(__file__, args, n)
         report.write_table(args.out, f"broadcast_pieces_{n}ranks.rst", table(times, sizes, n, wrong, command))
     comm.destroy()
     return 0 if wrong == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = __doc__.split("\n\n")[0]
+    return report.same_run_main(__file__, description, "1M,4M,16M,64M", HERE / "results", compare, argv)
 
 
 if __name__ == "__main__":

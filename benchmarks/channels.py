@@ -83,35 +83,24 @@ def table(times: dict[tuple, list[float]], sizes: list[int], nranks: int, comman
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = report.same_run_arguments(__doc__.split("\n\n")[0], "8,64K,1M,16M", HERE / "results")
-    args = p.parse_args(argv)
-    from nbcoll.launch import under_mpi
-
-    if not under_mpi():
-        return report.launch_on_ranks(__file__, args.ranks, sys.argv[1:] if argv is None else argv)
-
-    from mpi4py import MPI
-
+def compare(args, world, sizes: list[int]) -> int:
+    """Every channel count at every size, in one launch; rank 0 writes the table."""
     from nbcoll.comm import CommConfig, init
-    from nbcoll.perf.bandwidth import parse_size
 
-    world = MPI.COMM_WORLD
-    base = CommConfig.from_env()
+    n, base = world.Get_size(), CommConfig.from_env()
     comms = {nch: init(world, dataclasses.replace(base, nchannels=nch)) for nch in CHANNELS}
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
     times = measure(comms, world, sizes, args.repeats)
     if world.Get_rank() == 0:
-        command = (
-            f"python benchmarks/channels.py --sizes {args.sizes} --repeats {args.repeats} "
-            f"(mpiexec -n {world.Get_size()})"
-        )
-        report.write_table(
-            args.out, f"channels_{world.Get_size()}ranks.rst", table(times, sizes, world.Get_size(), command)
-        )
+        command = report.same_run_command(__file__, args, n)
+        report.write_table(args.out, f"channels_{n}ranks.rst", table(times, sizes, n, command))
     for comm in comms.values():
         comm.destroy()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = __doc__.split("\n\n")[0]
+    return report.same_run_main(__file__, description, "8,64K,1M,16M", HERE / "results", compare, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import datetime
 import json
 import os
 import platform
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,26 @@ def same_run_arguments(description: str, sizes: str, out: Path) -> argparse.Argu
     parser.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
     parser.add_argument("--out", default=str(out))
     return parser
+
+
+def same_run_main(
+    script: str, description: str, sizes: str, out: Path, compare: Callable[..., int], argv: Sequence[str] | None
+) -> int:
+    """The ``main`` of a benchmark that compares settings in one launch: parse :func:`same_run_arguments`; not under
+    mpiexec, launch ``script`` at each rank count of ``--ranks``; under it, return ``compare(args, world, sizes)``,
+    with MPI's world communicator and ``--sizes`` in bytes."""
+    args = same_run_arguments(description, sizes, out).parse_args(argv)
+    from nbcoll.launch import under_mpi
+
+    if not under_mpi():
+        return launch_on_ranks(script, args.ranks, sys.argv[1:] if argv is None else argv)
+    from mpi4py import MPI
+
+    from nbcoll.perf.bandwidth import parse_size
+
+    return compare(args, MPI.COMM_WORLD, [parse_size(size) for size in args.sizes.split(",")])
+
+
+def same_run_command(script: str, args: argparse.Namespace, nranks: int) -> str:
+    """The command line that reproduces a :func:`same_run_main` table, as its caption gives it."""
+    return f"python benchmarks/{Path(script).name} --sizes {args.sizes} --repeats {args.repeats} (mpiexec -n {nranks})"

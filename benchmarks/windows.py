@@ -94,21 +94,13 @@ def table(times: dict, sizes: list[int], names: list[str], nranks: int, wrong: i
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = report.same_run_arguments(__doc__.split("\n\n")[0], "1M,4M,16M,64M", HERE / "results")
-    args = p.parse_args(argv)
-    from nbcoll.launch import under_mpi
-
-    if not under_mpi():
-        return report.launch_on_ranks(__file__, args.ranks, sys.argv[1:] if argv is None else argv)
-
+def compare(args, world, sizes: list[int]) -> int:
+    """Both window sizes at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
     from mpi4py import MPI
 
     from nbcoll.comm import CommConfig, init
     from nbcoll.comm.algorithms import direct
-    from nbcoll.perf.bandwidth import parse_size
 
-    world = MPI.COMM_WORLD
     n, base = world.Get_size(), CommConfig.from_env()
     fixed = dataclasses.replace(base, buffsize=FIXED_WINDOW // ((n + 1) // 2))  # a window of FIXED_WINDOW
     configs = [fixed, base]
@@ -116,15 +108,19 @@ def main(argv: list[str] | None = None) -> int:
     if names[0] == names[1]:
         names[1] += " (again)"
     comms = {name: init(world, config) for name, config in zip(names, configs, strict=True)}
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
     times, wrong = measure(comms, world, sizes, args.repeats)
     wrong = world.allreduce(wrong, op=MPI.SUM)
     if world.Get_rank() == 0:
-        command = f"python benchmarks/windows.py --sizes {args.sizes} --repeats {args.repeats} (mpiexec -n {n})"
+        command = report.same_run_command(__file__, args, n)
         report.write_table(args.out, f"windows_{n}ranks.rst", table(times, sizes, names, n, wrong, command))
     for comm in comms.values():
         comm.destroy()
     return 0 if wrong == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = __doc__.split("\n\n")[0]
+    return report.same_run_main(__file__, description, "1M,4M,16M,64M", HERE / "results", compare, argv)
 
 
 if __name__ == "__main__":

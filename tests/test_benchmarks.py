@@ -214,3 +214,15 @@ def test_broadcast_pieces_benchmark_compares_two_piece_sizes_with_exact_results(
     assert "pieces of 512 KiB" in text and "pieces of 1 MiB" in text
     assert "results that differ from the root's: 0" in text
     assert text.count("   * - registered") == 1 and text.count("   * - plain") == 1
+
+
+@pytest.mark.mpi
+def test_channels_benchmark_times_one_and_two_channels_in_one_launch(tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "channels.py"), "--ranks", "2", "--sizes", "8", "--repeats", "1",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "channels_2ranks.rst").read_text()
+    assert "python benchmarks/channels.py --sizes 8 --repeats 1 (mpiexec -n 2)" in text
+    for algo in ("tree", "ring"):
+        assert f"{algo}, 1 channel" in text and f"{algo}, 2 channels" in text
+    assert re.search(r"   \* - 8\n(     - [0-9.]+x?\n){6}", text)  # one row: three cells per algorithm
