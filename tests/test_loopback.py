@@ -155,6 +155,34 @@ def test_messages_match_in_order_and_synchronous_sends_wait_for_a_receive():
         too_small.Test()
 
 
+def test_a_receive_completes_only_once_its_bytes_are_in_the_buffer(monkeypatch):
+    """The sender's thread copies into a posted receive; the receiver tests it without the fabric's lock, so the
+    receive must not look complete while the copy is still under way."""
+    from nbcoll.comm import fabric as fabric_module
+
+    copying, finish = threading.Event(), threading.Event()
+    real_copy = fabric_module.copy_into
+
+    def slow_copy(buffer, payload, what):
+        buffer[:1] = payload[:1]  # a first byte lands, then the copy stalls
+        copying.set()
+        assert finish.wait(5)
+        real_copy(buffer, payload, what)
+
+    fabric = Fabric(nranks=2, timeout=5)
+    a, b = (ThreadComm(fabric, ("t",), rank, 2) for rank in range(2))
+    got = np.zeros(4, np.int64)
+    request = b.Irecv([got, None], source=0)
+    monkeypatch.setattr(fabric_module, "copy_into", slow_copy)
+    sender = threading.Thread(target=a.Isend, args=([np.array([1, 2, 3, 4], np.int64), None],), kwargs={"dest": 1})
+    sender.start()
+    assert copying.wait(5)
+    assert not request.Test()  # mid-copy: not complete, so the receiver cannot read a half-written buffer
+    finish.set()
+    sender.join(5)
+    assert request.Test() and got.tolist() == [1, 2, 3, 4]
+
+
 def test_a_cancelled_receive_completes_and_leaves_the_message_to_the_next_one():
     """The MPI transport cancels its unmatched receives when a connection closes, as MPI allows."""
     fabric = Fabric(nranks=2, timeout=5)

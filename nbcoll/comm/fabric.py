@@ -157,11 +157,13 @@ class Fabric:
             if message is None:
                 continue
             receives.remove(receive)
-            receive.message = message
             try:
                 copy_into(receive.buffer, message.payload, f"a message from rank {message.source}")
             except ValueError as exc:  # raised on the receiver's side, as MPI's truncation error is
                 receive.error = exc
+            # Last: the receiver's Test reads this without the lock, and reads the buffer once it is set, so the
+            # bytes must be in place first (set before the copy, a receiver could read a slot's old chunk).
+            receive.message = message
 
 
 def copy_into(buffer: memoryview | None, payload: bytes, what: str) -> None:
