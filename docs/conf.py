@@ -44,6 +44,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "tutorial_pages",
+    "shared_sidebar",
 ]
 
 exclude_patterns = ["_build", "tutorials/_figures"]
@@ -158,42 +159,8 @@ def skip_function_steps_without_docstring(app, what, name, obj, skip, options):
     return None
 
 
-NAVIGATION_DEPTH = 2
-"""Levels of a page's own contents that the sidebar's tree is cut from: its title, and the sections that hold a
-toctree (as ``tutorials.rst`` does). Sub-pages are reached through those toctrees at any depth."""
-
-
-def shallow_navigation(app, pagename, templatename, context, doctree):
-    """Furo's sidebar asks on every page for the whole tree of titles. Sphinx first copies every section of every
-    page into it (each documented function is one), then drops all but the titles: for the site's ~350 pages that
-    was two thirds of the build. Cutting the copy at ``NAVIGATION_DEPTH`` gives the same sidebar, byte for byte.
-    Pages that are no document (module source, the index, search) share one sidebar per folder, made once:
-    nothing in it is marked current, and its links are relative to the folder."""
-    toctree = context.get("toctree")
-    if toctree is None:
-        return
-    shared = pagename not in app.env.found_docs
-
-    def titles_to_depth(**kwargs):
-        if kwargs.get("titles_only"):
-            kwargs["maxdepth"] = NAVIGATION_DEPTH
-        if not shared:
-            return toctree(**kwargs)
-        key = (pagename.rpartition("/")[0], *sorted(kwargs.items()))
-        if key not in _SHARED_SIDEBARS:
-            _SHARED_SIDEBARS[key] = toctree(**kwargs)
-        return _SHARED_SIDEBARS[key]
-
-    context["toctree"] = titles_to_depth
-
-
-_SHARED_SIDEBARS: dict = {}
-
-
 def setup(app):
     app.add_directive("nbcoll-tutorials", TutorialList)
-    app.connect("builder-inited", lambda app: _SHARED_SIDEBARS.clear())  # a second build in one process
-    app.connect("html-page-context", shallow_navigation, priority=400)  # before Furo's handler (500) reads it
     app.add_directive("nbcoll-api-group", ApiGroup)
     app.connect("autodoc-skip-member", skip_function_steps_without_docstring)
     # The groups depend on which API pages exist: read the index again at every build.

@@ -107,7 +107,7 @@ def sidebar(page: Path) -> str:
 
 
 def test_every_page_has_the_whole_sidebar_with_links_from_its_own_folder(html):
-    # The build cuts the sidebar's tree short and shares it among pages that are no document (docs/conf.py)
+    # The build cuts the sidebar's tree short and shares it among the pages of a folder (docs/shared_sidebar.py)
     pages = {  # page -> the way from its folder to a tutorial's, and to an API page
         html / "tutorials" / f"{EXECUTED}.html": ("", "../api/"),
         html / "_modules" / "nbcoll" / "comm" / "ll.html": ("../../../tutorials/", "../../../api/"),
@@ -121,6 +121,55 @@ def test_every_page_has_the_whole_sidebar_with_links_from_its_own_folder(html):
                 assert f'href="{to_tutorials}{path.stem}.html"' in tree, (page, path.name)
         assert f'href="{to_api}nbcoll.comm.ll.html"' in tree, page
         assert ("current-page" in tree) == (page.parent.name == "tutorials"), page
+
+
+SHARED_TREE = (
+    '<p class="caption"><span>Guide</span></p>\n<ul>\n'
+    '<li class="toctree-l1"><a class="reference internal" href="a.html">A</a>'
+    '<ul>\n<li class="toctree-l2"><a class="reference internal" href="b.html">B</a></li>\n'
+    '<li class="toctree-l2"><a class="reference internal" href="b.html#part">Part</a></li>\n</ul>\n</li>\n'
+    '<li class="toctree-l1"><a class="reference internal" href="c.html">C</a></li>\n</ul>\n'
+)
+
+
+def test_a_shared_sidebar_tree_is_marked_for_each_page_as_sphinx_marks_it(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    import shared_sidebar
+
+    marked = shared_sidebar._mark(SHARED_TREE, "b.html")
+    assert marked == (
+        '<p class="caption"><span>Guide</span></p>\n<ul class="current">\n<li class="toctree-l1 current">'
+        '<a class="reference internal" href="a.html">A</a><ul class="current">\n'
+        '<li class="toctree-l2 current"><a class="current reference internal" href="#">B</a></li>\n'
+        '<li class="toctree-l2"><a class="reference internal" href="#part">Part</a></li>\n</ul>\n</li>\n'
+        '<li class="toctree-l1"><a class="reference internal" href="c.html">C</a></li>\n</ul>\n'
+    )
+    for page in ("a.html", "b.html", "c.html"):
+        assert shared_sidebar._unmark(shared_sidebar._mark(SHARED_TREE, page), page) == SHARED_TREE
+    assert shared_sidebar._mark(SHARED_TREE, "elsewhere.html") == SHARED_TREE  # not in the tree: nothing current
+
+
+def test_a_shared_sidebar_tree_that_differs_from_sphinx_own_stops_the_build(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    import shared_sidebar
+    from sphinx.errors import ExtensionError
+
+    class Builder:
+        def get_target_uri(self, pagename):
+            return pagename + ".html"
+
+    class App:
+        builder, env = Builder(), type("Env", (), {"found_docs": {"guide/a", "guide/b"}})()
+
+    monkeypatch.setattr(shared_sidebar, "_SHARED", {})
+    monkeypatch.setattr(shared_sidebar, "_CHECKED", set())
+    sphinx_trees = {"guide/a": shared_sidebar._mark(SHARED_TREE, "a.html"), "guide/b": SHARED_TREE}  # b: unmarked
+    contexts = {page: {"toctree": lambda tree=tree, **kwargs: tree} for page, tree in sphinx_trees.items()}
+    for page, context in contexts.items():
+        shared_sidebar.shared_navigation(App(), page, "page.html", context, None)
+    assert contexts["guide/a"]["toctree"](titles_only=True) == sphinx_trees["guide/a"]  # the folder's first: Sphinx's
+    with pytest.raises(ExtensionError, match="the tree marked for guide/b is not Sphinx's own"):
+        contexts["guide/b"]["toctree"](titles_only=True)
 
 
 def test_api_reference_is_grouped_by_layer(html):
