@@ -110,4 +110,4 @@ def shared_navigation(app: Any, pagename: str, templatename: str, context: dict,
 def setup(app: Any) -> dict:
     app.connect("builder-inited", lambda app: (_SHARED.clear(), _CHECKED.clear()))  # a second build in one process
     app.connect("html-page-context", shared_navigation, priority=400)  # before Furo's handler (500) reads it
-    return {"parallel_read_safe": True, "parallel_write_safe": False}
+    return {"parallel_read_safe": True, "parallel_write_safe": True}  # each writer process keeps its own trees
