@@ -98,18 +98,14 @@ def table(times: dict, sizes: list[int], nranks: int, wrong: int, command: str) 
 
 def compare(args, world, sizes: list[int]) -> int:
     """Both piece sizes at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    from mpi4py import MPI
-
     from nbcoll.comm import init
 
     n, comm = world.Get_size(), init(world)
     times, wrong = measure(comm, world, sizes, args.repeats)
-    wrong = world.allreduce(wrong, op=MPI.SUM)
-    if world.Get_rank() == 0:
-        command = report.same_run_command(__file__, args, n)
-        report.write_table(args.out, f"broadcast_pieces_{n}ranks.rst", table(times, sizes, n, wrong, command))
     comm.destroy()
-    return 0 if wrong == 0 else 1
+    return report.publish_same_run(
+        world, args, __file__, "broadcast_pieces", lambda command, wrong: table(times, sizes, n, wrong, command), wrong
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,12 +90,11 @@ def compare(args, world, sizes: list[int]) -> int:
     n, base = world.Get_size(), CommConfig.from_env()
     comms = {nch: init(world, dataclasses.replace(base, nchannels=nch)) for nch in CHANNELS}
     times = measure(comms, world, sizes, args.repeats)
-    if world.Get_rank() == 0:
-        command = report.same_run_command(__file__, args, n)
-        report.write_table(args.out, f"channels_{n}ranks.rst", table(times, sizes, n, command))
     for comm in comms.values():
         comm.destroy()
-    return 0
+    return report.publish_same_run(
+        world, args, __file__, "channels", lambda command, _: table(times, sizes, n, command)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,3 +111,16 @@ def same_run_main(
 def same_run_command(script: str, args: argparse.Namespace, nranks: int) -> str:
     """The command line that reproduces a :func:`same_run_main` table, as its caption gives it."""
     return f"python benchmarks/{Path(script).name} --sizes {args.sizes} --repeats {args.repeats} (mpiexec -n {nranks})"
+
+
+def publish_same_run(world: Any, args: argparse.Namespace, script: str, stem: str, table: Callable[..., str],
+                     wrong: int = 0) -> int:  # fmt: skip
+    """End a :func:`same_run_main` comparison: sum ``wrong`` (results that differ from the exact ones) over the
+    ranks; rank 0 writes ``table(command, wrong)`` to ``args.out/<stem>_<n>ranks.rst``; 0, or 1 if any was wrong."""
+    from mpi4py import MPI
+
+    wrong = world.allreduce(wrong, op=MPI.SUM)
+    n = world.Get_size()
+    if world.Get_rank() == 0:
+        write_table(args.out, f"{stem}_{n}ranks.rst", table(same_run_command(script, args, n), wrong))
+    return 0 if wrong == 0 else 1

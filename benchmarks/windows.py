@@ -96,8 +96,6 @@ def table(times: dict, sizes: list[int], names: list[str], nranks: int, wrong: i
 
 def compare(args, world, sizes: list[int]) -> int:
     """Both window sizes at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    from mpi4py import MPI
-
     from nbcoll.comm import CommConfig, init
     from nbcoll.comm.algorithms import direct
 
@@ -109,13 +107,11 @@ def compare(args, world, sizes: list[int]) -> int:
         names[1] += " (again)"
     comms = {name: init(world, config) for name, config in zip(names, configs, strict=True)}
     times, wrong = measure(comms, world, sizes, args.repeats)
-    wrong = world.allreduce(wrong, op=MPI.SUM)
-    if world.Get_rank() == 0:
-        command = report.same_run_command(__file__, args, n)
-        report.write_table(args.out, f"windows_{n}ranks.rst", table(times, sizes, names, n, wrong, command))
     for comm in comms.values():
         comm.destroy()
-    return 0 if wrong == 0 else 1
+    return report.publish_same_run(
+        world, args, __file__, "windows", lambda command, wrong: table(times, sizes, names, n, wrong, command), wrong
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
