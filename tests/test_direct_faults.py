@@ -54,6 +54,7 @@ DEATH_STAGES = {
         "+staged_all_gather_reader_dies_after_posting@2+ll_reduce_scatter_dies_before_writing@2",
         "staged_all_to_all_never_comes@2+window_setup_dies_once_mapped@2",
         "ll_setup_never_comes@2",
+        "by_address_all_gather_dies_mid_rounds@2",
     ],
 }
 

@@ -163,10 +163,13 @@ def test_a_window_holds_a_buffsize_for_every_two_ranks_so_an_all_to_all_keeps_it
 
 @pytest.mark.mpi
 def test_direct_path_under_mpiexec_on_ipc():
-    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60", "NBCOLL_LL_BYTES": "0"}
+    # Plain inputs from 16 bytes go by address (NBCOLL_CMA_BYTES): read out of the owner's process by the kernel.
+    env = {"NBCOLL_BACKEND": "numpy", "NBCOLL_BUFFSIZE": "256", "NBCOLL_TIMEOUT": "60", "NBCOLL_LL_BYTES": "0",
+           "NBCOLL_CMA_BYTES": "16"}  # fmt: skip
     result = run_ranks(3, SCRIPT, env=env, timeout=300)
     for out in result.outputs:
         assert "direct path ok" in out, result.report()
+        assert "read by address: True" in out, result.report()
     assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
 
 

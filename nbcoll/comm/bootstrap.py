@@ -171,9 +171,10 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
     rank = data.Get_rank()
     _agree(
         data,
-        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, NBCOLL_LL_BYTES, backend",
-        (config.buffsize, config.steps, config.nchannels, config.transport, config.ll_bytes, backend.get_backend()),
-    )
+        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, NBCOLL_LL_BYTES, NBCOLL_CMA_BYTES, backend",
+        (config.buffsize, config.steps, config.nchannels, config.transport, config.ll_bytes, config.cma_bytes,
+         backend.get_backend()),
+    )  # fmt: skip
     data_channels = [data] + [parent.Dup() for _ in range(config.nchannels - 1)]  # as many on every rank: agreed
     mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)

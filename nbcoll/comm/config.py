@@ -27,6 +27,9 @@ variable                   default   meaning
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
                                      (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8
+``NBCOLL_CMA_BYTES``       8388608   smallest unregistered input of a direct all-gather, all-to-all or broadcast
+                                     that its peers read straight out of its process (``numpy``, ``sim``;
+                                     :mod:`nbcoll.comm.transport.cross_memory`); 0 turns it off
 ========================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
@@ -123,6 +126,7 @@ class CommConfig:
     trace: str | None = None
     tuner_file: str | None = None
     ll_bytes: int = 64 << 10
+    cma_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -139,6 +143,8 @@ class CommConfig:
             )
         if self.ll_bytes < 0 or self.ll_bytes % 8:
             raise ValueError(f"NBCOLL_LL_BYTES: must be a multiple of 8 and >= 0 (0 turns LL off), got {self.ll_bytes}")
+        if self.cma_bytes < 0:
+            raise ValueError(f"NBCOLL_CMA_BYTES: must be >= 0 (0 turns cross-memory reads off), got {self.cma_bytes}")
         from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
 
         parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
@@ -180,4 +186,5 @@ class CommConfig:
             trace=env.get("NBCOLL_TRACE", "").strip() or None,
             tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
             ll_bytes=_int(env, "NBCOLL_LL_BYTES", 64 << 10, 0),
+            cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
         )

@@ -266,6 +266,7 @@ class Engine:
             counters=comm.peer_counters,
             windows=windows,
             ll=ll,
+            call=f"{name} ({algo})",
         )
         if comm.size == 1:
             channels = [_single_rank(ctx, single)]
@@ -307,20 +308,22 @@ class Engine:
                 f"({self._windows_failed}); abort or shrink the communicator"
             )
         if not self._windows_made:
-            self._windows = self._map_windows(direct.window_bytes(self.comm.config.buffsize, self.comm.size))
+            config = self.comm.config
+            self._windows = self._map_windows(direct.window_bytes(config.buffsize, self.comm.size), config.cma_bytes)
             self._windows_made = True
         return self._windows
 
-    def _map_windows(self, nbytes: int) -> DirectWindows | None:
+    def _map_windows(self, nbytes: int, cma_bytes: int | None = None) -> DirectWindows | None:
         """Collective: windows of ``nbytes`` every rank maps, or ``None`` unless every peer is on ipc. A failure is
-        remembered, so that every later one-shot collective on this communicator says why it cannot run."""
+        remembered, so that every later one-shot collective on this communicator says why it cannot run.
+        ``cma_bytes``: see :class:`DirectWindows` (the LL buffers pass ``None``)."""
         comm = self.comm
         peers = [p for p in range(comm.size) if p != comm.rank]
         if not peers or any(comm.transport_to(p) != "ipc" for p in peers):
             return None
         wiring = comm._wiring
         try:
-            return DirectWindows(wiring.ctrl, nbytes, comm.watchdog.drive, comm.recorder, wiring.uid)
+            return DirectWindows(wiring.ctrl, nbytes, comm.watchdog.drive, comm.recorder, wiring.uid, cma_bytes)
         except BaseException as exc:
             self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             raise

@@ -107,7 +107,8 @@ class Prims:
     (direct algorithms fold in rank order, so that every rank computes the same floating-point sum); by default
     it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
     per-peer counters to charge (``rank``'s own entry counts the copies within this rank). ``windows`` are the
-    peers' windows and registered buffers, for the ``direct_*`` steps.
+    peers' windows and registered buffers, for the ``direct_*`` steps; ``by_address``: an unregistered input may
+    be lent by its address, which only collectives that copy it do (a fold's input never is).
     """
 
     def __init__(
@@ -123,6 +124,8 @@ class Prims:
         counters: Callable[[int], PeerCounters] | None = None,
         windows: Any = None,
         rank: int = -1,
+        by_address: bool = True,
+        call: str = "",
     ) -> None:
         self.local, self.out = local, out
         self.recv_conns, self.send_conns = list(recv), list(send)
@@ -132,9 +135,11 @@ class Prims:
         self.counters = counters
         self.windows = windows
         self.rank = rank
-        # A registered input is lent to the peers, unless this rank folds over it while they read it.
+        self.call = call  # "all_gather (direct)": named by the errors a step raises itself
+        # A registered input is lent to the peers, unless this rank folds over it while they read it; a large
+        # unregistered one too, by its address, when the peers only copy it (DirectWindows.lend).
         lendable = windows is not None and not (op is not None and out is not None and memory.overlaps(local, out))
-        self.lent = windows.find(local) if lendable else None
+        self.lent = windows.lend(local, by_address=by_address and op is None) if lendable else None
         self.lent_round: int | None = None  # the last round whose posted data are this rank's own buffer
         ref = local if local is not None else out
         self.dtype = np.dtype(ref.dtype)

@@ -19,8 +19,8 @@ Four rows of flags in a shared host page, one column per rank, each written by i
 
     posted[r]   the last round rank r has posted data for
     done[r]     the last round in which rank r has finished reading its peers
-    lent[r]     where rank r's posted data are: registration k, or -1 for its window
-    lent_at[r]  the byte offset of rank r's input inside registration k
+    lent[r]     where rank r's posted data are: registration k, -1 for its window, or -2 for its own memory
+    lent_at[r]  the byte offset of rank r's input inside registration k (or, for -2, its address)
 
 One round of a one-shot collective, on every rank ``r`` (:mod:`nbcoll.comm.window_step`)::
 
@@ -50,9 +50,17 @@ Instead it writes the last ``1/n`` of each chunk straight into every reader's ou
                write its share into every open out;                                    done[root] = round
 
 A reader that opened its output returns, like a lender, only once the root's ``done`` has reached its last
-round. An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the peers would read the
-sum instead of the input. All waits are steps, so the communicator's watchdog bounds them like every other
-wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct algorithms use FIFOs.
+round. On the ``numpy`` and ``sim`` backends a third kind of memory is read: the unregistered input of a copy
+collective (all-gather, all-to-all, broadcast) of ``NBCOLL_CMA_BYTES`` or more is *lent by address*
+(``lent[r] = -2``, ``lent_at[r]`` its address), and each reader copies its part straight out of the owner's
+process into its own output, by the kernel (:mod:`nbcoll.comm.transport.cross_memory`): one copy per hop, as
+for a registered buffer, where staging takes two. The windows find out once, when they are set up, whether every
+rank may read every peer so (:meth:`DirectWindows._probe_cross_memory`); where any may not, such inputs are
+staged. A fold reads its sources in place, so a reduction's inputs are never lent by address (the kernel's copy
+would be a copy more). An input the rank folds over in place (an in-place all-reduce) is staged, not lent: the
+peers would read the sum instead of the input. All waits are steps, so the communicator's watchdog bounds them
+like every other wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct
+algorithms use FIFOs.
 
 Setting the windows up, and each ``alloc``, is collective too, and bounded the same way: each rank creates its
 buffer (rank 0 also the flags), the handles go to every peer in non-blocking messages that the watchdog polls
@@ -72,6 +80,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -83,11 +92,12 @@ try:
 except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
     MPI = None
 
-from nbcoll import memory
+from nbcoll import backend, memory
 from nbcoll.comm.bootstrap import shared_memory_of
 from nbcoll.comm.debug import FlightRecorder, OperationRecord
 from nbcoll.comm.primitives import Flag
-from nbcoll.comm.window_step import OpenOutput, Release, WindowStep, WriteShares
+from nbcoll.comm.transport import cross_memory
+from nbcoll.comm.window_step import BY_ADDRESS, OpenOutput, Release, WindowStep, WriteShares
 from nbcoll.ipc_memory import IpcBuffer
 
 TAG_WINDOWS = 91
@@ -106,11 +116,14 @@ class DirectWindows:
     buffers (:meth:`alloc`) that the peers read in place."""
 
     def __init__(
-        self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0
-    ) -> None:
+        self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0,
+        cma_bytes: int | None = None,
+    ) -> None:  # fmt: skip
         """Collective over ``mpi_comm``; ``drive([op])`` runs an operation to its end under the watchdog.
 
         ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
+        ``cma_bytes``: lend unregistered inputs of copy collectives of at least so many bytes by address (0: never);
+        ``None`` (the LL buffers) does not even ask whether the peers could be read so.
         """
         self.mpi_comm, self.uid, self.drive, self.recorder = mpi_comm, uid, drive, recorder
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
@@ -132,6 +145,14 @@ class DirectWindows:
         self.posted, self.done = self.flags.array[POSTED], self.flags.array[DONE]
         self.lent, self.lent_at = self.flags.array[LENT], self.flags.array[LENT_AT]
         self.registered: list[list[IpcBuffer] | None] = []  # registration k: every rank's buffer, as mapped here
+        self.cma_bytes = cma_bytes or 0
+        self.pids: list[int] | None = None  # every rank's process, when each may read the others' memory (CMA)
+        if cma_bytes is not None:
+            try:
+                self.pids = self._probe_cross_memory()
+            except BaseException:
+                self.close()
+                raise
 
     # -- registered buffers: NCCL's user-buffer registration -----------------------------------------------------
 
@@ -177,6 +198,37 @@ class DirectWindows:
             if base <= start and end <= top:
                 return k, start - base
         return None
+
+    def lend(self, local: Any, by_address: bool) -> tuple[int, int] | None:
+        """Where peers read ``local`` when this rank lends it: ``(k, byte offset)`` in registration ``k``;
+        ``(BY_ADDRESS, address)`` for an unregistered input of at least ``cma_bytes`` when ``by_address`` (the
+        peers only copy it) and every rank may read its peers' memory; else ``None``: it is staged."""
+        found = self.find(local)
+        if found is not None or not by_address or self.pids is None or local is None:
+            return found
+        if self.cma_bytes <= 0 or int(local.size) * local.dtype.itemsize < self.cma_bytes:
+            return None
+        return BY_ADDRESS, memory.address_range(local)[0]
+
+    def read_lent(self, rank: int, first_byte: int, into: Any) -> None:
+        """``into[:] =`` the bytes from ``first_byte`` of what ``rank`` lent by address in its current round: one
+        copy, by the kernel, out of ``rank``'s process (:mod:`nbcoll.comm.transport.cross_memory`)."""
+        cross_memory.read(self.pids[rank], int(self.lent_at[rank]) + first_byte, into)
+
+    def _probe_cross_memory(self) -> list[int] | None:
+        """Collective: every rank's pid if every rank can read a probe array out of every peer's process, else
+        ``None``. Each rank offers its pid and its probe's address (or nothing: not on the host, or no
+        ``process_vm_readv``, or ``cma_bytes`` 0 on that rank), reads every peer's probe, and says whether all
+        came back right; the probes stay alive until every rank has said so."""
+        probe = np.arange(8, dtype=np.int64) + 1000 * self.rank
+        on_host = backend.get_backend() != "cuda" and cross_memory.available() and self.cma_bytes > 0
+        offer = (os.getpid(), memory.address_range(probe)[0]) if on_host else None
+        offers = _exchange(self.mpi_comm, self.uid, offer, "cma", self.drive, self.recorder)
+        readable = all(o is not None for o in offers) and all(
+            cross_memory.probe(*offers[p], np.arange(8, dtype=np.int64) + 1000 * p)
+            for p in range(self.nranks) if p != self.rank)  # fmt: skip
+        verdicts = _exchange(self.mpi_comm, self.uid, readable, "cma-read", self.drive, self.recorder)
+        return [o[0] for o in offers] if all(verdicts) else None
 
     def lent_view(self, rank: int, first_byte: int, nbytes: int, dtype: Any) -> Any:
         """``nbytes`` of what ``rank`` lent in its current round, from ``first_byte`` of its registered buffer."""

@@ -7,14 +7,19 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any
 
 from nbcoll.comm.connection import apart_from, copy_device, synchronize
+from nbcoll.comm.errors import CommError, CommPeerLostError
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
 
 _SEND, _REDUCE, _POST = int(Flag.SEND), int(Flag.REDUCE), int(Flag.POST)
+BY_ADDRESS = -2
+"""``lent[r]`` of a rank that lent an unregistered input by its address (``lent_at[r]``): its peers read it out of
+its process (:meth:`nbcoll.comm.window.DirectWindows.read_lent`)."""
 
 
 @dataclass
@@ -69,8 +74,9 @@ class WindowStep(_RoundStep):
         DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
                                       (source(p) = local of p [me*b + lo : me*b + hi]: a reduce-scatter's block)
 
-    ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop), else ``p``'s window (the
-    second copy of a staged byte), from byte ``at``. A post waits until every peer is done with round
+    ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop): mapped here when registered,
+    else read out of ``p``'s process by the kernel (a copy's source only); otherwise ``p``'s window (the second
+    copy of a staged byte), from byte ``at``. A post waits until every peer is done with round
     ``round - after``, the last round staged in the same bytes: the round before for a collective's first round
     (``after = 1``), and the one before that for the others, which take the window's two halves in turn
     (``after = 2``). Every rank ends every round with a receiving step, from no source if it reads nothing (a
@@ -142,9 +148,26 @@ class WindowStep(_RoundStep):
         if rank == me and (p.lent is not None or self.in_block):  # our own block: nobody staged it for us
             at = me * self.in_block
             return p.local[at + self.lo : at + self.hi]
-        if w.lent[rank] >= 0:
+        lent = w.lent[rank]
+        if lent >= 0:
             return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
+        if lent == BY_ADDRESS:  # never in a fold (DirectWindows.lend): it would read some other bytes
+            raise CommError(f"rank {me}: {p.call} {self.name} round {self.round}: rank {rank} lent its input by "
+                            f"address, which only a copy reads")  # fmt: skip
         return w.view(rank, self.nbytes, p.dtype, self._slot(me))
+
+    def _read_lent(self, rank: int, into: Any) -> None:
+        """``into`` = this rank's chunk of what ``rank`` lent by address, read out of its process."""
+        w, me = self.w, self.w.rank
+        try:
+            w.read_lent(rank, (me * self.in_block + self.lo) * self.prims.itemsize, into)
+        except OSError as exc:
+            what, step = f"rank {me}: {self.prims.call} failed", f"{self.name}, round {self.round}"
+            if exc.errno == errno.ESRCH:
+                raise CommPeerLostError(f"{what}: peer rank {rank} (pid {w.pids[rank]}) has exited; this rank was "
+                                        f"reading its input out of its process ({step})") from exc  # fmt: skip
+            raise CommError(f"{what}: reading peer rank {rank}'s input out of its process (pid {w.pids[rank]}; "
+                            f"{step}): {exc}") from exc  # fmt: skip
 
     def run(self) -> None:
         """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
@@ -165,7 +188,10 @@ class WindowStep(_RoundStep):
         elif self.nbytes:  # copy each source's chunk into its block of out
             for rank in self.sources:
                 start = rank * self.out_block + lo
-                copy_device(p.out[start : start + hi - lo], self.source(rank))
+                if w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
+                    self._read_lent(rank, p.out[start : start + hi - lo])
+                else:
+                    copy_device(p.out[start : start + hi - lo], self.source(rank))
                 p.charge_copy(rank, self.nbytes)
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round

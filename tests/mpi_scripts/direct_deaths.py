@@ -70,7 +70,7 @@ class Case:
     collective: str  # all_reduce, all_gather, all_to_all, reduce_scatter or broadcast
     path: str  # ll; registered (comm.alloc: lent to the peers), staged (plain: through the window), or lent_by_victim
     # (only the victim's input is registered); written: a broadcast whose outputs are registered too, so the root
-    # writes a share of every chunk into them
+    # writes a share of every chunk into them; by_address: plain inputs the peers read out of their owner's process
     count: int  # elements per block (all-to-all, reduce-scatter: per destination)
     point: int  # one-shot steps the victim runs before it exits; -1: it never calls the collective, -2 comm.alloc
     victim: int = -1  # its rank in the case's communicator; -1 the last (a broadcast's root is the victim)
@@ -119,6 +119,8 @@ CASES = {
     "staged_all_gather_reader_dies_after_posting": Case("all_gather", "staged", ONE_ROUND, 1, expect="done"),
     # The victim lent its buffer and died after posting: the others read a dead process's memory, still mapped.
     "lent_by_victim_all_gather_dies_after_posting": Case("all_gather", "lent_by_victim", ROUNDS, 7, expect="done"),
+    # A plain input lent by address: the victim dies after posting round 2; what it posted is gone with its process.
+    "by_address_all_gather_dies_mid_rounds": Case("all_gather", "by_address", ROUNDS, 3, victim=0),
     # The first one-shot call sets the windows up: the victim dies holding a segment whose name it never removed.
     "ll_setup_dies_holding_its_window": Case(
         "all_reduce", "ll", LL, 0, warm=False, in_setup="handles", says=("window setup (handles)",)
@@ -249,7 +251,8 @@ def ended(pid: int) -> bool:
 
 def run_case(sub: MPI.Comm, label: str, case: Case) -> str:
     """Run ``case`` on ``sub``; the victim exits (or stops), a survivor returns what it saw."""
-    config = dataclasses.replace(CommConfig.from_env(), buffsize=buffsize_for_windows(sub.Get_size()))
+    config = dataclasses.replace(CommConfig.from_env(), buffsize=buffsize_for_windows(sub.Get_size()),
+                                 cma_bytes=8 if case.path == "by_address" else 0)  # fmt: skip
     comm = init(sub, dataclasses.replace(config, timeout=STOPPED_TIMEOUT) if case.stop else config)
     me, n, timeout = comm.rank, comm.size, comm.config.timeout
     victim = case.victim % n

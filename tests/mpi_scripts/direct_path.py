@@ -67,6 +67,16 @@ def _root_share(count: int, n: int, per_round: int) -> int:
     return sum((min(lo + per_round, count) - lo) // n for lo in range(0, count, per_round))
 
 
+def _lent_by_address(comm, coll: str, x: np.ndarray) -> bool:
+    """Whether this rank's plain input goes to its peers by its address (``NBCOLL_CMA_BYTES``), not staged."""
+    windows = comm.engine.direct_windows()
+    if windows is None or windows.pids is None or coll in ("all_reduce", "reduce_scatter"):
+        return False
+    if coll == "broadcast" and (comm.rank != comm.size - 1 or comm.size < 3):
+        return False
+    return 0 < comm.config.cma_bytes <= x.nbytes
+
+
 def check_rank(comm) -> list[str]:
     """Run every case, direct and through FIFOs; the problems seen on this rank (empty when all is well)."""
     from nbcoll.comm.algorithms import direct
@@ -88,7 +98,7 @@ def check_rank(comm) -> list[str]:
                 want = 1.0 if algo == "direct" else 2.0
                 if per_hop != want:
                     problems.append(f"{name}: {per_hop} copies per byte and hop, expected {want}")
-            if algo == "direct" and registered and n > 1 and count:
+            if algo == "direct" and (registered or _lent_by_address(comm, coll, x)) and n > 1 and count:
                 folds = coll in ("all_reduce", "reduce_scatter")
                 own_block = 0 if folds or (coll == "broadcast" and r != n - 1) else count * 8
                 if own != own_block:  # nothing staged: only this rank's own block is copied within it
@@ -112,6 +122,8 @@ def main() -> None:
     comm = init()
     print(f"pid={os.getpid()}", flush=True)
     problems = check_rank(comm)
+    windows = comm.engine.direct_windows()
+    print(f"read by address: {windows is not None and windows.pids is not None}", flush=True)
     per_hop = []
     for registered in (True, False):
         x, y, _ = _inputs(comm, "all_gather", 1 << 12, registered)

@@ -82,6 +82,7 @@ class Context:
     ll: Any = None  # LLBuffers, when a one-shot collective is small enough for the LL protocol (nbcoll.comm.ll)
     channel: int = 0  # the channel this run of the algorithm uses: its connections and its part of the buffer
     nchannels: int = 1  # how many channels the collective is split across
+    call: str = ""  # the collective and its algorithm, "all_gather (direct)": what a step's own errors name
 
     def part(self, lo: int, hi: int) -> Span:
         """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
@@ -101,9 +102,11 @@ class Context:
         op: Any = None,
         post: PostOp | None = None,
         local_position: int = 0,
+        by_address: bool = True,
     ) -> Prims:
         """NCCL's ``Primitives`` for one part of an algorithm: bound to ``local`` (input), ``out`` and peers,
-        through this channel's connections."""
+        through this channel's connections. ``by_address``: a large unregistered input may be lent by its address
+        (:meth:`nbcoll.comm.window.DirectWindows.lend`)."""
         return Prims(
             local,
             out,
@@ -115,4 +118,6 @@ class Context:
             counters=self.counters,
             windows=self.windows,
             rank=self.rank,
+            by_address=by_address,
+            call=self.call,
         )

@@ -124,10 +124,14 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, rounds: lis
     when that output is registered (NCCL's direct write): then both ends' cores copy, 1/n of the piece each.
 
     The root stages round ``k + 1`` in the other half of its window while the readers still copy round ``k``
-    (:func:`_window_rounds`), so the two copies of a staged byte overlap.
+    (:func:`_window_rounds`), so the two copies of a staged byte overlap. At two ranks that pipeline keeps both
+    cores copying, and the root never lends a large plain input by its address (the kernel's copy, alone on the
+    reader's core, took 1.2-2.1x the staged time from 4 MiB up); from three ranks on it does, since a root that
+    stages every piece for all its readers is what they wait for (the staged broadcast took 2.8-3.1x the time of
+    the kernel's copies at 4 ranks, 4-64 MiB; ``NBCOLL_CMA_BYTES``).
     """
     r, in_place = ctx.rank, _in_place(src, out)
-    prims = ctx.prims(src, out)
+    prims = ctx.prims(src, out, by_address=r == root and ctx.nranks > 2)  # see the docstring
     target = None if r == root else ctx.windows.find(out)  # where a reader's output is registered, if it is
     for round_, lo, hi, at, after in rounds:
         cut = hi - (hi - lo) // ctx.nranks  # the root's share: [cut, hi)
