@@ -11,6 +11,7 @@ would take them over (tests/test_ll.py covers it).
 import importlib.util
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import pytest
 import nbcoll
 from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.algorithms import direct
+from nbcoll.comm.transport import cross_memory
 from nbcoll.comm.tuner import cost_terms
 from nbcoll.testing import run_ranks
 
@@ -161,6 +163,13 @@ def test_a_window_holds_a_buffsize_for_every_two_ranks_so_an_all_to_all_keeps_it
     assert loopback.run(4, rounds_of, config=config) == [(8 << 20, [2, 4], True)] * 4
 
 
+def _siblings_may_read_each_other() -> bool:
+    """Whether two ranks of one mpiexec may read each other's memory (process_vm_readv): Yama's ptrace_scope above
+    0 forbids it between processes that are not parent and child."""
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    return cross_memory.available() and (not scope.exists() or scope.read_text().strip() == "0")
+
+
 @pytest.mark.mpi
 def test_direct_path_under_mpiexec_on_ipc():
     # Plain inputs from 16 bytes go by address (NBCOLL_CMA_BYTES): read out of the owner's process by the kernel.
@@ -169,7 +178,8 @@ def test_direct_path_under_mpiexec_on_ipc():
     result = run_ranks(3, SCRIPT, env=env, timeout=300)
     for out in result.outputs:
         assert "direct path ok" in out, result.report()
-        assert "read by address: True" in out, result.report()
+        if _siblings_may_read_each_other():  # else the windows found out at set-up, and staged (also checked)
+            assert "read by address: True" in out, result.report()
     assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
 
 

@@ -18,9 +18,12 @@ all-gather stages its input once for every reader and gains only from inputs of 
 4 MiB inputs at 4 ranks, 0.78-1.30x with 16 MiB, 0.85-1.93x with 8-32 MiB at 2 ranks); a broadcast root from 3
 ranks on gains where staging makes it the bottleneck. Hence the default of ``NBCOLL_CMA_BYTES``, 8 MiB.
 
-The kernel allows it between processes that could trace each other (same user; Yama's ``ptrace_scope`` and
-container policies may forbid it), so the windows try it once when they are set up (:func:`probe`) and stage as
-before where any rank cannot read any peer. Only host memory can be read so: the ``numpy`` and ``sim`` backends.
+The kernel allows it between processes that could trace each other: the same user, and no policy against it.
+Yama's ``ptrace_scope`` 1, the default of some distributions, allows it only from a parent to its descendants, so
+not between two ranks of one ``mpiexec``; UCX lifts that for its own process with ``prctl(PR_SET_PTRACER)``, but
+a library should not widen who may trace the program it runs in, so nbcoll does not. The windows try a read of
+every peer once when they are set up (:func:`probe`), and where any rank cannot read any peer, every rank stages
+as before. Only host memory can be read so: the ``numpy`` and ``sim`` backends.
 
 Example::
 
