@@ -183,14 +183,14 @@ def test_direct_path_under_mpiexec_on_ipc():
     assert "direct/registered 1.0, ring/registered 2.0" in result.outputs[0], result.report()
 
 
-@pytest.mark.parametrize("ll_bytes", [0, 64 << 10])
-def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_bytes):
+@pytest.mark.parametrize(("ll_bytes", "cma_bytes"), [(0, 0), (64 << 10, 0), (0, 8)])
+def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_bytes, cma_bytes):
     # Several rounds each (windows of 256 bytes), issued without waiting and in a group: every rank may take the
     # steps of the two collectives in another order, but each round means the same chunk on every rank. With LL
     # on, the all-gathers and the all-reduce are LL rounds and the broadcast a window round.
     def overlapping(comm):
         n, r = comm.size, comm.rank
-        x = comm.alloc(100, np.int64)
+        x = comm.alloc(100, np.int64) if not cma_bytes else np.empty(100, np.int64)  # plain: lent by address
         x[:] = np.arange(100) + 1000 * r
         gathered, summed = np.zeros(100 * n, np.int64), np.zeros(100, np.int64)
         written = comm.alloc(100, np.int64)  # registered: the root writes its share of each chunk into it
@@ -205,7 +205,8 @@ def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_by
         return gathered, summed, again, bcast.copy()
 
     n = 3
-    config = CommConfig(buffsize=256, timeout=60, ll_bytes=ll_bytes)
+    # cma_bytes 8: the plain inputs of the all-gathers and the broadcast are lent by address, one after the other
+    config = CommConfig(buffsize=256, timeout=60, ll_bytes=ll_bytes, cma_bytes=cma_bytes)
     for gathered, summed, again, bcast in loopback.run(n, overlapping, config=config):
         expected = np.concatenate([np.arange(100) + 1000 * p for p in range(n)])
         assert np.array_equal(gathered, expected) and np.array_equal(again, expected)
