@@ -122,7 +122,7 @@ def test_bad_memory_arguments(backend):
 
 
 def test_arrays_of_another_backend_are_refused():
-    with nbcoll.use_backend(backend_module.device_backend()):  # whatever NBCOLL_BACKEND picks for the session
+    with nbcoll.use_backend(backend_module.device_backend()):  # not the default: NBCOLL_BACKEND may pick numpy
         device_array = nbcoll.to_device(np.ones(2))
     with nbcoll.use_backend("numpy"):
         if backend_module.device_backend() != "numpy":
