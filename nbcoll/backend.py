@@ -116,6 +116,9 @@ def _enable_simulator_if_needed(name: str) -> None:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     elif name == "cuda":
         os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+        # A collective's small chunks run as one or a few blocks on purpose; Numba would warn of low occupancy on
+        # every such launch. Setting the variable to 1 brings the warning back.
+        os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 
 def _make_simulated_launches_thread_safe() -> None:

@@ -73,6 +73,26 @@ def _is_numba_device_array(x: Any) -> bool:
     return isinstance(x, DeviceNDArray)
 
 
+def _row_major_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _copy_to_device(host: np.ndarray) -> Any:
+    """``host`` copied into a new ``cuda`` or ``sim`` device array.
+
+    NumPy gives an empty array zero strides, and numba-cuda reads those as a one-element extent at a NULL
+    pointer, so that even ``x[0:0]`` raises "non-empty slice into empty slice" on a GPU. There an empty array is
+    allocated with numba-cuda's own row-major strides instead; it has nothing to copy.
+    """
+    if host.size == 0 and backend.get_backend() == "cuda":
+        return backend.cuda().device_array(host.shape, host.dtype)
+    return backend.cuda().to_device(host)
+
+
 def array_backend(x: Any) -> str | None:
     """The backend whose device array ``x`` is: ``"cuda"``, ``"sim"``, ``"numpy"``, or ``None``."""
     if isinstance(x, np.ndarray):
@@ -99,7 +119,9 @@ def as_device_array(x: Any, arg: str = "array") -> Any:
     found = array_backend(x)
     if found == current:
         if current == "cuda" and not _is_numba_device_array(x):
-            return backend.cuda().as_cuda_array(x)
+            x = backend.cuda().as_cuda_array(x)
+        if current == "cuda" and x.size == 0 and x.strides != _row_major_strides(x.shape, x.dtype.itemsize):
+            return backend.cuda().device_array(x.shape, x.dtype)  # zero strides: see _copy_to_device
         return x
     what = type(x).__name__ if found is None else f"a {found!r}-backend array ({type(x).__name__})"
     raise TypeError(
@@ -164,7 +186,14 @@ def _memory_owner(array: Any) -> Any:
     elif backend.device_backend() == "sim":
         host = array._ary  # the simulator keeps a NumPy array inside
     else:
-        return array.gpu_data
+        # numba-cuda hands each array, and each view of it, a pointer object of its own; ``owner`` is the one
+        # allocation they all share (or the object that lent the memory), which lives until the last goes.
+        owner = array.gpu_data.owner
+        try:
+            weakref.ref(owner)
+        except TypeError:  # a lender that cannot be watched: the pointer object is the next best
+            return array.gpu_data
+        return owner
     while isinstance(host.base, np.ndarray):
         host = host.base
     return host
@@ -217,7 +246,7 @@ def to_device(array: Any, dtype: Any = None) -> Any:
     check_dtype(host.dtype, "array.dtype", allow_bool=True)
     if current == "numpy":
         return track(host.copy() if host is array or host.base is not None else host)
-    return track(backend.cuda().to_device(host))
+    return track(_copy_to_device(host))
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -261,7 +290,7 @@ def zeros(shape: Any, dtype: Any = np.float32) -> Any:
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
         return track(np.zeros(shape, dt))
-    return track(backend.cuda().to_device(np.zeros(shape, dt)))
+    return track(_copy_to_device(np.zeros(shape, dt)))
 
 
 def communicator_zeros(shape: Any, dtype: Any = np.float32) -> Any:
@@ -280,7 +309,7 @@ def communicator_zeros(shape: Any, dtype: Any = np.float32) -> Any:
     shape, dt = _shape(shape), check_dtype(dtype, allow_bool=True)
     if backend.get_backend() == "numpy":
         return np.zeros(shape, dt)
-    return backend.cuda().to_device(np.zeros(shape, dt))
+    return _copy_to_device(np.zeros(shape, dt))
 
 
 def synchronize() -> None:

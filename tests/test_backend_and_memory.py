@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from nbcoll import memory
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("NBCOLL_BACKEND", "NUMBA_ENABLE_CUDASIM")}
+    chosen_here = ("NBCOLL_BACKEND", "NUMBA_ENABLE_CUDASIM", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS")
+    full_env = {k: v for k, v in os.environ.items() if k not in chosen_here}
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
 
@@ -39,6 +41,13 @@ def test_backend_is_chosen_before_numba_cuda_is_imported():
         NBCOLL_BACKEND="sim",
     )
     assert proc.stdout.strip() == "1", proc.stderr
+
+
+def test_the_cuda_backend_silences_numbas_low_occupancy_warning_unless_asked_for():
+    code = "import os, nbcoll; nbcoll.get_backend(); print(os.environ.get('NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'))"
+    assert _python(code, NBCOLL_BACKEND="cuda").stdout.split() == ["0"]
+    assert _python(code, NBCOLL_BACKEND="cuda", NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="1").stdout.split() == ["1"]
+    assert _python(code, NBCOLL_BACKEND="sim").stdout.split() == ["None"]
 
 
 def test_unknown_backend_is_a_clear_error():
@@ -92,6 +101,85 @@ def test_empty_and_zeros(backend):
     e = nbcoll.empty(0, np.float16)
     assert tuple(e.shape) == (0,)
     assert nbcoll.to_host(e).size == 0
+
+
+def test_numba_cuda_reads_the_zero_strides_of_numpys_empty_arrays_as_one_element():
+    # The hazard the next test guards against, shown with the real driver's own extent rule (no GPU needed).
+    code = (
+        "import numpy as np\n"
+        "from numba.cuda.cudadrv import dummyarray\n"
+        "def extent(x): return tuple(dummyarray.Array.from_desc(0, x.shape, x.strides, x.itemsize)[0:0].extent)\n"
+        "print(np.zeros(0, np.float32).strides, extent(np.zeros(0, np.float32)),"
+        " extent(np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (0,), (4,))))"
+    )
+    proc = _python(code, NBCOLL_BACKEND="numpy", NUMBA_ENABLE_CUDASIM="0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["(0,)", "(0,", "4)", "(0,", "0)"], proc.stdout
+
+
+EMPTY_SHAPES = [(0,), (0, 3), (3, 0), (2, 0, 5)]
+
+
+def _row_major(shape, itemsize=4):
+    return tuple(itemsize * int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+
+
+def _every_way_to_an_empty_device_array(shape):
+    from numba import cuda
+
+    return {
+        "zeros": lambda: nbcoll.zeros(shape),
+        "empty": lambda: nbcoll.empty(shape),
+        "to_device": lambda: nbcoll.to_device(np.zeros(shape, np.float32)),
+        "to_device of a cast": lambda: nbcoll.to_device(np.zeros(shape, np.int8), dtype=np.float32),
+        "communicator_zeros": lambda: memory.communicator_zeros(shape),
+        "as_device_array": lambda: memory.as_device_array(cuda.to_device(np.zeros(shape, np.float32))),
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
+def test_empty_arrays_on_a_gpu_have_row_major_strides_and_slice(shape):
+    for how, make in _every_way_to_an_empty_device_array(shape).items():
+        x = make()
+        assert tuple(x.shape) == shape and tuple(x.strides) == _row_major(shape), (how, x.strides)
+        assert x[0:0].size == 0 and nbcoll.to_host(x).size == 0, how
+
+
+class _StandInCuda:
+    """Records which numba-cuda allocator each entry point chose, in place of a GPU."""
+
+    def __init__(self):
+        self.calls = []
+
+    def device_array(self, shape, dtype):
+        self.calls.append("device_array")
+        return cuda_like(np.zeros(shape, dtype), _row_major(shape, np.dtype(dtype).itemsize))
+
+    def to_device(self, host):
+        self.calls.append("to_device")
+        return cuda_like(host.copy(), host.strides)
+
+
+def cuda_like(array, strides):
+    return types.SimpleNamespace(shape=array.shape, dtype=array.dtype, size=array.size, strides=tuple(strides))
+
+
+@pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
+def test_on_cuda_empty_arrays_get_numba_cudas_own_strides_not_numpys_zero_strides(shape, monkeypatch):
+    stand_in = _StandInCuda()
+    monkeypatch.setattr(memory.backend, "get_backend", lambda: "cuda")
+    monkeypatch.setattr(memory.backend, "cuda", lambda: stand_in)
+    monkeypatch.setattr(memory, "track", lambda array: array)
+    for make in (lambda: memory.zeros(shape), lambda: memory.to_device(np.zeros(shape, np.float32))):
+        assert make().strides == _row_major(shape)
+    monkeypatch.setattr(memory, "array_backend", lambda x: "cuda")
+    monkeypatch.setattr(memory, "_is_numba_device_array", lambda x: True)
+    assert memory.as_device_array(cuda_like(np.zeros(shape, np.float32), (0,) * len(shape))).strides == _row_major(
+        shape
+    )
+    assert stand_in.calls == ["device_array"] * 3
+    assert memory.zeros((2, 3)).strides == (12, 4) and stand_in.calls[-1] == "to_device"
 
 
 def test_to_host_copies(backend):

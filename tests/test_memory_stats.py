@@ -1,6 +1,10 @@
 """``nbcoll.memory.stats()``: the bytes nbcoll's allocations hold now and at their peak, on every backend."""
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -27,6 +31,47 @@ def test_allocations_are_counted_until_freed(backend):
     assert _allocated() - before == 120 + 56 + 5
     del view, y, z
     assert _allocated() == before
+
+
+def test_on_a_gpu_an_allocation_is_counted_once_until_its_last_view_goes():
+    # numba-cuda's own pointer classes, without a GPU: each array and each view gets a pointer object of its own,
+    # and the allocation is freed when the last of them goes (its memory manager holds it until then).
+    code = """
+        import gc, types
+        from numba.cuda.cudadrv import driver
+        from nbcoll import memory
+        manager = {}
+        allocation = driver.AutoFreePointer(None, driver.binding.CUdeviceptr(1 << 20), 120, finalizer=manager.clear)
+        manager["allocation"] = allocation
+        x = types.SimpleNamespace(gpu_data=allocation.own())
+        del allocation
+        before = memory.stats().allocated_bytes
+        def counted():
+            gc.collect()
+            return memory.stats().allocated_bytes - before
+        memory.track(x)
+        view = types.SimpleNamespace(gpu_data=x.gpu_data.view(16, 48))
+        memory.track(view)
+        print(counted())
+        del x
+        print(counted(), len(manager))
+        del view
+        print(counted(), len(manager))
+        pointer = driver.MemoryPointer(None, driver.binding.CUdeviceptr(1 << 21), 64, owner=1)
+        lent = types.SimpleNamespace(gpu_data=pointer)
+        del pointer
+        memory.track(lent)  # memory lent by an object that takes no weak reference (here an int) is still counted
+        print(counted())
+        del lent
+        print(counted())
+    """
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["NBCOLL_BACKEND"] = "cuda"
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["120", "120", "1", "0", "0", "64", "0"], proc.stdout
 
 
 def test_peak_since_reset(backend):
