@@ -6,6 +6,7 @@ import pytest
 import nbcoll
 from nbcoll.kernels import batched_copy as batched
 from nbcoll.kernels import copy as cp
+from nbcoll.kernels.indexing import launch_1d
 
 DTYPES = [dt.name for dt in nbcoll.DTYPES]
 
@@ -132,6 +133,27 @@ def test_cast_matches_numpy_astype_for_values_in_range(backend, rng, src_dtype, 
     dst = nbcoll.zeros((31,), dst_dtype)
     cp.cast_into(dst, nbcoll.to_device(src))
     np.testing.assert_array_equal(nbcoll.to_host(dst), src.astype(dst_dtype))
+
+
+def test_a_float16_goes_through_float32_on_its_way_to_an_integer(monkeypatch):
+    # numba-cuda rounds a float16 to the nearest integer (test_ptx shows its cvt.rni); float32 truncates, as NumPy.
+    launched = []
+
+    def recording_launch(kernel, n, *arrays):
+        launched.append(tuple(str(a.dtype) for a in arrays[:2]))
+        return launch_1d(kernel, n, *arrays)
+
+    monkeypatch.setattr(cp, "launch_1d", recording_launch)
+    src = np.array([3.75, -3.75, -0.5, 127.0, 0.0], np.float16)
+    for dst_dtype in ("int8", "uint8", "int32", "int64", "uint64"):
+        launched.clear()
+        out = cp.cast(nbcoll.to_device(np.abs(src) if dst_dtype.startswith("u") else src), dst_dtype)
+        assert launched == [("float32", "float16"), (dst_dtype, "float32")], dst_dtype
+        expected = (np.abs(src) if dst_dtype.startswith("u") else src).astype(dst_dtype)
+        np.testing.assert_array_equal(nbcoll.to_host(out), expected)
+    launched.clear()
+    cp.cast(nbcoll.to_device(src), "float32")
+    assert launched == [("float32", "float16")]
 
 
 def uneven_segments(rng, count, src_size):

@@ -25,6 +25,24 @@ def test_every_kernel_compiles_to_ptx_for_sm90():
     assert compiled >= 30, proc.stdout
 
 
+def test_numba_cuda_rounds_float16_to_the_nearest_integer_but_truncates_float32():
+    # Why cast_into takes a float16 through float32 on its way to an integer: C and NumPy truncate toward zero.
+    proc = _run(
+        """
+        from numba import cuda
+        from nbcoll.kernels.copy import copy_kernel
+        for signature in ("void(int8[::1], float16[::1])", "void(int8[::1], float32[::1])"):
+            ptx, _ = cuda.compile_ptx(copy_kernel.py_func, signature, cc=(9, 0))
+            print(signature, sorted({w for w in ptx.split() if w.startswith("cvt.r")}))
+        """,
+        "cuda",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from_half, from_single = proc.stdout.strip().splitlines()
+    assert "cvt.rni." in from_half and "cvt.rzi." not in from_half, from_half
+    assert "cvt.rzi." in from_single and "cvt.rni." not in from_single, from_single
+
+
 def test_every_kernel_is_registered():
     proc = _run(
         """

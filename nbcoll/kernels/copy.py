@@ -72,7 +72,8 @@ def cast_reference(src: np.ndarray, dtype: Any) -> np.ndarray:
     "void(float32[::1], float32[::1])",
     "void(uint64[::1], uint64[::1])",
     "void(float16[::1], float64[::1])",
-    "void(int8[::1], float16[::1])",
+    "void(float32[::1], float16[::1])",
+    "void(int8[::1], float32[::1])",
     "void(float32[::1], int64[::1])",
     "void(boolean[::1], float32[::1])",
 )
@@ -252,6 +253,12 @@ def _cast_into(dst: Any, src: Any) -> Any:
         ratio = src.dtype.itemsize // dst.dtype.itemsize
         strided_copy_into(flat_view(dst), flat_view(src).view(dst.dtype)[::ratio])
         return dst
+    if src.dtype == np.float16 and dst.dtype.kind in "iu":
+        # numba-cuda converts a float16 to an integer with cvt.rni, rounding to nearest (3.75 -> 4), where C and
+        # NumPy truncate toward zero. float32 holds every float16 exactly, and its conversion truncates.
+        wide = memory.empty(tuple(src.shape), np.float32)
+        launch_1d(copy_kernel, wide.size, flat_view(wide), flat_view(src))
+        src = wide
     launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
     return dst
 
