@@ -16,6 +16,7 @@ from nbcoll.kernels.dispatch import dispatch, fill_out
 
 DEVICE = device_backend()
 WIDTH, ROWS = 8, 4
+SLOTS = WIDTH * ROWS  # a shared array's size must be a constant when compiled for a GPU, not an expression
 
 fold_sum = make_block_reduce(merge_values(add))
 
@@ -23,7 +24,7 @@ fold_sum = make_block_reduce(merge_values(add))
 @cuda.jit
 def row_sums_kernel(x, counts, out):
     # Thread (lane, row) gives x[row, lane] when lane < counts[row]; the lanes of each row fold their slots.
-    scratch = cuda.shared.array(WIDTH * ROWS, numba.int64)
+    scratch = cuda.shared.array(SLOTS, numba.int64)
     lane, row = cuda.threadIdx.x, cuda.threadIdx.y
     first = row * cuda.blockDim.x
     if lane < counts[row]:
