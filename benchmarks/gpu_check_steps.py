@@ -40,8 +40,11 @@ def preflight(mode: str, info_file: str) -> int:
         missing.append(f"python package 'cuda-bindings' (comes with numba-cuda[cu13]): {exc!r}")
     if importlib.util.find_spec("pytest") is None:
         notes.append("no pytest: the test steps are skipped")
-    elif importlib.util.find_spec("pytest_timeout") is None:
-        notes.append("no pytest-timeout: a test that hangs holds its step until the step's limit")
+    else:
+        if importlib.util.find_spec("pytest_timeout") is None:
+            notes.append("no pytest-timeout: a test that hangs holds its step until the step's limit")
+        if importlib.util.find_spec("xdist") is None:
+            notes.append("no pytest-xdist: the suite runs in one process, and gets less far before its limit")
     if not any("'mpi4py'" in line for line in missing):
         try:
             from mpi4py import MPI
@@ -108,7 +111,10 @@ def _pytest_figures(log: Path) -> dict:
         for word in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
             counts[word.lower() if word != "ERROR" else "error"] = len(re.findall(rf"\b{word}\b", text))
         counts["stopped_early"] = True
-    counts["failures"] = re.findall(r"^FAILED (\S+)", text, flags=re.M)[:20]
+    # pytest's summary lines, or the verdicts of -v as they come: "ID FAILED [ 5%]", or "[gw3] [ 5%] FAILED ID"
+    # from pytest-xdist's workers. A run stopped at its limit prints no summary.
+    named = re.findall(r"^(?:FAILED (\S+)|(\S+::\S+) FAILED\b|\[gw\d+\] \[ *\d+%\] FAILED (\S+))", text, flags=re.M)
+    counts["failures"] = list(dict.fromkeys("".join(groups) for groups in named))[:20]
     return counts
 
 

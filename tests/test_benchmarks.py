@@ -173,8 +173,13 @@ def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
         "tests/test_b.py::test_three[cuda] SKIPPED (simulator semantics only) [ 30%]\n"
     )  # cut by the step's limit before pytest's last line
     assert steps.figures_of(tmp_path, "suite") == {
-        "passed": 1, "failed": 1, "skipped": 1, "error": 0, "stopped_early": True, "failures": [],
+        "passed": 1, "failed": 1, "skipped": 1, "error": 0, "stopped_early": True,
+        "failures": ["tests/test_a.py::test_two"],
     }  # fmt: skip
+    (tmp_path / "suite.log").write_text(  # the same from pytest-xdist's workers
+        "[gw1] [ 10%] PASSED tests/test_a.py::test_one \n[gw0] [ 20%] FAILED tests/test_a.py::test_two \n"
+    )
+    assert steps.figures_of(tmp_path, "suite")["failures"] == ["tests/test_a.py::test_two"]
     (tmp_path / "gpu_tests.log").write_text("FAILED tests/test_x.py::test_y - boom\n=== 1 failed, 5 passed in 9s ===\n")
     expected = {"failed": 1, "passed": 5, "failures": ["tests/test_x.py::test_y"]}
     assert steps.figures_of(tmp_path, "gpu_tests") == expected
