@@ -21,6 +21,26 @@ import sys
 from pathlib import Path
 
 
+def _kernel_compile_error() -> str | None:
+    """Why numba-cuda cannot compile a one-line kernel to PTX here (no GPU needed), or None when it can.
+
+    With NumPy 2.5, numba-cuda 0.30 fails on every kernel (it calls ``numpy.row_stack``, which 2.5 removed):
+    that is worth saying before the steps spend minutes failing one test at a time.
+    """
+
+    def store_one(out):
+        out[0] = 1
+
+    try:
+        from numba import cuda
+
+        cuda.compile_ptx(store_one, "void(float32[::1])", cc=(9, 0))
+    except Exception as exc:
+        hint = " (numba-cuda 0.30 needs NumPy < 2.5)" if "row_stack" in repr(exc) else ""
+        return f"{exc!r}{hint}"
+    return None
+
+
 def preflight(mode: str, info_file: str) -> int:
     """Check what the GPU check needs; gpu_check.sh bounds it like every step."""
     missing, notes = [], []
@@ -72,6 +92,9 @@ def preflight(mode: str, info_file: str) -> int:
             missing.append("no CUDA GPU or driver found (run with --dry-run to rehearse on the CPU)")
         else:
             notes.append(f"{count} GPU(s)")
+        compile_error = _kernel_compile_error()
+        if compile_error:
+            missing.append(f"numba-cuda cannot compile a kernel here: {compile_error}")
     if not missing:
         with open(info_file, "w") as info:
             done = subprocess.run([sys.executable, "-m", "nbcoll", "info"], stdout=info, stderr=subprocess.STDOUT)

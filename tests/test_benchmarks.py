@@ -102,6 +102,23 @@ def test_gpu_check_names_what_is_missing(tmp_path):
     assert "MISSING: no MPI runtime" in done.stdout
 
 
+def test_gpu_check_says_when_numba_cuda_cannot_compile_a_kernel(tmp_path):
+    # As with NumPy 2.5 and numba-cuda 0.30 on a GPU machine: preflight compiles one kernel to PTX, no GPU needed.
+    def preflight(before=""):
+        code = (
+            f"import sys, numpy\n{before}\nsys.path.insert(0, {str(BENCHMARKS)!r})\nimport gpu_check_steps\n"
+            f"sys.exit(gpu_check_steps.preflight('gpu', {str(tmp_path / 'info.txt')!r}))\n"
+        )
+        return _run([sys.executable, "-c", code], env={"NBCOLL_BACKEND": "cuda", "NUMBA_ENABLE_CUDASIM": "0"})
+
+    compiles = preflight()
+    assert "MISSING: no CUDA GPU" in compiles.stdout and "cannot compile" not in compiles.stdout, compiles.stdout
+    broken = preflight("del numpy.row_stack")
+    assert broken.returncode == 3, broken.stdout + broken.stderr
+    assert "MISSING: numba-cuda cannot compile a kernel here" in broken.stdout, broken.stdout
+    assert "numba-cuda 0.30 needs NumPy < 2.5" in broken.stdout, broken.stdout
+
+
 def test_memory_copies_times_every_way_to_copy_at_a_tiny_size(tmp_path):
     done = _run([sys.executable, str(BENCHMARKS / "memory_copies.py"), "--sizes", "1", "--repeats", "2",
                  "--out", str(tmp_path)])  # fmt: skip
