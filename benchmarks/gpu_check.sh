@@ -5,6 +5,7 @@
 #   suite              the whole test suite on cuda, in 8 workers (pytest-xdist), without -x, stopped at its limit
 #   kernels            kernel GB/s against the fastest platform copy measured in the same run
 #   all_reduce_Nranks  nbcoll.perf all-reduce busbw over CUDA IPC on 2 and 4 ranks
+#   profile_2ranks     a cProfile of rank 0 in a 2-rank all-reduce: driver calls, numba-cuda, nbcoll's own Python
 #
 #   benchmarks/gpu_check.sh OUTDIR             on a machine with an NVIDIA GPU
 #   benchmarks/gpu_check.sh --dry-run OUTDIR   the same harness on any CPU: each step a tiny stand-in
@@ -50,10 +51,11 @@ say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 PLAN=(
     "smoke|40|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
     "gpu_tests|80|pytest -m gpu tests/ (every gpu-marked test), 70 s per test"
-    "suite|160|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
+    "suite|140|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
     "kernels|40|benchmarks/kernels.py: kernel GB/s and % of the fastest platform copy of the same run"
     "all_reduce_2ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
+    "profile_2ranks|20|benchmarks/profile_collective.py: where a 2-rank all-reduce's time goes, 8 B to 16 MiB"
 )
 TOTAL=$((PREFLIGHT + GRACE))
 say "plan (limits in seconds; each step may take $GRACE s more to be killed):"
@@ -180,6 +182,7 @@ if [ $DRY_RUN = 1 ]; then
         --out "$OUTDIR" || FAILED=1
     PERF_SIZES=(-b 8 -e 64 -f 8 -n 1 -w 0)
     PERF_BACKEND=numpy
+    PROFILE=(--sizes 8 --iters 2)
 else
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
     if [ $HAVE_PYTEST = 1 ]; then
@@ -191,6 +194,7 @@ else
     run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1
     PERF_SIZES=(-b 8 -e 16M -f 8 -n 5 -w 2)
     PERF_BACKEND=cuda
+    PROFILE=(--sizes 8,256K,16M --iters 20)
 fi
 for nranks in 2 4; do
     name="all_reduce_${nranks}ranks"
@@ -199,6 +203,9 @@ for nranks in 2 4; do
         --timeout $((limit - 5)) nbcoll/perf/__main__.py all_reduce "${PERF_SIZES[@]}" --transport ipc \
         -J "$OUTDIR/$name.json" || FAILED=1
 done
+# The tuner's choice, as nbcoll.perf ran it; the summary gives each size's time per call under the profiler.
+run_step profile_2ranks "$(limit_of profile_2ranks)" "$PYTHON" benchmarks/profile_collective.py --ranks 2 \
+    --backend "$PERF_BACKEND" --algo tuner "${PROFILE[@]}" --out "$OUTDIR" || FAILED=1
 
 if [ $DRY_RUN = 1 ]; then
     # The drill: a step that outlives its limit and leaves a process in a session of its own, as mpiexec's ranks

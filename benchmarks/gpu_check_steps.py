@@ -167,6 +167,10 @@ def figures_of(outdir: Path, step: str) -> dict:
             "wrong": report["wrong"],
             "complete": report.get("complete"),
         }
+    if step == "profile_2ranks":
+        reports = sorted(outdir.glob("profile_*_2ranks.txt"))
+        text = reports[-1].read_text() if reports else ""
+        return {f"{n} B": f"{ms} ms" for n, ms in re.findall(r"^## (\d+) bytes: ([\d.]+) ms per call", text, re.M)}
     if step == "kill_drill":
         return _json(outdir / "kill_drill.json") or {}
     return {}

@@ -74,8 +74,10 @@ def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
     report = json.loads((tmp_path / "summary.json").read_text())
     steps = {step["step"]: step for step in report["steps"]}
     order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "all_reduce_2ranks", "all_reduce_4ranks"]
+    order.append("profile_2ranks")
     assert list(steps)[: len(order)] == order
     assert all(steps[name]["verdict"] == "PASS" for name in order), report
+    assert steps["profile_2ranks"]["8 B"].endswith(" ms"), steps["profile_2ranks"]
     assert steps["smoke"]["kernel"]["ok"] and steps["smoke"]["all_reduce"]["ok"]
     for nranks in (2, 4):
         perf = json.loads((tmp_path / f"all_reduce_{nranks}ranks.json").read_text())
@@ -168,6 +170,12 @@ def test_profile_splits_the_time_into_categories(tmp_path):
     text = (tmp_path / "profile_all_reduce_ring_2ranks.txt").read_text()
     assert "## 8 bytes" in text and "## 4096 bytes" in text
     assert "waiting for a peer" in text and "Python bookkeeping" in text
+    # The device path (device arrays, a synchronize, numba-cuda's share), on the simulator: one small call.
+    sim = ["--backend", "sim", "--algo", "tuner", "--sizes", "8", "--iters", "1", "--out", str(tmp_path)]
+    done = _run([sys.executable, script, *sim], env={"NBCOLL_BACKEND": "numpy"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "profile_all_reduce_tuner_2ranks.txt").read_text()
+    assert "2 ranks, sim backend" in text and "numba-cuda's Python" in text and "## 8 bytes" in text, text
 
 
 @pytest.mark.mpi
