@@ -31,11 +31,14 @@ def runs_on_cuda(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests run only on cuda; ``sim_only`` tests (and cases) are skipped there, saying why."""
+    """``gpu`` tests run only on cuda; ``sim_only`` tests (and cases) are skipped there, saying why; ``simulator``
+    tests, which switch this process to the simulator, only where it started on it (a GPU process cannot)."""
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (get_backend() != 'cuda')")
     for item in items:
         if "gpu" in item.keywords and DEVICE != "cuda":
             item.add_marker(skip_gpu)
+        if item.get_closest_marker("simulator") is not None and DEVICE != "sim":
+            item.add_marker(pytest.mark.skip(reason="the simulator in this process (no GPU)"))
         sim_only = item.get_closest_marker("sim_only")
         if sim_only is not None and runs_on_cuda(item):
             reason = sim_only.kwargs.get("reason") or (sim_only.args[0] if sim_only.args else "")

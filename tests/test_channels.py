@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import nbcoll
-from nbcoll.backend import device_backend
 from nbcoll.comm import CommConfig, CommTimeoutError, loopback, trace_view
 from nbcoll.comm.algorithms import channels_for
 
@@ -107,7 +106,7 @@ def test_every_split_collective_is_exact_on_1_to_4_ranks(nchannels):
                 assert last.step > 0, f"channel {nchannels - 1} to rank 1 never sent a chunk"
 
 
-@pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_channels_run_the_kernels_on_the_simulator():
     """The same split on the simulator: copy and combine kernels write each channel's slots (2 ranks, 9 int64)."""
 

@@ -21,7 +21,6 @@ import pytest
 
 import nbcoll
 from nbcoll import testing
-from nbcoll.backend import device_backend
 from nbcoll.comm import loopback
 from nbcoll.comm.algorithms import ALGORITHMS, parse_algo_setting
 from nbcoll.comm.config import CommConfig
@@ -31,7 +30,6 @@ SCRIPTS = Path(__file__).parent / "mpi_scripts"
 SMALL_FIFO = {"NBCOLL_BUFFSIZE": "256", "NBCOLL_STEPS": "8", "NBCOLL_TIMEOUT": "60"}
 SMALL_FIFO_CONFIG = {"buffsize": 256, "steps": 8, "timeout": 60.0}
 
-needs_sim = pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
 
 _launched_pids: list[int] = []
 
@@ -107,7 +105,7 @@ def test_every_collective_numpy_mixed_fake_nodes(nranks):
     _check(nranks, "numpy", "small", big=300, ranks_per_node=2)
 
 
-@needs_sim
+@pytest.mark.simulator
 @pytest.mark.parametrize(("nranks", "preset"), [(1, "tiny"), (2, "tiny_int"), (3, "tiny_float")])
 def test_every_collective_on_the_simulator(nranks, preset):
     """int32 and sum at 2 and 5 ranks, float32 and avg at 3 and 4 (an average over 3 ranks), both at 1 rank and
@@ -115,14 +113,14 @@ def test_every_collective_on_the_simulator(nranks, preset):
     _check(nranks, "sim", preset, big=40)
 
 
-@needs_sim
+@pytest.mark.simulator
 def test_collectives_on_the_simulator_four_ranks_across_fake_nodes():
     """The collectives whose data cross the node boundary both ways or from a root; the numpy runs across fake
     nodes take every collective."""
     _check(4, "sim", "tiny_float", big=24, collectives="all_reduce,broadcast,all_gather,all_to_all", ranks_per_node=2)
 
 
-@needs_sim
+@pytest.mark.simulator
 def test_collectives_on_the_simulator_five_ranks():
     """Five ranks: not a power of two (halving-doubling folds one rank in), blocks of unequal size; the rooted and
     all-to-all collectives run at five ranks on numpy."""
@@ -139,7 +137,7 @@ def test_collective_features(section):
     _loopback(3, "numpy", getattr(coll_features, f"section_{section}"))
 
 
-@needs_sim
+@pytest.mark.simulator
 @pytest.mark.parametrize("section", ["async", "group"])
 def test_collective_features_on_the_simulator(section):
     _loopback(2, "sim", getattr(coll_features, f"section_{section}"))

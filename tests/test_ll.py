@@ -245,7 +245,7 @@ def test_a_rank_that_never_writes_its_lines_times_out_naming_the_round_and_the_r
     assert "ranks [1] to write their LL lines of round 2" in message, message
 
 
-@pytest.mark.skipif(nbcoll.backend.device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_ll_on_the_simulator():
     def body(comm):
         x = nbcoll.to_device(np.array([comm.rank + 1, 7], np.int32))

@@ -10,10 +10,6 @@ from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.errors import CommTimeoutError
 from nbcoll.kernels import ll
 
-ON_THE_SIMULATOR = pytest.mark.skipif(
-    nbcoll.backend.device_backend() != "sim", reason="the simulator in this process (no GPU)"
-)
-
 
 def _inputs(rank, count, dtype):
     return ((np.arange(count) * 3 + 11 * rank) % 100).astype(dtype)
@@ -62,7 +58,7 @@ def test_a_broadcast_root_runs_ahead_of_its_readers_by_at_most_its_slots_less_on
 
 @pytest.mark.parametrize(
     "backend",
-    ["numpy", pytest.param("sim", marks=ON_THE_SIMULATOR)],
+    ["numpy", pytest.param("sim", marks=pytest.mark.simulator)],
 )
 def test_readers_that_start_late_read_every_round_the_root_wrote_ahead_of_them(backend):
     """The root writes its slots' worth of rounds and returns before any reader has begun; the readers then read
@@ -214,7 +210,7 @@ def test_ll_rounds_stay_exact_when_readers_run_ahead_of_a_slow_rank(nranks):
         assert loopback.run(nranks, mixed_small_calls, config=CommConfig(timeout=5.0)) == [150] * nranks
 
 
-@ON_THE_SIMULATOR
+@pytest.mark.simulator
 def test_ll_rounds_stay_exact_when_readers_run_ahead_on_the_simulator():
     """The line kernels themselves (store, load, rounds) in the same mix, fewer calls: the simulator is slow."""
     with nbcoll.use_backend("sim"):

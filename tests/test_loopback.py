@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import nbcoll
-from nbcoll.backend import device_backend
 from nbcoll.comm import CommAbortedError, CommConfig, CommTimeoutError, Loopback, loopback
 from nbcoll.comm.inprocess import Fabric, ThreadComm
 from nbcoll.comm.local_memory import LocalBuffer
@@ -210,7 +209,7 @@ def test_local_buffers_live_by_handle_until_unlinked():
         _ = owner.array
 
 
-@pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_collectives_on_the_simulator():
     with nbcoll.use_backend("sim"):
         outs = loopback.run(

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import nbcoll
-from nbcoll.backend import device_backend
 from nbcoll.comm import CommConfig, loopback
 from nbcoll.parallel import functional as F
 from nbcoll.testing import run_ranks
@@ -37,7 +36,7 @@ def test_every_collective_passes_gradcheck_over_processes():
         assert "differentiable collectives ok: 11 cases" in result.outputs[rank], result.report()
 
 
-@pytest.mark.skipif(device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_gradcheck_on_the_simulator_at_toy_size():
     with nbcoll.use_backend("sim"):  # all-gather's backward is a reduce-scatter: both run
         outputs = loopback.run(2, script.check_all, 1, 1, "all_gather", config=CommConfig(timeout=120))

@@ -107,7 +107,7 @@ def test_costs_are_timed_on_every_rank_and_rank_0s_returned(numpy_backend):
         loopback.run(1, lambda comm: measure_costs(tiny, comm, busy=-1.0))
 
 
-@pytest.mark.skipif(nbcoll.backend.device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_on_the_simulator_costs_time_the_calls_with_the_compute_given():
     """As tutorial 20 does on ``sim``: the compute rates are given, the calls' fixed cost is timed there."""
     tiny = ModelSpec(layers=2, hidden=8, seq_len=4, batch=4, heads=2, vocab=8, bytes_per_value=8)

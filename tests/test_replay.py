@@ -42,7 +42,7 @@ def test_repeated_calls_on_the_same_buffers_are_replayed_and_exact(nranks):
     assert hits == [0 if nranks == 1 else 5 * 3] * nranks  # the first call of each plans, the next three replay
 
 
-@pytest.mark.skipif(nbcoll.backend.device_backend() != "sim", reason="the simulator in this process (no GPU)")
+@pytest.mark.simulator
 def test_replays_run_on_the_simulator():
     with nbcoll.use_backend("sim"):
 
