@@ -93,6 +93,9 @@ def test_index_select_backward_with_negative_indices(backend):
 # -- pow at zero ---------------------------------------------------------------------------------------------------
 
 
+# The simulator runs each kernel thread as Python on NumPy scalars, which warn at 0**-1 and 0 * inf; a GPU does not.
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_pow_gradients_at_zero_are_zero_as_in_pytorch(backend):
     x = tensor([0.0, 1.0, 2.0], requires_grad=True)
     (x**0).sum().backward()  # d(x**0)/dx = 0 everywhere, also at x = 0 (where 0 * 0**-1 is NaN)
@@ -192,8 +195,8 @@ def test_maximum_and_minimum_propagate_nan_as_numpy(backend, op):
 @pytest.mark.parametrize("op", ["sum", "mean"])
 def test_empty_reduction_over_every_axis_has_shape_unit(backend, shape, op):
     x = np.zeros(shape, np.float32)
+    expected = np.float32(np.nan) if op == "mean" else np.sum(x)  # (NumPy warns at the mean of nothing)
     with np.errstate(all="ignore"):
-        expected = getattr(np, op)(x)
         for axis in (None, tuple(range(len(shape)))):
             got = reduce(op, nbcoll.to_device(x), axis=axis)
             assert tuple(got.shape) == (), (axis, got.shape)
