@@ -189,6 +189,18 @@ def test_small_messages_times_every_stage_of_the_call_path(tmp_path):
     assert "8B" in text and "4K" in text
 
 
+@pytest.mark.mpi
+def test_ll_compiled_times_both_paths_beside_mpi_with_exact_results(tmp_path):
+    script = str(BENCHMARKS / "ll_compiled.py")
+    done = _run([sys.executable, script, "--quick", "--ranks", "2", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in (tmp_path / "ll_compiled_2ranks_quick.txt").read_text().splitlines()]
+    table = [row for row in rows if row and row[0] in ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                                       "all_to_all")]  # fmt: skip
+    assert len(table) == 10 and all(row[-1] == "yes" for row in table), rows  # 5 collectives x 2 sizes, all exact
+    assert all(float(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0 for row in table), rows
+
+
 def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
     steps = importlib.util.module_from_spec(spec)

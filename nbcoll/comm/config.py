@@ -27,6 +27,9 @@ variable                   default   meaning
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
                                      (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8
+``NBCOLL_LL_COMPILED``     0         1: on the ``numpy`` backend, an LL step writes and polls through compiled loops
+                                     (:mod:`nbcoll.kernels.ll_host`): small collectives cost less, and each process
+                                     pays about 0.25 s of Numba start-up at its first LL round
 ``NBCOLL_CMA_BYTES``       8388608   smallest unregistered input of a direct all-gather, all-to-all or broadcast
                                      that its peers read straight out of its process (``numpy``, ``sim``;
                                      :mod:`nbcoll.comm.transport.cross_memory`); 0 turns it off
@@ -126,6 +129,7 @@ class CommConfig:
     trace: str | None = None
     tuner_file: str | None = None
     ll_bytes: int = 64 << 10
+    ll_compiled: bool = False
     cma_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
@@ -186,5 +190,6 @@ class CommConfig:
             trace=env.get("NBCOLL_TRACE", "").strip() or None,
             tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
             ll_bytes=_int(env, "NBCOLL_LL_BYTES", 64 << 10, 0),
+            ll_compiled=env.get("NBCOLL_LL_COMPILED", "0").strip() == "1",
             cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
         )

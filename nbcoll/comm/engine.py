@@ -352,7 +352,7 @@ class Engine:
         if not self._ll_made:
             config = self.comm.config
             windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps))
-            self._ll = None if windows is None else LLBuffers(windows, config.steps)
+            self._ll = None if windows is None else LLBuffers(windows, config.steps, compiled=config.ll_compiled)
             self._ll_made = True
         return self._ll
 

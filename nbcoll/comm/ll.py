@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import memory
+from nbcoll import backend, memory
 from nbcoll.comm.ll_step import LLStep
 from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims
 from nbcoll.kernels.ll import LINE_BYTES, WORD_BYTES
@@ -74,9 +74,11 @@ class LLBuffers:
         ll.capacity(np.float32)            # elements of one round: 16384
     """
 
-    def __init__(self, windows: Any, slots: int) -> None:
+    def __init__(self, windows: Any, slots: int, compiled: bool = False) -> None:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
         self.rank, self.nranks, self.slots = windows.rank, windows.nranks, slots
+        # NBCOLL_LL_COMPILED: steps write and poll through kernels.ll_host (the numpy backend's only)
+        self.compiled = compiled and backend.get_backend() == "numpy"
         self.lines_per_slot = windows.nbytes // (slots * LINE_BYTES)
         self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0

@@ -5,6 +5,13 @@ The protocol, the buffers and the order of the rounds are :mod:`nbcoll.comm.ll`'
 yields (:func:`nbcoll.comm.algorithms.direct.all_reduce` and the others), with the interface of a
 :class:`~nbcoll.comm.primitives.Step`, so the progress queue, the watchdog and replays run it like any other.
 
+The write and the poll are launches of :mod:`nbcoll.kernels.ll`'s kernels (their references on the ``numpy``
+backend), a segment and a source at a time. With ``NBCOLL_LL_COMPILED=1`` the ``numpy`` backend runs them as the
+compiled loops of :mod:`nbcoll.kernels.ll_host` instead: one call writes every segment, one call polls every source
+and puts the words of a complete one where they go (the output block itself, for a copy of whole words). There a
+small collective's time goes to the Python around a few lines, not to the lines; the price is Numba's start-up,
+about 0.25 s, at each process's first LL round.
+
 Example::
 
     step = ll.send_recv_reduce_copy(prims, 0, 64, round_)   # an all-reduce's round, from LLBuffers ll
@@ -25,6 +32,7 @@ from nbcoll.comm.primitives import DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.kernels import ll as ll_kernels
+from nbcoll.kernels import ll_host
 from nbcoll.kernels.dispatch import resolve
 from nbcoll.kernels.ll import WORD_BYTES
 
@@ -55,7 +63,7 @@ class _SlotLines:
     """The lines one step touches in one slot of the buffers: cut the first time a round of the step uses that slot,
     then kept, since a replay reruns the step in every slot in turn; a step that runs once cuts only its own."""
 
-    __slots__ = ("own", "lines", "last_lines", "first_lines", "presence")
+    __slots__ = ("own", "lines", "last_lines", "first_lines", "presence", "line_at", "read_at")
 
     def __init__(self, step: LLStep, slot: int) -> None:
         ll = step.ll
@@ -67,6 +75,10 @@ class _SlotLines:
         # what a read polls: the step's segment of each source's lines
         self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
         self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
+        # the same places as offsets into the buffers, for the compiled write and poll (the numpy backend's)
+        base = slot * ll.lines_per_slot
+        self.line_at = np.array([base + s * step.words for s in step.stored_segments], np.int64)
+        self.read_at = base + step.segment * step.words
 
 
 class LLStep:
@@ -123,7 +135,33 @@ class LLStep:
         if self.receives:  # each source's words where its poll leaves them, and as the data they are
             self.snapshots = {p: ll.snapshots[p][: self.words] for p in self.sources}
             self.received = {p: w.view(np.uint8)[: self.nbytes].view(prims.dtype) for p, w in self.snapshots.items()}
+        self.compiled = ll.compiled  # NBCOLL_LL_COMPILED, on the numpy backend (see the module's docstring)
+        self.fills_out = False  # whether the poll puts the words straight into the output (then run() copies none)
+        if self.compiled:
+            self._plan_compiled()
         self.rearm(round_)
+
+    def _plan_compiled(self) -> None:
+        """Where the compiled write reads each segment's words, and where the compiled poll puts each source's."""
+        ll, p, words = self.ll, self.prims, self.words
+        self.whole_words = p.itemsize % WORD_BYTES == 0  # else each segment is staged first, padded to whole words
+        self.word_at = np.array(
+            [(s * self.block + self.lo) * p.itemsize // WORD_BYTES if self.whole_words else s * words
+             for s in self.stored_segments], np.int64)  # fmt: skip
+        self.source_lines = tuple(ll.line_views[peer] for peer in self.sources)
+        self.complete = np.zeros(len(self.sources), np.int64)  # the round in which each source was last complete
+        self.fills_out = self.receives and self.whole_words and not self.bits & _REDUCE  # a copy, into its block
+        if self.fills_out:
+            at = [(peer * self.block + self.lo) * p.itemsize // WORD_BYTES for peer in self.sources]
+        else:  # a fold reads each source's snapshot
+            at = [0] * len(self.sources)
+            self.snapshot_rows = tuple(ll.snapshots[peer] for peer in self.sources)
+        self.dest_at = np.array(at, np.int64)
+        if self.copies_own and self.fills_out:  # this rank's block too, word for word (none in place)
+            own = slice(self.ll.rank * self.block + self.lo, self.ll.rank * self.block + self.hi)
+            local = slice(self.segment * self.block + self.lo, self.segment * self.block + self.hi)
+            self.own_in_place = memory.same_memory(p.out[own], p.local[local])
+            self.own_at = own.start * p.itemsize // WORD_BYTES, local.start * p.itemsize // WORD_BYTES
 
     def rearm(self, round_: int) -> None:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
@@ -180,7 +218,10 @@ class LLStep:
             self._copy_own()
         if not self.late:
             return True
-        self.late = [peer for peer in self.late if self._lines_missing(peer)]
+        if self.compiled:
+            self._poll_compiled()
+        else:
+            self.late = [peer for peer in self.late if self._lines_missing(peer)]
         if self.late:
             self.probing = self.words > 1  # the writer is still at it: from now on look at its last line first
             return False
@@ -213,12 +254,18 @@ class LLStep:
         """This rank's own block of the output, from its input: done before the poll, so it overlaps the wait for
         the peers' lines (an all-gather's or an all-to-all's; nothing to copy in place)."""
         p, lo, hi = self.prims, self.lo, self.hi
+        self.to_copy_own = False
+        if self.fills_out:  # compiled: the words of the block, unless it is the output's own
+            if not self.own_in_place:
+                dest_at, src_at = self.own_at
+                ll_host.copy(p.out.view(np.uint32), dest_at, p.local.view(np.uint32), src_at, self.words)
+                p.charge_copy(self.ll.rank, self.nbytes)
+            return
         at, start = self.segment * self.block, self.ll.rank * self.block + lo
         dst, src = p.out[start : start + hi - lo], p.local[at + lo : at + hi]
         if self.nbytes and not memory.same_memory(dst, src):
             self.copy_chunk(dst, src)
             p.charge_copy(self.ll.rank, self.nbytes)
-        self.to_copy_own = False
 
     def _began(self, line: Any, round_: int) -> bool:
         """Whether a peer's line 0 carries ``round_`` or a later round: that peer has begun ``round_``."""
@@ -230,6 +277,15 @@ class LLStep:
         if self.probing and self.first_round(ll.probe, cut.last_lines[peer]) != self.round_word:
             return 1  # the last line is not there yet: no need to read them all
         return self.load_lines(self.snapshots[peer], cut.lines[peer], self.flag, ll.missing)
+
+    def _poll_compiled(self) -> None:
+        """One look at every late source, in one call; ``late`` keeps those still incomplete."""
+        dests = (self.prims.out.view(np.uint32),) * len(self.sources) if self.fills_out else self.snapshot_rows
+        if ll_host.poll(self.source_lines, self.cut.read_at, self.words, self.round_word, self.complete, self.round,
+                        dests, self.dest_at):  # fmt: skip
+            self.late = [peer for k, peer in enumerate(self.sources) if self.complete[k] != self.round]
+        else:
+            self.late = []
 
     def waiting_peers(self) -> list[int]:
         return list(self.unseen or self.late)
@@ -268,10 +324,33 @@ class LLStep:
         self._charge_received()
 
     def _store(self) -> None:
+        p, ll = self.prims, self.ll
+        ll.slot_is_read[self.slot] = True
+        if self.compiled:
+            self._write_compiled()
+        else:
+            self._write_launched()
+        p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
+        for peer in ll.others:
+            p.charge(peer, self.nbytes, sent=True)
+
+    def _write_compiled(self) -> None:
+        """Every stored segment into this rank's lines in one call; data not of whole words is staged first."""
+        p, ll = self.prims, self.ll
+        if self.whole_words:
+            words = p.local.view(np.uint32)
+        else:
+            words = ll.staging
+            for s in self.stored_segments:
+                staged = words[s * self.words : (s + 1) * self.words].view(np.uint8)[: self.nbytes]
+                copy_device(staged.view(p.dtype), p.local[s * self.block + self.lo : s * self.block + self.hi])
+        ll_host.write(ll.line_views[ll.rank], self.cut.line_at, words, self.word_at, self.words, self.round_word)
+
+    def _write_launched(self) -> None:
+        """Segment by segment, a launch each (an all-to-all's own segment is read by no one)."""
         p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
         lines = self.cut.own
-        ll.slot_is_read[self.slot] = True
-        for s in self.stored_segments:  # segment by segment (an all-to-all's own segment is read by no one)
+        for s in self.stored_segments:
             chunk = p.local[s * self.block + lo : s * self.block + hi]
             if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input itself
                 staged = chunk.view(np.uint32)
@@ -279,16 +358,13 @@ class LLStep:
                 staged = ll.staging[s * words : (s + 1) * words]
                 copy_device(staged.view(np.uint8)[: self.nbytes].view(p.dtype), chunk)
             self.store_lines(lines[s * words : (s + 1) * words], staged, self.flag)
-        p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
-        for peer in ll.others:
-            p.charge(peer, self.nbytes, sent=True)
 
     def _words_of(self, peer: int) -> Any:
         return self.received[peer]
 
     def _copy_blocks(self) -> None:
         p = self.prims
-        if self.nbytes:
+        if self.nbytes and not self.fills_out:  # (a compiled poll has put them in place)
             for peer in self.sources:
                 start = peer * self.block + self.lo
                 self.copy_chunk(p.out[start : start + self.hi - self.lo], self._words_of(peer))
