@@ -75,10 +75,10 @@ class _SlotLines:
         # what a read polls: the step's segment of each source's lines
         self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
         self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
-        # the same places as offsets into the buffers, for the compiled write and poll (the numpy backend's)
-        base = slot * ll.lines_per_slot
-        self.line_at = np.array([base + s * step.words for s in step.stored_segments], np.int64)
-        self.read_at = base + step.segment * step.words
+        if step.compiled:  # the same places as offsets into the buffers, for the compiled write and poll
+            base = slot * ll.lines_per_slot
+            self.line_at = np.array([base + s * step.words for s in step.stored_segments], np.int64)
+            self.read_at = base + step.segment * step.words
 
 
 class LLStep:
