@@ -105,7 +105,7 @@ def _every_ll_collective(comm):
     return results, [counters[p] for p in counters.peers], comm.engine._ll.rounds, paths
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_every_ll_collective_gives_the_same_results_and_counters_compiled_as_through_the_references(nranks):
     with nbcoll.use_backend("numpy"):
         compiled = loopback.run(nranks, _every_ll_collective, config=CommConfig(timeout=20.0, ll_compiled=True))
