@@ -135,6 +135,7 @@ class LLStep:
         if self.receives:  # each source's words where its poll leaves them, and as the data they are
             self.snapshots = {p: ll.snapshots[p][: self.words] for p in self.sources}
             self.received = {p: w.view(np.uint8)[: self.nbytes].view(prims.dtype) for p, w in self.snapshots.items()}
+        self.whole_words = prims.itemsize % WORD_BYTES == 0  # else each segment is staged, padded to whole words
         self.compiled = ll.compiled  # NBCOLL_LL_COMPILED, on the numpy backend (see the module's docstring)
         self.fills_out = False  # whether the poll puts the words straight into the output (then run() copies none)
         if self.compiled:
@@ -144,7 +145,6 @@ class LLStep:
     def _plan_compiled(self) -> None:
         """Where the compiled write reads each segment's words, and where the compiled poll puts each source's."""
         ll, p, words = self.ll, self.prims, self.words
-        self.whole_words = p.itemsize % WORD_BYTES == 0  # else each segment is staged first, padded to whole words
         self.word_at = np.array(
             [(s * self.block + self.lo) * p.itemsize // WORD_BYTES if self.whole_words else s * words
              for s in self.stored_segments], np.int64)  # fmt: skip
@@ -339,25 +339,28 @@ class LLStep:
         p, ll = self.prims, self.ll
         if self.whole_words:
             words = p.local.view(np.uint32)
-        else:
-            words = ll.staging
+        else:  # each segment staged into its row (word_at points there)
             for s in self.stored_segments:
-                staged = words[s * self.words : (s + 1) * self.words].view(np.uint8)[: self.nbytes]
-                copy_device(staged.view(p.dtype), p.local[s * self.block + self.lo : s * self.block + self.hi])
+                self._segment_words(s)
+            words = ll.staging
         ll_host.write(ll.line_views[ll.rank], self.cut.line_at, words, self.word_at, self.words, self.round_word)
 
     def _write_launched(self) -> None:
         """Segment by segment, a launch each (an all-to-all's own segment is read by no one)."""
-        p, ll, lo, hi, words = self.prims, self.ll, self.lo, self.hi, self.words
-        lines = self.cut.own
+        lines, words = self.cut.own, self.words
         for s in self.stored_segments:
-            chunk = p.local[s * self.block + lo : s * self.block + hi]
-            if p.itemsize % WORD_BYTES == 0:  # whole words already: store the input itself
-                staged = chunk.view(np.uint32)
-            else:  # bytes or half-words: through the staging row, padded to whole words
-                staged = ll.staging[s * words : (s + 1) * words]
-                copy_device(staged.view(np.uint8)[: self.nbytes].view(p.dtype), chunk)
-            self.store_lines(lines[s * words : (s + 1) * words], staged, self.flag)
+            self.store_lines(lines[s * words : (s + 1) * words], self._segment_words(s), self.flag)
+
+    def _segment_words(self, s: int) -> Any:
+        """Segment ``s`` of the input as whole words: the input itself, or (bytes, half-words) its bytes copied into
+        the staging row of segment ``s``, padded."""
+        p, words = self.prims, self.words
+        chunk = p.local[s * self.block + self.lo : s * self.block + self.hi]
+        if self.whole_words:
+            return chunk.view(np.uint32)
+        staged = self.ll.staging[s * words : (s + 1) * words]
+        copy_device(staged.view(np.uint8)[: self.nbytes].view(p.dtype), chunk)
+        return staged
 
     def _words_of(self, peer: int) -> Any:
         return self.received[peer]
