@@ -21,12 +21,11 @@ import datetime
 import os
 import statistics
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from vs_mpi import run_on_ranks
+from vs_mpi import buffers, mpi_call, nbcoll_call, run_on_ranks, sample
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
@@ -45,40 +44,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def call_of(library, world, collective: str, x: np.ndarray, big: np.ndarray, y: np.ndarray):
-    """One call of ``collective`` into ``y``: MPI's when ``library`` is ``None``, else that communicator's."""
-    from mpi4py import MPI
-
-    if library is None:
-        return {
-            "all_reduce": lambda: world.Allreduce(x, y, op=MPI.SUM),
-            "all_gather": lambda: world.Allgather(x, y),
-            "reduce_scatter": lambda: world.Reduce_scatter_block(big, y),
-            "broadcast": lambda: world.Bcast(y, root=0),
-            "all_to_all": lambda: world.Alltoall(big, y),
-        }[collective]
-    return {
-        "all_reduce": lambda: library.all_reduce(x, y, algo="direct"),
-        "all_gather": lambda: library.all_gather(x, y, algo="direct"),
-        "reduce_scatter": lambda: library.reduce_scatter(big, y, algo="direct"),
-        "broadcast": lambda: library.broadcast(y, root=0, algo="direct"),
-        "all_to_all": lambda: library.all_to_all(big, y, algo="direct"),
-    }[collective]
-
-
 def calls_of(comms: dict, world, collective: str, nbytes: int) -> tuple[dict, dict]:
-    """Each contender's call and the output it writes, each on buffers of its own; ``comms`` holds nbcoll's two
-    communicators, by contender."""
+    """Each contender's call and the output it writes, each on buffers of its own (``vs_mpi.py``'s exact inputs);
+    ``comms`` holds nbcoll's two communicators, by contender."""
     rank, n = world.Get_rank(), world.Get_size()
-    count = max(1, nbytes // 4)
-    x = np.arange(count, dtype=np.int32) * 3 + rank
-    big = np.tile(x, n)
     calls, outputs = {}, {}
     for name in CONTENDERS:
-        y = np.zeros(count * n if collective in ("all_gather", "all_to_all") else count, np.int32)
+        send, recv = buffers(collective, max(1, nbytes // 4), rank, n)
         if collective == "broadcast":  # in place, as MPI's Bcast: the root's buffer holds the data
-            y[...] = x if rank == 0 else 0
-        calls[name], outputs[name] = call_of(comms.get(name), world, collective, x, big, y), y
+            recv[...] = send if rank == 0 else 0
+        comm = comms.get(name)
+        if comm is None:
+            calls[name] = mpi_call(world, collective, send, recv)
+        else:
+            calls[name] = nbcoll_call(comm, collective, "direct", send, recv)
+        outputs[name] = recv
     return calls, outputs
 
 
@@ -92,11 +72,7 @@ def measure(comms: dict, world, collective: str, nbytes: int, repeats: int, inne
     times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     for k in range(repeats):  # each repeat starts one contender later: none always follows the same one
         for name in CONTENDERS[k % 3 :] + CONTENDERS[: k % 3]:
-            world.Barrier()
-            start = time.perf_counter()
-            for _ in range(inner):
-                calls[name]()
-            times[name].append(world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX))
+            times[name].append(sample(world, calls[name], inner))
     same = all(np.array_equal(out, outputs["MPI"]) for out in outputs.values())
     row = {name: statistics.median(t) * 1e6 for name, t in times.items()}
     row["agree"] = bool(world.allreduce(same, op=MPI.LAND))
@@ -107,7 +83,7 @@ def format_table(rows: list[dict], nranks: int) -> str:
     names = f"{'references':>12}{'compiled':>10}{'ratio':>7}{'MPI':>8}{'x MPI':>7}"
     head = f"{'collective':>15}{'size (B)':>10}{names}  exact"
     lines = [
-        f"# direct LL collectives on {nranks} ranks, numpy backend, int32: median us per call; ratio = compiled / "
+        f"# direct LL collectives on {nranks} ranks, numpy backend, float32: median us per call; ratio = compiled / "
         "references; x MPI = compiled / MPI",
         head,
     ]
