@@ -78,12 +78,13 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     assert_no_shared_memory_left(result)
 
 
-@pytest.mark.parametrize("nprocs", [2, 3, 4])
-def test_a_bad_argument_on_one_rank_makes_every_rank_raise_and_an_abort_fails_work_in_flight(nprocs):
+@pytest.mark.parametrize(("nprocs", "compiled"), [(2, "0"), (3, "0"), (4, "0"), (3, "1")])
+def test_a_bad_argument_on_one_rank_makes_every_rank_raise_and_an_abort_fails_work_in_flight(nprocs, compiled):
     """5 collectives x LL, registered, staged inputs, each with one of the three bad arguments (wrong size, dtype,
-    read-only), in turn: the three rank counts together refuse every combination once."""
-    args = [str(nprocs % 3)]
-    result = launch(nprocs, SCRIPTS / "direct_refusals.py", args=args, env={**ENV, "NBCOLL_TIMEOUT": "20"}, timeout=180)
+    read-only), in turn: the three rank counts together refuse every combination once; and 3 ranks again with the
+    compiled LL step (NBCOLL_LL_COMPILED)."""
+    args, env = [str(nprocs % 3)], {**ENV, "NBCOLL_TIMEOUT": "20", "NBCOLL_LL_COMPILED": compiled}
+    result = launch(nprocs, SCRIPTS / "direct_refusals.py", args=args, env=env, timeout=180)
     assert result.ok, result.report()
     for rank, out in enumerate(result.outputs):
         assert "direct refusals ok" in out, result.report()
