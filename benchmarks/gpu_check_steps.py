@@ -41,6 +41,15 @@ def _kernel_compile_error() -> str | None:
     return None
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` imports: a namespace folder left by another package has a spec but no module in it."""
+    try:
+        importlib.import_module(module)
+    except Exception:
+        return False
+    return True
+
+
 def preflight(mode: str, info_file: str) -> int:
     """Check what the GPU check needs; gpu_check.sh bounds it like every step."""
     missing, notes = [], []
@@ -65,6 +74,8 @@ def preflight(mode: str, info_file: str) -> int:
             notes.append("no pytest-timeout: a test that hangs holds its step until the step's limit")
         if importlib.util.find_spec("xdist") is None:
             notes.append("no pytest-xdist: the suite runs in one process, and gets less far before its limit")
+        if not _importable("sphinx.application") or not _importable("furo"):
+            notes.append("no Sphinx or no Furo theme: the suite skips the docs tests (tests/test_docs.py)")
     if not any("'mpi4py'" in line for line in missing):
         try:
             from mpi4py import MPI

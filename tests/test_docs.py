@@ -19,7 +19,10 @@ from urllib.parse import unquote
 
 import pytest
 
-pytest.importorskip("sphinx", reason="sphinx is not installed (pip install -e '.[dev]' installs it)")
+# sphinx.application, not sphinx: a Python can hold a bare "sphinx" namespace folder (another package's files)
+# with no Sphinx behind it, which imports without error.
+pytest.importorskip("sphinx.application", reason="Sphinx is not installed (pip install -e '.[dev]' installs it)")
+pytest.importorskip("furo", reason="the Furo theme is not installed (pip install -e '.[dev]' installs it)")
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 TUTORIALS = DOCS.parent / "tutorials"

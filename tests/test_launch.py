@@ -214,10 +214,18 @@ def test_a_rank_that_printed_nothing_says_so_in_rank_order():
     assert result.in_rank_order() == "[rank 0]\nnarration\n[rank 1]\n(printed nothing)\n[rank 2]\nno newline\n"
 
 
-def _unmapped_mpi_segments_since(since: float) -> list[str]:
-    made = [path for path in glob.glob(launch_job.MPI_SEGMENTS) if launch_job._modified_since(path, since)]
-    mapped = launch_job._mapped_files()
-    return [path for path in made if path not in mapped]
+def _unmapped_mpi_segments_since(since: float, settle_seconds: float = 5.0) -> list[str]:
+    # Jobs of other test workers share /dev/shm: for a moment one may hold a file it has made and not yet mapped,
+    # or one its launcher is about to remove. Such a file is gone or mapped within a few seconds; one the job
+    # under test left behind stays unmapped.
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        made = [path for path in glob.glob(launch_job.MPI_SEGMENTS) if launch_job._modified_since(path, since)]
+        mapped = launch_job._mapped_files()
+        left = [path for path in made if path not in mapped]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.25)
 
 
 @pytest.mark.parametrize(("ending", "status"), [("if MPI.COMM_WORLD.rank == 1: os._exit(3)", 3), ("os._exit(0)", 0)])
