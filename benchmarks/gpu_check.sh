@@ -4,6 +4,7 @@
 #   gpu_tests          every gpu-marked test
 #   suite              the whole test suite on cuda, in 8 workers (pytest-xdist), without -x, stopped at its limit
 #   kernels            kernel GB/s against the fastest platform copy measured in the same run
+#   launch_cost        the host's cost of each piece of a step: a launch, a slice, a synchronize
 #   all_reduce_Nranks  nbcoll.perf all-reduce busbw over CUDA IPC on 2 and 4 ranks
 #   profile_2ranks     a cProfile of rank 0 in a 2-rank all-reduce: driver calls, numba-cuda, nbcoll's own Python
 #
@@ -52,7 +53,8 @@ PLAN=(
     "smoke|40|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
     "gpu_tests|80|pytest -m gpu tests/ (every gpu-marked test), 70 s per test"
     "suite|140|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
-    "kernels|40|benchmarks/kernels.py: kernel GB/s and % of the fastest platform copy of the same run"
+    "kernels|30|benchmarks/kernels.py: kernel GB/s and % of the fastest platform copy of the same run"
+    "launch_cost|10|benchmarks/launch_cost.py: a launch, a slice, a synchronize, beside numba-cuda's own launch"
     "all_reduce_2ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
     "profile_2ranks|20|benchmarks/profile_collective.py: where a 2-rank all-reduce's time goes, 8 B to 16 MiB"
@@ -180,6 +182,8 @@ if [ $DRY_RUN = 1 ]; then
     fi
     NBCOLL_BACKEND=numpy run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --tiny \
         --out "$OUTDIR" || FAILED=1
+    run_step launch_cost "$(limit_of launch_cost)" "$PYTHON" benchmarks/launch_cost.py --count 2 --rounds 1 \
+        --large 1024 --out "$OUTDIR" || FAILED=1
     PERF_SIZES=(-b 8 -e 64 -f 8 -n 1 -w 0)
     PERF_BACKEND=numpy
     PROFILE=(--sizes 8 --iters 2)
@@ -192,6 +196,8 @@ else
             -k "not gpu_check" "${SUITE[@]}" || FAILED=1
     fi
     run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1
+    run_step launch_cost "$(limit_of launch_cost)" "$PYTHON" benchmarks/launch_cost.py --count 1000 --rounds 3 \
+        --out "$OUTDIR" || FAILED=1
     PERF_SIZES=(-b 8 -e 16M -f 8 -n 5 -w 2)
     PERF_BACKEND=cuda
     PROFILE=(--sizes 8,256K,16M --iters 20)

@@ -166,6 +166,10 @@ def figures_of(outdir: Path, step: str) -> dict:
         rates = {r["kernel"]: f"{r['rate']:.4g} {r['what']} ({r['percent']:.0f}%)" for r in report["results"]}
         copy_ceiling = _figure(report["ceilings"]["copy GB/s"])
         return {"copy_ceiling_GBps": copy_ceiling, "complete": report.get("complete"), "rates": rates}
+    if step == "launch_cost":
+        reports = sorted(outdir.glob("launch_cost_*.json"))
+        report = _json(reports[-1]) if reports else None
+        return {"us_a_call": {k: _figure(v) for k, v in report["us_a_call"].items()}} if report else {}
     if step.startswith("all_reduce"):
         report = _json(outdir / f"{step}.json")
         if not report:
@@ -194,6 +198,8 @@ def _short(figures: dict) -> str:
             continue
         if key == "rates":
             value = "; ".join(f"{kernel} {rate}" for kernel, rate in value.items())
+        elif key == "us_a_call":
+            value = "; ".join(f"{piece} {us} us" for piece, us in value.items())
         elif key == "failures":
             value = " ".join(value)
         elif isinstance(value, dict):

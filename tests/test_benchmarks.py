@@ -49,6 +49,19 @@ def test_kernel_benchmarks_run_at_tiny_sizes(backend, tmp_path):
     assert all((r["numpy_rate"] is not None) == (backend == "numpy") for r in report["results"])
 
 
+def test_launch_cost_times_each_piece_of_a_step_on_numpy(tmp_path):
+    # The simulator's run is the GPU check's dry run (test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu).
+    done = _run([sys.executable, str(BENCHMARKS / "launch_cost.py"), "--count", "3", "--rounds", "2", "--large",
+                 "1000", "--out", str(tmp_path)], env={"NBCOLL_BACKEND": "numpy"})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "launch_cost_numpy.json").read_text())
+    pieces = report["us_a_call"]
+    assert list(pieces) == ["copy_chunk, 8 B", "copy, 8 B (checked entry)", "slice x[0:1]", "synchronize",
+                            "to_host, 8 B", "copy_chunk + synchronize, 1000 B"]  # fmt: skip
+    assert all(us > 0 for us in pieces.values()), pieces
+    assert "copy_chunk, 8 B" in (tmp_path / "launch_cost_numpy.txt").read_text()
+
+
 @pytest.mark.parametrize("backend", ["numpy"])  # its kernels are checked on sim elsewhere; this checks the script
 def test_training_benchmark_runs_at_tiny_sizes(backend, tmp_path):
     done = _run([sys.executable, str(BENCHMARKS / "training.py"), "--tiny", "--out", str(tmp_path)],
@@ -73,12 +86,14 @@ def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
     assert planned and int(planned[1]) <= int(planned[2]) == 7 * 60, summary
     report = json.loads((tmp_path / "summary.json").read_text())
     steps = {step["step"]: step for step in report["steps"]}
-    order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "all_reduce_2ranks", "all_reduce_4ranks"]
-    order.append("profile_2ranks")
+    order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "launch_cost", "all_reduce_2ranks"]
+    order += ["all_reduce_4ranks", "profile_2ranks"]
     assert list(steps)[: len(order)] == order
     assert all(steps[name]["verdict"] == "PASS" for name in order), report
     assert steps["profile_2ranks"]["8 B"].endswith(" ms"), steps["profile_2ranks"]
     assert steps["smoke"]["kernel"]["ok"] and steps["smoke"]["all_reduce"]["ok"]
+    launches = steps["launch_cost"]["us_a_call"]  # on the simulator: numba-cuda's own launch beside nbcoll's
+    assert launches["raw launch, 8 B (numba-cuda)"] > 0 and launches["copy_chunk, 8 B"] > 0, launches
     for nranks in (2, 4):
         perf = json.loads((tmp_path / f"all_reduce_{nranks}ranks.json").read_text())
         assert perf["complete"] and perf["wrong"] == 0 and perf["nranks"] == nranks
