@@ -27,6 +27,7 @@ Every array these functions create is counted (:func:`stats`): the bytes alive n
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from dataclasses import dataclass
@@ -159,19 +160,25 @@ class _Counter:
         self.lock = threading.Lock()  # the progress thread of a communicator allocates too
         self.allocated = 0
         self.peak = 0
-        self.owners: set[int] = set()  # id() of each counted owner, dropped by its finalizer
+        self.owners: set[int] = set()  # id() of each counted owner, dropped once its finalizer has run
+        # Owners freed but not yet taken off the count. A finalizer runs wherever the garbage collector does, and
+        # that can be inside add() on the very thread that holds the lock: it must not wait for the lock there.
+        self.freed: collections.deque[tuple[int, int]] = collections.deque()
 
     def add(self, owner: Any, nbytes: int) -> None:
         with self.lock:
+            self.take_off_freed()  # first: a new owner may have the id() of one freed a moment ago
             if id(owner) in self.owners:
                 return
             self.owners.add(id(owner))
             self.allocated += nbytes
             self.peak = max(self.peak, self.allocated)
-        weakref.finalize(owner, self.release, id(owner), nbytes)
+        weakref.finalize(owner, self.freed.append, (id(owner), nbytes))
 
-    def release(self, key: int, nbytes: int) -> None:
-        with self.lock:
+    def take_off_freed(self) -> None:
+        """Take the bytes of freed owners off the count; called with the lock held."""
+        while self.freed:
+            key, nbytes = self.freed.popleft()
             self.owners.discard(key)
             self.allocated -= nbytes
 
@@ -219,12 +226,14 @@ def stats() -> MemoryStats:
     ``gc.collect()`` first for an exact figure.
     """
     with _counter.lock:
+        _counter.take_off_freed()
         return MemoryStats(_counter.allocated, _counter.peak, len(_counter.owners))
 
 
 def reset_peak_stats() -> None:
     """Start measuring the peak again from the bytes allocated now."""
     with _counter.lock:
+        _counter.take_off_freed()
         _counter.peak = _counter.allocated
 
 

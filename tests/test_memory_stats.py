@@ -120,3 +120,31 @@ def test_stats_is_a_frozen_snapshot():
     with pytest.raises(AttributeError):
         s.allocated_bytes = 0
     assert s.live_allocations >= 0
+
+
+def test_an_allocation_freed_while_the_count_is_being_updated_neither_waits_nor_is_lost():
+    # The garbage collector can free an array, and run its finalizer, inside the counter's own update on the same
+    # thread (any allocation may start a collection). A finalizer that waited for the counter's lock there would
+    # wait forever: a 4-rank run once stopped so, in the middle of a training step. In a process of its own, so
+    # that a lock held forever stops only that process.
+    code = """
+        import gc
+        import numpy as np
+        from nbcoll import memory
+        gc.collect()
+        before = memory.stats().allocated_bytes
+        x = memory.zeros(100, np.float64)
+        with memory._counter.lock:  # where add() is when the collector runs
+            del x
+        assert memory.stats().allocated_bytes == before, "the freed bytes were lost"
+        y = memory.zeros(3, np.int8)
+        assert memory.stats().allocated_bytes == before + 3
+        print("ok")
+    """
+    env = dict(os.environ, NBCOLL_BACKEND="numpy")
+    try:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("freeing an array while the memory count was being updated waited for the count's lock")
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr
