@@ -156,6 +156,9 @@ def _make_simulated_launches_thread_safe() -> None:
     kernel.FakeCUDAKernel.__call__ = call
     kernel.FakeCUDAKernel._nbcoll_thread_safe = True
     _make_simulated_shared_arrays_thread_safe()
+    from nbcoll import simulated_blocks
+
+    simulated_blocks.install()  # blocks whose threads never meet run in the launching thread, without threads
 
 
 def _make_simulated_shared_arrays_thread_safe() -> None:

@@ -44,6 +44,7 @@ PUBLIC_PACKAGES = [
 MORE_MODULES = [
     "nbcoll.memory",
     "nbcoll.seed",
+    "nbcoll.simulated_blocks",
     "nbcoll.kernels.batched_copy",
     "nbcoll.kernels.combine",
     "nbcoll.kernels.copy",
