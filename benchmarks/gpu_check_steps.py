@@ -152,6 +152,12 @@ def _pytest_figures(log: Path) -> dict:
     return counts
 
 
+def _latest_json(outdir: Path, pattern: str) -> dict | None:
+    """The report of the last file matching ``pattern`` (a step writes one per backend), or None."""
+    reports = sorted(outdir.glob(pattern))
+    return _json(reports[-1]) if reports else None
+
+
 def figures_of(outdir: Path, step: str) -> dict:
     if step == "smoke":
         report = _json(outdir / "smoke.json") or {}
@@ -159,16 +165,14 @@ def figures_of(outdir: Path, step: str) -> dict:
     if step in ("gpu_tests", "suite"):
         return _pytest_figures(outdir / f"{step}.log")
     if step == "kernels":
-        reports = sorted(outdir.glob("kernels_*.json"))
-        report = _json(reports[-1]) if reports else None
+        report = _latest_json(outdir, "kernels_*.json")
         if not report:
             return {}
         rates = {r["kernel"]: f"{r['rate']:.4g} {r['what']} ({r['percent']:.0f}%)" for r in report["results"]}
         copy_ceiling = _figure(report["ceilings"]["copy GB/s"])
         return {"copy_ceiling_GBps": copy_ceiling, "complete": report.get("complete"), "rates": rates}
     if step == "launch_cost":
-        reports = sorted(outdir.glob("launch_cost_*.json"))
-        report = _json(reports[-1]) if reports else None
+        report = _latest_json(outdir, "launch_cost_*.json")
         return {"us_a_call": {k: _figure(v) for k, v in report["us_a_call"].items()}} if report else {}
     if step.startswith("all_reduce"):
         report = _json(outdir / f"{step}.json")

@@ -49,25 +49,14 @@ def per_call_us(fn: Callable[[], object], count: int) -> float:
     return (time.perf_counter() - start) / count * 1e6
 
 
-def raw_launch(backend: str) -> Callable[[], object] | None:
-    """nbcoll's own copy kernel launched straight through numba-cuda, as ``kernel[blocks, threads](...)``: the
-    platform's floor, with none of nbcoll's dispatch, views or grid sizing."""
-    if backend == "numpy":
-        return None
-    src = nbcoll.to_device(np.arange(2, dtype=np.float32))
-    dst = nbcoll.zeros(2, dtype=np.float32)
-    return lambda: copy_kernel[1, 32](dst, src)
-
-
 def pieces(backend: str, large: int) -> dict[str, Callable[[], object]]:
     small = nbcoll.to_device(np.arange(2, dtype=np.float32))
     small_out = nbcoll.zeros(2, dtype=np.float32)
     big = nbcoll.to_device(np.ones(large // 4, dtype=np.float32))
     big_out = nbcoll.zeros(large // 4, dtype=np.float32)
     rows: dict[str, Callable[[], object]] = {}
-    raw = raw_launch(backend)
-    if raw is not None:
-        rows["raw launch, 8 B (numba-cuda)"] = raw
+    if backend != "numpy":  # the platform's floor: nbcoll's kernel with none of its dispatch, views or grid sizing
+        rows["raw launch, 8 B (numba-cuda)"] = lambda: copy_kernel[1, 32](small_out, small)
     rows["copy_chunk, 8 B"] = lambda: copy_chunk(small_out, small)
     rows["copy, 8 B (checked entry)"] = lambda: copy(small_out, small)
     rows["slice x[0:1]"] = lambda: small[0:1]

@@ -156,9 +156,6 @@ def _make_simulated_launches_thread_safe() -> None:
     kernel.FakeCUDAKernel.__call__ = call
     kernel.FakeCUDAKernel._nbcoll_thread_safe = True
     _make_simulated_shared_arrays_thread_safe()
-    from nbcoll import simulated_blocks
-
-    simulated_blocks.install()  # blocks whose threads never meet run in the launching thread, without threads
 
 
 def _make_simulated_shared_arrays_thread_safe() -> None:
@@ -208,6 +205,9 @@ _device_backend = "cuda" if _startup == "cuda" else "sim"
 _enable_simulator_if_needed(_device_backend)
 if _device_backend == "sim":
     _make_simulated_launches_thread_safe()
+    from nbcoll import simulated_blocks
+
+    simulated_blocks.install()  # blocks whose threads never meet run in the launching thread, without threads
 _current = _startup
 
 
