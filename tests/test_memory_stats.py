@@ -148,3 +148,26 @@ def test_an_allocation_freed_while_the_count_is_being_updated_neither_waits_nor_
     except subprocess.TimeoutExpired:
         pytest.fail("freeing an array while the memory count was being updated waited for the count's lock")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr
+
+
+def test_arrays_made_and_freed_on_two_threads_at_once_leave_the_count_where_it_was():
+    # A progress thread allocates while the main thread does, and the collector frees cycles on either of them.
+    import threading
+
+    with nbcoll.use_backend("numpy"):
+        before = _allocated()
+
+        def churn(seed: int) -> None:
+            for i in range(400):
+                cycle = [memory.zeros(8 + (seed + i) % 5, np.float32)]
+                cycle.append(cycle)  # freed only by the collector, wherever it happens to run
+                if i % 50 == 0:
+                    gc.collect()
+
+        threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in threads), "an allocation waited for the count's lock"
+        assert _allocated() == before
