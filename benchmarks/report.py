@@ -79,10 +79,15 @@ def write_table(out: str | Path, name: str, text: str) -> Path:
     return path
 
 
-def same_run_arguments(description: str, sizes: str, out: Path) -> argparse.ArgumentParser:
+def same_run_arguments(
+    description: str, sizes: str, out: Path, options: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.ArgumentParser:
     """The options of a benchmark that compares two settings in one launch at each rank count: ``--sizes``,
-    ``--repeats``, ``--ranks`` (launched when not under mpiexec) and ``--out`` (where its tables go)."""
+    ``--repeats``, ``--ranks`` (launched when not under mpiexec) and ``--out`` (where its tables go); ``options``
+    adds the benchmark's own."""
     parser = argparse.ArgumentParser(description=description)
+    if options is not None:
+        options(parser)
     parser.add_argument("--sizes", default=sizes, help="comma-separated sizes in bytes (8, 64K, 16M, ...)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
@@ -91,12 +96,18 @@ def same_run_arguments(description: str, sizes: str, out: Path) -> argparse.Argu
 
 
 def same_run_main(
-    script: str, description: str, sizes: str, out: Path, compare: Callable[..., int], argv: Sequence[str] | None
+    script: str,
+    description: str,
+    sizes: str,
+    out: Path,
+    compare: Callable[..., int],
+    argv: Sequence[str] | None,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> int:
     """The ``main`` of a benchmark that compares settings in one launch: parse :func:`same_run_arguments`; not under
     mpiexec, launch ``script`` at each rank count of ``--ranks``; under it, return ``compare(args, world, sizes)``,
     with MPI's world communicator and ``--sizes`` in bytes."""
-    args = same_run_arguments(description, sizes, out).parse_args(argv)
+    args = same_run_arguments(description, sizes, out, options).parse_args(argv)
     from nbcoll.launch import under_mpi
 
     if not under_mpi():
@@ -108,19 +119,23 @@ def same_run_main(
     return compare(args, MPI.COMM_WORLD, [parse_size(size) for size in args.sizes.split(",")])
 
 
-def same_run_command(script: str, args: argparse.Namespace, nranks: int) -> str:
-    """The command line that reproduces a :func:`same_run_main` table, as its caption gives it."""
-    return f"python benchmarks/{Path(script).name} --sizes {args.sizes} --repeats {args.repeats} (mpiexec -n {nranks})"
+def same_run_command(script: str, args: argparse.Namespace, nranks: int, flags: str = "") -> str:
+    """The command line that reproduces a :func:`same_run_main` table, as its caption gives it (``flags``: the
+    benchmark's own options)."""
+    own = f" {flags}" if flags else ""
+    return (f"python benchmarks/{Path(script).name}{own} --sizes {args.sizes} --repeats {args.repeats} "
+            f"(mpiexec -n {nranks})")  # fmt: skip
 
 
 def publish_same_run(world: Any, args: argparse.Namespace, script: str, stem: str, table: Callable[..., str],
-                     wrong: int = 0) -> int:  # fmt: skip
+                     wrong: int = 0, flags: str = "") -> int:  # fmt: skip
     """End a :func:`same_run_main` comparison: sum ``wrong`` (results that differ from the exact ones) over the
-    ranks; rank 0 writes ``table(command, wrong)`` to ``args.out/<stem>_<n>ranks.rst``; 0, or 1 if any was wrong."""
+    ranks; rank 0 writes ``table(command, wrong)`` to ``args.out/<stem>_<n>ranks.rst``; 0, or 1 if any was wrong.
+    ``flags``: the benchmark's own options, for the command the table gives."""
     from mpi4py import MPI
 
     wrong = world.allreduce(wrong, op=MPI.SUM)
     n = world.Get_size()
     if world.Get_rank() == 0:
-        write_table(args.out, f"{stem}_{n}ranks.rst", table(same_run_command(script, args, n), wrong))
+        write_table(args.out, f"{stem}_{n}ranks.rst", table(same_run_command(script, args, n, flags), wrong))
     return 0 if wrong == 0 else 1

@@ -92,6 +92,32 @@ def test_a_replayed_call_reads_the_same_input_by_address_again():
             assert own == 800  # this rank's own block only: nothing staged
 
 
+@pytest.mark.parametrize("collective", ["all_gather", "all_to_all"])
+def test_a_rank_copies_its_own_block_itself_and_reads_only_its_peers_by_address(monkeypatch, collective):
+    from nbcoll.comm import window_step
+
+    reads, original = [], window_step.WindowStep._read_lent
+
+    def recorded(step, rank, into):
+        reads.append((step.w.rank, rank))
+        original(step, rank, into)
+
+    monkeypatch.setattr(window_step.WindowStep, "_read_lent", recorded)
+
+    def one_call(comm):
+        n = comm.size
+        x = np.arange(100 * n, dtype=np.int64) + 1000 * comm.rank
+        y = np.zeros(100 * n, np.int64)
+        getattr(comm, collective)(x[:100] if collective == "all_gather" else x, y, algo="direct")
+        return y
+
+    outs = loopback.run(3, one_call, config=BY_ADDRESS)
+    for r, y in enumerate(outs):
+        blocks = [np.arange(100) + 1000 * p + (0 if collective == "all_gather" else 100 * r) for p in range(3)]
+        assert np.array_equal(y, np.concatenate(blocks))
+    assert sorted(set(reads)) == [(r, p) for r in range(3) for p in range(3) if p != r]
+
+
 def test_below_the_threshold_or_at_zero_a_plain_input_is_staged():
     for config in (CommConfig(buffsize=4096, ll_bytes=0, cma_bytes=801), CommConfig(buffsize=4096, ll_bytes=0,
                                                                                     cma_bytes=0)):  # fmt: skip

@@ -63,6 +63,29 @@ def test_a_registered_buffer_is_read_in_place_and_a_plain_one_through_the_window
             assert own == 256 + staged  # this rank's own block, and the staging copy
 
 
+def test_an_all_gather_reads_its_own_block_in_the_same_step_as_its_peers_and_not_at_all_in_place():
+    """A round of an all-gather is two steps: its post, and one read of every rank's block, this rank's own
+    included (a copy within the rank, not a receipt). In place the own block is already where it belongs."""
+
+    def steps_and_counts(comm, in_place):
+        n, r = comm.size, comm.rank
+        out = comm.alloc(64 * n, np.int32)
+        out[:] = -1
+        x = out[r * 64 : (r + 1) * 64] if in_place else comm.alloc(64, np.int32)
+        x[:] = r
+        comm.reset_counters()
+        comm.all_gather(x, out, algo="direct")
+        own = comm.counters[r]
+        names = [step.name for step in comm.engine.replays.kept[next(iter(comm.engine.replays.kept))].steps]
+        return out.copy(), own.bytes_copied, own.bytes_received, names
+
+    for in_place in (False, True):
+        for out, copied, received, names in loopback.run(3, steps_and_counts, in_place, config=NO_LL):
+            assert np.array_equal(out, np.repeat(np.arange(3, dtype=np.int32), 64))
+            assert (copied, received) == (0 if in_place else 256, 0)
+            assert names == ["direct_send", "direct_recv", "direct_release"]
+
+
 def test_in_place_all_reduce_stages_its_registered_input_since_it_folds_over_it():
     def in_place(comm):
         x = comm.alloc(5, np.int64)
@@ -107,11 +130,11 @@ def test_alloc_checks_its_count_and_free_its_array():
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    # A broadcast goes in pieces of 1 MiB, as the others, here four: two waits in the first round, one in each later
-    # round (its post waits for the round before last, long done); the root stages a piece while the readers copy
-    # the one before.
+    # A broadcast goes in pieces of 1 MiB, here four: two waits in the first round, one in each later round (its post
+    # waits for the round before last, long done); the root stages a piece while the readers copy the one before. An
+    # all-gather's pieces are twice as large.
     assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
-    assert cost_terms("all_gather", "direct", 4 << 20, 4, 1 << 19, window_bytes=window)[0] == 5  # 1 MiB pieces
+    assert cost_terms("all_gather", "direct", 4 << 20, 4, 1 << 19, window_bytes=window)[0] == 3  # 2 MiB pieces
     assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
     small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)
     assert small_window == (9, (1 << 20) + (128 << 10))  # pieces of half the window
@@ -119,9 +142,10 @@ def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     assert steps == 3  # two rounds: four blocks of 512 KiB fill half the window
 
 
-def test_a_broadcast_takes_pieces_of_the_size_of_the_other_one_shot_collectives():
+def test_an_all_gather_takes_pieces_twice_the_size_of_a_broadcast():
     # 4 MiB through 4 MiB windows: a broadcast in four rounds of 1 MiB, an all-gather's 2 MiB block (2 ranks) in
-    # two rounds of 1 MiB, as direct.BROADCAST_PIECE_BYTES and direct.PIECE_BYTES say; and the results are exact.
+    # one round of 2 MiB, as direct.BROADCAST_PIECE_BYTES and direct.GATHER_PIECE_BYTES say; and the results are
+    # exact.
     def rounds_of(comm):
         windows, counts = comm.engine.direct_windows(), []
         x = np.arange(1 << 20, dtype=np.float32) + comm.rank
@@ -135,7 +159,7 @@ def test_a_broadcast_takes_pieces_of_the_size_of_the_other_one_shot_collectives(
         return counts, bool(np.array_equal(x, np.arange(1 << 20, dtype=np.float32)) and np.array_equal(out, expected))
 
     config = CommConfig(buffsize=4 << 20, ll_bytes=0)
-    assert loopback.run(2, rounds_of, config=config) == [([4, 2], True)] * 2
+    assert loopback.run(2, rounds_of, config=config) == [([4, 1], True)] * 2
 
 
 def test_a_window_holds_a_buffsize_for_every_two_ranks_so_an_all_to_all_keeps_its_pieces():
@@ -312,9 +336,9 @@ def test_a_rank_stages_its_next_piece_while_its_peers_read_the_last(monkeypatch,
     def copy_once_the_next_round_is_posted(step):
         if step.name == "direct_recv" and step.w.rank == nranks - 1 and step.round == step.w.rounds - rounds + 1:
             deadline = time.monotonic() + 10.0  # far longer than a posted round takes; bounded all the same
-            while min(step.w.posted[p] for p in step.sources) <= step.round and time.monotonic() < deadline:
+            while min(step.w.posted[p] for p in step.peers) <= step.round and time.monotonic() < deadline:
                 time.sleep(0.001)
-            seen.append((step.w.rank, min(int(step.w.posted[p]) for p in step.sources) - step.round))
+            seen.append((step.w.rank, min(int(step.w.posted[p]) for p in step.peers) - step.round))
         original(step)
 
     monkeypatch.setattr(window_step.WindowStep, "run", copy_once_the_next_round_is_posted)

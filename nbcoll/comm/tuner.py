@@ -270,7 +270,7 @@ def cost_terms(
             return n * chunks, (2 * n - 1) * s
         if algo == "direct":
             if window_bytes:
-                return _waits(s, _piece(window_bytes)), (n + 1) * s
+                return _waits(s, _piece(window_bytes, piece_bytes=direct.GATHER_PIECE_BYTES)), (n + 1) * s
             return n * chunks, (2 * n - 1) * s
     if collective == "all_to_all":
         if algo == "direct" and window_bytes:  # a round stages one chunk per reader: n chunks fill half the window

@@ -95,7 +95,7 @@ class WindowStep(_RoundStep):
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         sending = bool(self.bits & _SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in self.sources]
+        self.recv = [] if sending else [_Peer(p) for p in self.sources if p != windows.rank]
 
     @property
     def name(self) -> str:
@@ -103,7 +103,7 @@ class WindowStep(_RoundStep):
 
     @property
     def peers(self) -> list[int]:
-        return self.others if self.bits & _SEND else self.sources
+        return self.others if self.bits & _SEND else [peer.peer for peer in self.recv]
 
     def _late(self) -> list[int]:
         if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
@@ -145,7 +145,7 @@ class WindowStep(_RoundStep):
     def source(self, rank: int) -> Any:
         """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
         w, p, me = self.w, self.prims, self.w.rank
-        if rank == me and (p.lent is not None or self.in_block):  # our own block: nobody staged it for us
+        if rank == me and (p.lent is not None or self.in_block or not self.bits & _REDUCE):  # our own: read it
             at = me * self.in_block
             return p.local[at + self.lo : at + self.hi]
         lent = w.lent[rank]
@@ -188,15 +188,16 @@ class WindowStep(_RoundStep):
         elif self.nbytes:  # copy each source's chunk into its block of out
             for rank in self.sources:
                 start = rank * self.out_block + lo
-                if w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
+                if rank != w.rank and w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
                     self._read_lent(rank, p.out[start : start + hi - lo])
                 else:
                     copy_device(p.out[start : start + hi - lo], self.source(rank))
                 p.charge_copy(rank, self.nbytes)
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
-        for rank in self.sources if not self.bits & _REDUCE else self.others:
-            p.charge(rank, self.nbytes, sent=False)
+        for rank in self.others if self.bits & _REDUCE else self.sources:
+            if rank != w.rank:  # our own block, a source of an all-gather's read, is a copy within this rank
+                p.charge(rank, self.nbytes, sent=False)
 
 
 class Release(_FlagWait):

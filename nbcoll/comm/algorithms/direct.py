@@ -82,19 +82,28 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
     if ctx.ll is not None:
         return _ll_round(ctx, local, out, local.size, segments=1, reduce=False)
     if ctx.windows is not None:
-        return _one_shot_gather(ctx, local, out, _window_rounds(ctx, local.size, local, blocks=1))
+        rounds = _window_rounds(ctx, local.size, local, blocks=1, piece_bytes=GATHER_PIECE_BYTES)
+        return _one_shot_gather(ctx, local, out, rounds)
     return _fifo_gather(ctx, local, out)
 
 
 def _one_shot_gather(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count, r = local.size, ctx.rank
     prims = ctx.prims(local, out)
+    sources = _sources(ctx, out[r * count : (r + 1) * count], local)
     for round_, lo, hi, at, after in rounds:
         yield prims.direct_send(lo, hi, round_, at=at, after=after)
-        yield prims.copy(lo, hi, out_at=r * count + lo)
-        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, at=at)
+        yield prims.direct_recv(lo, hi, round_, sources=sources, out_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
+
+
+def _sources(ctx: Context, own_out: Any, own_in: Any) -> list[int]:
+    """The ranks whose blocks a round's read copies into ``out``: the peers, and this rank itself, unless its own
+    block is already in place (``own_out`` is ``own_in``). Our own block is one more source of the read rather than
+    a ``copy`` step of its own, so that a round is two steps, not three: at 2 ranks and 64 MiB a step's Python
+    costs about 15 us against 130 us for a 1 MiB copy (``docs/guide/performance.rst``)."""
+    return _peers(ctx) if memory.same_memory(own_out, own_in) else list(range(ctx.nranks))
 
 
 def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
@@ -190,10 +199,11 @@ def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count, r = out.size // ctx.nranks, ctx.rank
     prims = ctx.prims(local, out)
+    own = slice(r * count, (r + 1) * count)
+    sources = _sources(ctx, out[own], local[own])
     for round_, lo, hi, at, after in rounds:
         yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
-        yield prims.copy(r * count + lo, r * count + hi)
-        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count, at=at)
+        yield prims.direct_recv(lo, hi, round_, sources=sources, out_block=count, in_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
@@ -213,11 +223,19 @@ BROADCAST_PIECE_BYTES = PIECE_BYTES
 two cores of a staged broadcast (the root's into its window, the readers' out of it), which wants the piece the
 root has just written to be still in a cache when a reader copies it; NCCL's broadcast also moves a smaller chunk
 than its all-reduce (one FIFO step against ``NCCL_STEPS/2``). Compared in the same launch, in two launches
-(``benchmarks/broadcast_pieces.py``, 1 to 64 MiB), pieces of 1 MiB took 0.69-0.92 of the time of pieces of 512 KiB
+(``benchmarks/one_shot_pieces.py``, 1 to 64 MiB), pieces of 1 MiB took 0.69-0.92 of the time of pieces of 512 KiB
 with registered buffers at 2 and 4 ranks; 0.64-0.95 staged at 4 ranks; and staged at 2 ranks 0.50-1.01, except a
 1 MiB message, which then takes one round instead of a pipeline of two (0.90-1.12). Every rank must cut the
 same rounds, and a reader cannot know whether the root's buffer is registered, so one size serves both. The
 benchmark sets this name to compare sizes; a broadcast reads it when it is planned."""
+
+GATHER_PIECE_BYTES = 2 * PIECE_BYTES
+"""An all-gather's pieces: twice the others', since nothing is folded and, at 2 ranks, half a window of
+``NBCOLL_BUFFSIZE`` still holds one. Each round of an all-gather is two steps (a post, and one read of every
+rank's block, our own included), and a step costs about 15 us of Python on the machine of the Performance page,
+against about 130 us to copy 1 MiB there while the other rank copies too: at 64 MiB, pieces of 1 MiB spent about
+a tenth of the call between copies. ``benchmarks/one_shot_pieces.py --collective all_gather`` compares the two
+sizes in one launch; the benchmark sets this name, and an all-gather reads it when it is planned."""
 
 
 FOLD_ROUND_BYTES = 2 << 20
