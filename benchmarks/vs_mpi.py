@@ -15,6 +15,11 @@ Run::
     python benchmarks/vs_mpi.py --quick             # a few small sizes, for a smoke test
     python benchmarks/vs_mpi.py --peers mpi         # MPI only (no torch needed or imported)
     python benchmarks/vs_mpi.py --bind-to core      # pin each rank to a core, in turn
+    python benchmarks/vs_mpi.py --ll-step reference # small collectives through the NumPy references
+
+nbcoll's small direct collectives run their LL step through compiled loops here (``NBCOLL_LL_COMPILED=1``), as a
+long job of small collectives would set it; ``--ll-step reference`` times nbcoll's default instead, which spares a
+process the compiler's start-up (the docs' Performance page, *The LL step compiled*). The tables say which it was.
 
 Started plainly, it leaves the ranks' placement to the scheduler; ``--bind-to core`` pins each rank to a core in
 turn (``mpiexec -bind-to core``), as latency benchmarks are often run. Every library runs in the same ranks, so
@@ -28,6 +33,7 @@ It writes ``vs_mpi_<n>ranks.json`` and ``.rst`` (the tables of the docs' Perform
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -64,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="none",
         choices=("none", "core"),
         help="when it launches itself: leave placement to the scheduler (default), or pin each rank to a core in turn",
+    )
+    p.add_argument(
+        "--ll-step",
+        default="compiled",
+        choices=("compiled", "reference"),
+        help="nbcoll's LL step on the numpy backend: compiled loops (NBCOLL_LL_COMPILED=1, as a long job of small "
+        "collectives sets it; the default here) or the NumPy references (nbcoll's own default)",
     )
     p.add_argument(
         "--no-register",
@@ -269,7 +282,8 @@ def format_rst(all_rows: dict[str, list[dict]], env: dict, nranks: int, command:
         "",
         f"**{nranks} ranks**, {env['backend']} backend, float32 sum; {env['date']} on ``{env['host']}`` "
         f"({env['machine']}); Python {env['python']}, NumPy {env['numpy']}, mpi4py {env['mpi4py']}, "
-        f"{env['mpi']}; {env.get('placement', 'ranks placed by the scheduler')}. Command: ``{command}``.",
+        f"{env['mpi']}; {env.get('placement', 'ranks placed by the scheduler')}; "
+        f"{env.get('ll_step', 'LL step: references')}. Command: ``{command}``.",
         "",
         verdict(all_rows),
         "",
@@ -315,10 +329,11 @@ def draw(all_rows: dict[str, list[dict]], nranks: int, path: Path) -> None:
 def run_rank(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from nbcoll.comm import init
+    from nbcoll.comm import CommConfig, init
 
     world = MPI.COMM_WORLD
-    comm = init(world)
+    config = dataclasses.replace(CommConfig.from_env(), ll_compiled=args.ll_step == "compiled")
+    comm = init(world, config)
     n = comm.size
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.max_bytes:
@@ -345,10 +360,12 @@ def run_rank(args: argparse.Namespace) -> int:
     if comm.rank == 0:
         env = environment()
         env["placement"] = "each rank bound to one core" if bound else "ranks placed by the scheduler"
+        env["ll_step"] = "compiled LL step (NBCOLL_LL_COMPILED=1)" if config.ll_compiled else "LL step: references"
         if gloo is not None:
             env["torch"] = gloo.version
         flags = (" --quick" if args.quick else "") + ("" if args.peers == "mpi,gloo" else f" --peers {args.peers}")
         flags += " --no-register" if args.no_register else ""
+        flags += "" if args.ll_step == "compiled" else f" --ll-step {args.ll_step}"
         flags += "" if args.bind_to == "none" else f" --bind-to {args.bind_to}"
         command = f"python benchmarks/vs_mpi.py{flags}  (mpiexec -n {n})"
         out = Path(args.out)
