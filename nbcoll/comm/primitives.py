@@ -195,7 +195,7 @@ class Prims:
                     in_block: int = 0, at: int = 0) -> Any:  # fmt: skip
         """``out[p*out_block + lo : ...] = local of p [me*in_block + lo : ...]`` for every ``p`` in ``sources``,
         read in place (or from byte ``at`` of a window it was staged in); then this rank is done reading in round
-        ``round_`` (also with no source)."""
+        ``round_`` (also with no source). This rank may be a source too: its own block comes from ``local``."""
         where = {"sources": list(sources), "out_block": out_block, "in_block": in_block, "at": at}
         return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
 

@@ -73,6 +73,7 @@ class WindowStep(_RoundStep):
         DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
         DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
                                       (source(p) = local of p [me*b + lo : me*b + hi]: a reduce-scatter's block)
+                                      (a copy's sources may include me: its own block, read from local)
 
     ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop): mapped here when registered,
     else read out of ``p``'s process by the kernel (a copy's source only); otherwise ``p``'s window (the second
