@@ -63,27 +63,36 @@ def test_a_registered_buffer_is_read_in_place_and_a_plain_one_through_the_window
             assert own == 256 + staged  # this rank's own block, and the staging copy
 
 
-def test_an_all_gather_reads_its_own_block_in_the_same_step_as_its_peers_and_not_at_all_in_place():
-    """A round of an all-gather is two steps: its post, and one read of every rank's block, this rank's own
-    included (a copy within the rank, not a receipt). In place the own block is already where it belongs."""
+@pytest.mark.parametrize("collective", ["all_gather", "all_to_all"])
+def test_a_rank_copies_its_own_block_right_after_its_post_and_not_at_all_in_place(collective):
+    """A round of a direct all-gather or all-to-all is two steps: the post, which then copies this rank's own block
+    (``direct_copy_send``: a copy within the rank, not a receipt), and the read of the peers' blocks. In place the
+    own block is already where it belongs, and the post copies nothing."""
 
     def steps_and_counts(comm, in_place):
         n, r = comm.size, comm.rank
         out = comm.alloc(64 * n, np.int32)
         out[:] = -1
-        x = out[r * 64 : (r + 1) * 64] if in_place else comm.alloc(64, np.int32)
-        x[:] = r
+        if collective == "all_gather":
+            x = out[r * 64 : (r + 1) * 64] if in_place else comm.alloc(64, np.int32)
+            x[:] = r
+        else:
+            x = out if in_place else comm.alloc(64 * n, np.int32)
+            x[:] = np.repeat(np.arange(n, dtype=np.int32) + 10 * r, 64)
         comm.reset_counters()
-        comm.all_gather(x, out, algo="direct")
+        getattr(comm, collective)(x, out, algo="direct")
         own = comm.counters[r]
         names = [step.name for step in comm.engine.replays.kept[next(iter(comm.engine.replays.kept))].steps]
         return out.copy(), own.bytes_copied, own.bytes_received, names
 
-    for in_place in (False, True):
-        for out, copied, received, names in loopback.run(3, steps_and_counts, in_place, config=NO_LL):
-            assert np.array_equal(out, np.repeat(np.arange(3, dtype=np.int32), 64))
+    for in_place in (False, True) if collective == "all_gather" else (False,):
+        for r, (out, copied, received, names) in enumerate(loopback.run(3, steps_and_counts, in_place, config=NO_LL)):
+            if collective == "all_gather":
+                assert np.array_equal(out, np.repeat(np.arange(3, dtype=np.int32), 64))
+            else:
+                assert np.array_equal(out, np.repeat(np.arange(3, dtype=np.int32) * 10 + r, 64))
             assert (copied, received) == (0 if in_place else 256, 0)
-            assert names == ["direct_send", "direct_recv", "direct_release"]
+            assert names == ["direct_send" if in_place else "direct_copy_send", "direct_recv", "direct_release"]
 
 
 def test_in_place_all_reduce_stages_its_registered_input_since_it_folds_over_it():
@@ -336,9 +345,9 @@ def test_a_rank_stages_its_next_piece_while_its_peers_read_the_last(monkeypatch,
     def copy_once_the_next_round_is_posted(step):
         if step.name == "direct_recv" and step.w.rank == nranks - 1 and step.round == step.w.rounds - rounds + 1:
             deadline = time.monotonic() + 10.0  # far longer than a posted round takes; bounded all the same
-            while min(step.w.posted[p] for p in step.peers) <= step.round and time.monotonic() < deadline:
+            while min(step.w.posted[p] for p in step.sources) <= step.round and time.monotonic() < deadline:
                 time.sleep(0.001)
-            seen.append((step.w.rank, min(int(step.w.posted[p]) for p in step.peers) - step.round))
+            seen.append((step.w.rank, min(int(step.w.posted[p]) for p in step.sources) - step.round))
         original(step)
 
     monkeypatch.setattr(window_step.WindowStep, "run", copy_once_the_next_round_is_posted)

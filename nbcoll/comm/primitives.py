@@ -23,6 +23,7 @@ Every name is one generic step with explicit :class:`Flag` bits, as every NCCL p
 ``DIRECT``: they read the peers' buffers in place (:mod:`nbcoll.comm.window`) instead of through FIFO slots::
 
     direct_send(lo, hi, k)                     post local[lo:hi] for round k: lend it, or copy it into the window
+    direct_copy_send(lo, hi, k, out_block)     post as direct_send does, then copy this rank's own block into out
     direct_recv(lo, hi, k, sources)            out[lo:hi] = local of p [lo:hi], read in place, for p in sources
     direct_recv_reduce_copy(lo, hi, k)         out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])
     direct_open(lo, hi, k, root, target)       let the root write out[lo:hi] in round k, if out is registered
@@ -191,11 +192,19 @@ class Prims:
         ``round_ - after`` (the last one staged there). Peers read it in round ``round_``."""
         return self.windows.step(self, DIRECT | SEND, lo, hi, round_, in_block=in_block, at=at, after=after)
 
+    def direct_copy_send(self, lo: int, hi: int, round_: int, out_block: int, in_block: int = 0, at: int = 0,
+                         after: int = 1) -> Any:  # fmt: skip
+        """:meth:`direct_send`, then ``out[me*out_block + lo : ...] = local[me*in_block + lo : ...]``: this rank's
+        own block, copied while the peers' posts are on their way (an all-gather's, an all-to-all's)."""
+        flags = DIRECT | COPY | SEND
+        where = {"in_block": in_block, "out_block": out_block, "at": at, "after": after}
+        return self.windows.step(self, flags, lo, hi, round_, **where)
+
     def direct_recv(self, lo: int, hi: int, round_: int, sources: Sequence[int], out_block: int = 0,
                     in_block: int = 0, at: int = 0) -> Any:  # fmt: skip
         """``out[p*out_block + lo : ...] = local of p [me*in_block + lo : ...]`` for every ``p`` in ``sources``,
         read in place (or from byte ``at`` of a window it was staged in); then this rank is done reading in round
-        ``round_`` (also with no source). This rank may be a source too: its own block comes from ``local``."""
+        ``round_`` (also with no source)."""
         where = {"sources": list(sources), "out_block": out_block, "in_block": in_block, "at": at}
         return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
 

@@ -16,7 +16,7 @@ from nbcoll.comm.errors import CommError, CommPeerLostError
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
 
-_SEND, _REDUCE, _POST = int(Flag.SEND), int(Flag.REDUCE), int(Flag.POST)
+_SEND, _REDUCE, _COPY, _POST = int(Flag.SEND), int(Flag.REDUCE), int(Flag.COPY), int(Flag.POST)
 BY_ADDRESS = -2
 """``lent[r]`` of a rank that lent an unregistered input by its address (``lent_at[r]``): its peers read it out of
 its process (:meth:`nbcoll.comm.window.DirectWindows.read_lent`)."""
@@ -70,10 +70,10 @@ class WindowStep(_RoundStep):
     ``B = out_block``, ``me`` this rank)::
 
         DIRECT | SEND                 lend local (registered), or window[q*len] = local[q*b + lo : q*b + hi];  posted
+        DIRECT | COPY | SEND          the same; then out[me*B + lo : me*B + hi] = local[me*b + lo : me*b + hi]
         DIRECT | RECV | COPY          for p in sources: out[p*B + lo : p*B + hi] = source(p)[me*b + lo : ...];  done
         DIRECT | RECV | REDUCE | COPY out[lo:hi] = op(source(0), ..., source(n-1)), in rank order;             done
                                       (source(p) = local of p [me*b + lo : me*b + hi]: a reduce-scatter's block)
-                                      (a copy's sources may include me: its own block, read from local)
 
     ``source(p)`` is peer ``p``'s own buffer when ``p`` lent it (one copy per hop): mapped here when registered,
     else read out of ``p``'s process by the kernel (a copy's source only); otherwise ``p``'s window (the second
@@ -96,7 +96,7 @@ class WindowStep(_RoundStep):
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         sending = bool(self.bits & _SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
-        self.recv = [] if sending else [_Peer(p) for p in self.sources if p != windows.rank]
+        self.recv = [] if sending else [_Peer(p) for p in self.sources]
 
     @property
     def name(self) -> str:
@@ -104,7 +104,7 @@ class WindowStep(_RoundStep):
 
     @property
     def peers(self) -> list[int]:
-        return self.others if self.bits & _SEND else [peer.peer for peer in self.recv]
+        return self.others if self.bits & _SEND else self.sources
 
     def _late(self) -> list[int]:
         if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
@@ -139,6 +139,15 @@ class WindowStep(_RoundStep):
         for q in self.others:
             p.charge(q, self.nbytes, sent=True)
 
+    def _copy_own(self) -> None:
+        """This rank's own block of ``out``, copied after the post: the peers may read already, and this rank copies
+        while their posts are on their way, instead of after waiting for them (NCCL's ``directCopySend``)."""
+        p, me, lo, hi = self.prims, self.w.rank, self.lo, self.hi
+        if self.nbytes:
+            src, dst = me * self.in_block + lo, me * self.out_block + lo
+            copy_device(p.out[dst : dst + hi - lo], p.local[src : src + hi - lo])
+            p.charge_copy(me, self.nbytes)
+
     def _slot(self, reader: int) -> int:
         """Where a staged chunk for ``reader`` starts in the window, in bytes."""
         return self.at + (reader * self.nbytes if self.in_block else 0)
@@ -146,7 +155,7 @@ class WindowStep(_RoundStep):
     def source(self, rank: int) -> Any:
         """What ``rank`` posted for this rank in this round: its lent buffer, or its window."""
         w, p, me = self.w, self.prims, self.w.rank
-        if rank == me and (p.lent is not None or self.in_block or not self.bits & _REDUCE):  # our own: read it
+        if rank == me and (p.lent is not None or self.in_block):  # our own block: nobody staged it for us
             at = me * self.in_block
             return p.local[at + self.lo : at + self.hi]
         lent = w.lent[rank]
@@ -174,6 +183,8 @@ class WindowStep(_RoundStep):
         """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
         if self.bits & _SEND:
             self._post()
+            if self.bits & _COPY:
+                self._copy_own()
             return
         w, p, lo, hi = self.w, self.prims, self.lo, self.hi
         if self.nbytes and self.bits & _REDUCE:  # fold every rank's chunk, in rank order, into out
@@ -189,16 +200,15 @@ class WindowStep(_RoundStep):
         elif self.nbytes:  # copy each source's chunk into its block of out
             for rank in self.sources:
                 start = rank * self.out_block + lo
-                if rank != w.rank and w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
+                if w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
                     self._read_lent(rank, p.out[start : start + hi - lo])
                 else:
                     copy_device(p.out[start : start + hi - lo], self.source(rank))
                 p.charge_copy(rank, self.nbytes)
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
-        for rank in self.others if self.bits & _REDUCE else self.sources:
-            if rank != w.rank:  # our own block, a source of an all-gather's read, is a copy within this rank
-                p.charge(rank, self.nbytes, sent=False)
+        for rank in self.sources if not self.bits & _REDUCE else self.others:
+            p.charge(rank, self.nbytes, sent=False)
 
 
 class Release(_FlagWait):

@@ -90,20 +90,15 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 def _one_shot_gather(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
     count, r = local.size, ctx.rank
     prims = ctx.prims(local, out)
-    sources = _sources(ctx, out[r * count : (r + 1) * count], local)
+    copy_own = not memory.same_memory(out[r * count : (r + 1) * count], local)  # in place: nothing to copy
     for round_, lo, hi, at, after in rounds:
-        yield prims.direct_send(lo, hi, round_, at=at, after=after)
-        yield prims.direct_recv(lo, hi, round_, sources=sources, out_block=count, at=at)
+        if copy_own:  # post, then copy our own block while the peers' posts are on their way
+            yield prims.direct_copy_send(lo, hi, round_, out_block=count, at=at, after=after)
+        else:
+            yield prims.direct_send(lo, hi, round_, at=at, after=after)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
-
-
-def _sources(ctx: Context, own_out: Any, own_in: Any) -> list[int]:
-    """The ranks whose blocks a round's read copies into ``out``: the peers, and this rank itself, unless its own
-    block is already in place (``own_out`` is ``own_in``). Our own block is one more source of the read rather than
-    a ``copy`` step of its own, so that a round is two steps, not three: at 2 ranks and 64 MiB a step's Python
-    costs about 15 us against 130 us for a 1 MiB copy (``docs/guide/performance.rst``)."""
-    return _peers(ctx) if memory.same_memory(own_out, own_in) else list(range(ctx.nranks))
 
 
 def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
@@ -200,10 +195,13 @@ def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, rounds: list[Window
     count, r = out.size // ctx.nranks, ctx.rank
     prims = ctx.prims(local, out)
     own = slice(r * count, (r + 1) * count)
-    sources = _sources(ctx, out[own], local[own])
+    copy_own = not memory.same_memory(out[own], local[own])
     for round_, lo, hi, at, after in rounds:
-        yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
-        yield prims.direct_recv(lo, hi, round_, sources=sources, out_block=count, in_block=count, at=at)
+        if copy_own:  # post, then copy our own block while the peers' posts are on their way
+            yield prims.direct_copy_send(lo, hi, round_, out_block=count, in_block=count, at=at, after=after)
+        else:
+            yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
@@ -231,11 +229,12 @@ benchmark sets this name to compare sizes; a broadcast reads it when it is plann
 
 GATHER_PIECE_BYTES = 2 * PIECE_BYTES
 """An all-gather's pieces: twice the others', since nothing is folded and, at 2 ranks, half a window of
-``NBCOLL_BUFFSIZE`` still holds one. Each round of an all-gather is two steps (a post, and one read of every
-rank's block, our own included), and a step costs about 15 us of Python on the machine of the Performance page,
-against about 130 us to copy 1 MiB there while the other rank copies too: at 64 MiB, pieces of 1 MiB spent about
-a tenth of the call between copies. ``benchmarks/one_shot_pieces.py --collective all_gather`` compares the two
-sizes in one launch; the benchmark sets this name, and an all-gather reads it when it is planned."""
+``NBCOLL_BUFFSIZE`` still holds one. Each round of an all-gather is two steps (the post, which then copies our own
+block, and the read of the peers' blocks), and a step costs about 15 us of Python on the machine of the
+Performance page, against about 130 us to copy 1 MiB there while the other rank copies too: at 64 MiB, pieces of
+1 MiB spent about a tenth of the call between copies. ``benchmarks/one_shot_pieces.py --collective all_gather``
+compares the two sizes in one launch; the benchmark sets this name, and an all-gather reads it when it is
+planned."""
 
 
 FOLD_ROUND_BYTES = 2 << 20
