@@ -62,6 +62,11 @@ def _code_is_independent(fn: Any, seen: set[int]) -> bool:
         if BLOCK_WIDE & set(code.co_names) or BLOCK_WIDE & set(code.co_freevars):
             return False
         referenced += [fn.__globals__[name] for name in code.co_names if name in fn.__globals__]
+        # A device function reached as ``module.function``: co_names holds both names; numba's own API is judged
+        # by BLOCK_WIDE above.
+        modules = [obj for obj in referenced if isinstance(obj, types.ModuleType)]
+        modules = [m for m in modules if not m.__name__.startswith("numba")]
+        referenced += [getattr(m, name) for m in modules for name in code.co_names if hasattr(m, name)]
     callees = [obj for obj in referenced if isinstance(obj, types.FunctionType) or hasattr(obj, "fn")]
     return all(_code_is_independent(callee, seen) for callee in callees)
 

@@ -1,6 +1,7 @@
 """Kernels launched from two threads at once on the simulator (a progress thread and the main thread) stay correct."""
 
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -66,6 +67,17 @@ def _waits_for_its_block(out):
     out[i] = _meet_the_block(i)
 
 
+_device_helpers = types.ModuleType("device_helpers")
+_device_helpers.meet_the_block = _meet_the_block
+
+
+@cuda.jit
+def _waits_through_a_module(out):
+    # The same, with the device function reached as an attribute of a module.
+    i = cuda.grid(1)
+    out[i] = _device_helpers.meet_the_block(i)
+
+
 @cuda.jit
 def _reads_past_the_end(out):
     # One thread writes one element, and the last one writes past the end.
@@ -107,6 +119,16 @@ def test_a_kernel_whose_threads_meet_keeps_the_simulator_s_threads(simulator_thr
         _waits_for_its_block[2, 32](out)
         assert nbcoll.to_host(out).tolist() == list(range(64))
     assert len(simulator_threads_started) == 64  # a Python thread for each CUDA thread, as the simulator runs them
+
+
+@ON_SIMULATOR
+def test_a_device_function_reached_through_a_module_is_read_too(simulator_threads_started):
+    assert not simulated_blocks.independent_threads(_waits_through_a_module.py_func)
+    with nbcoll.use_backend("sim"):
+        out = nbcoll.zeros(32, np.int64)
+        _waits_through_a_module[1, 32](out)
+        assert nbcoll.to_host(out).tolist() == list(range(32))
+    assert len(simulator_threads_started) == 32
 
 
 @ON_SIMULATOR
