@@ -247,6 +247,30 @@ def test_one_shot_collectives_in_flight_together_number_their_rounds_alike(ll_by
         assert np.array_equal(bcast, np.arange(100))
 
 
+@pytest.mark.parametrize("registered", [False, True])
+def test_an_all_gather_and_an_all_to_all_in_flight_together_copy_their_own_blocks_at_uneven_sizes(registered):
+    # Each round's post copies the rank's own block (direct_copy_send); with the other collective's rounds taken in
+    # between, every block still lands once and exactly, at 0, 1 and 37 elements a block on 3 ranks.
+    def both(comm):
+        n, r, results = comm.size, comm.rank, []
+        for count in (0, 1, 37):
+            x = comm.alloc(count, np.int64) if registered and count else np.empty(count, np.int64)
+            x[:] = np.arange(count) + 1000 * r
+            gathered, exchanged = np.full(count * n, -1, np.int64), np.full(count * n, -1, np.int64)
+            works = [comm.all_gather(x, gathered, algo="direct", async_op=True)]
+            works.append(comm.all_to_all(np.arange(count * n) + 100000 * r, exchanged, algo="direct", async_op=True))
+            for work in works[::-1]:
+                work.wait()
+            results.append((count, gathered, exchanged))
+        return results
+
+    for r, results in enumerate(loopback.run(3, both, config=CommConfig(buffsize=256, timeout=60, ll_bytes=0))):
+        for count, gathered, exchanged in results:
+            assert np.array_equal(gathered, np.concatenate([np.arange(count) + 1000 * p for p in range(3)]))
+            want = np.concatenate([np.arange(r * count, (r + 1) * count) + 100000 * p for p in range(3)])
+            assert np.array_equal(exchanged, want)
+
+
 def test_registered_direct_collectives_on_the_simulator():
     # A few elements only: every copy and fold is a simulated kernel launch over the lent memory.
     import nbcoll
