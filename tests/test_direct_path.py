@@ -137,6 +137,28 @@ def test_alloc_checks_its_count_and_free_its_array():
     assert loopback.run(2, misuse) == [True, True]
 
 
+def test_an_empty_registered_buffer_is_found_and_freed_although_it_has_no_address(monkeypatch):
+    # numba-cuda gives every empty device array a NULL pointer, whatever it was sliced from, so on a GPU an empty
+    # registration cannot be found by its address. Here the NumPy arrays are given that same NULL address.
+    from nbcoll import memory
+
+    real = memory.address_range
+    monkeypatch.setattr(memory, "address_range", lambda x: (0, 0) if x.size == 0 else real(x))
+
+    def empty_round_trip(comm):
+        empty, full = comm.alloc(0, np.int64), comm.alloc(3, np.int64)
+        windows = comm.engine.direct_windows()
+        found = (windows.find(empty), windows.find(full), windows.find(np.zeros(0, np.int64)))
+        out = comm.all_gather(empty, np.zeros(0, np.int64), algo="direct")
+        comm.free(empty)
+        with pytest.raises(ValueError, match="freed already"):
+            comm.free(empty)
+        comm.free(full)
+        return found, out.size
+
+    assert loopback.run(2, empty_round_trip, config=NO_LL) == [(((0, 0), (1, 0), None), 0)] * 2
+
+
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
     # A broadcast goes in pieces of 1 MiB, here four: two waits in the first round, one in each later round (its post

@@ -145,6 +145,9 @@ class DirectWindows:
         self.posted, self.done = self.flags.array[POSTED], self.flags.array[DONE]
         self.lent, self.lent_at = self.flags.array[LENT], self.flags.array[LENT_AT]
         self.registered: list[list[IpcBuffer] | None] = []  # registration k: every rank's buffer, as mapped here
+        # An empty device array has no address (numba-cuda gives it a NULL pointer), so an empty registration is
+        # known by the very object alloc() returned: registration k -> that array.
+        self.empty_views: dict[int, Any] = {}
         self.cma_bytes = cma_bytes or 0
         self.pids: list[int] | None = None  # every rank's process, when each may read the others' memory (CMA)
         if cma_bytes is not None:
@@ -168,7 +171,10 @@ class DirectWindows:
         k = len(self.registered)
         mapped = self._map_everywhere(lambda: [self.memory.create(nbytes, np.uint8, tag=f"reg{k}")], f"reg{k}")
         self.registered.append([mapped[p][0] for p in range(self.nranks)])
-        return self.registered[k][self.rank].array[: count * dt.itemsize].view(dt)
+        view = self.registered[k][self.rank].array[: count * dt.itemsize].view(dt)
+        if view.size == 0:
+            self.empty_views[k] = view
+        return view
 
     def free(self, array: Any) -> None:
         """Unmap the registration that holds ``array``, on this rank; every rank frees its own, in any order.
@@ -185,11 +191,15 @@ class DirectWindows:
             for buffer in self.registered[k] or []:
                 buffer.close()
         self.registered[k] = None
+        self.empty_views.pop(k, None)
 
     def find(self, array: Any) -> tuple[int, int] | None:
         """``(k, byte offset)`` of ``array`` inside this rank's registration ``k``, or ``None``."""
         if array is None or not self.registered:
             return None
+        for k, view in self.empty_views.items():
+            if view is array:
+                return k, 0
         start, end = memory.address_range(array)
         for k, buffers in enumerate(self.registered):
             if buffers is None:

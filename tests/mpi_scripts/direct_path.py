@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+import nbcoll
+
 CASES = [(coll, count, registered) for coll in ("all_gather", "broadcast", "all_to_all", "all_reduce", "reduce_scatter")
          for count in (0, 1, 37) for registered in (True, False)]  # fmt: skip
 CASES += [("broadcast", count, "both") for count in (0, 1, 37)]
@@ -25,8 +27,8 @@ def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, 
     n, r = comm.size, comm.rank
     size_in = count * n if coll in ("all_to_all", "reduce_scatter") else count
     size_out = count * n if coll in ("all_gather", "all_to_all") else count
-    x = comm.alloc(size_in, np.int64) if registered else np.zeros(size_in, np.int64)
-    x[:] = np.arange(size_in) + 1000 * r
+    x = comm.alloc(size_in, np.int64) if registered else nbcoll.zeros(size_in, np.int64)
+    x[:] = np.arange(size_in, dtype=np.int64) + 1000 * r
     if coll == "all_gather":
         expected = np.concatenate([np.arange(count) + 1000 * p for p in range(n)])
     elif coll == "broadcast":
@@ -37,7 +39,7 @@ def _inputs(comm, coll: str, count: int, registered: bool) -> tuple[np.ndarray, 
         expected = sum(np.arange(r * count, (r + 1) * count) + 1000 * p for p in range(n))
     else:
         expected = sum(np.arange(count) + 1000 * p for p in range(n))
-    y = comm.alloc(size_out, np.int64) if registered == "both" else np.zeros(size_out, np.int64)
+    y = comm.alloc(size_out, np.int64) if registered == "both" else nbcoll.zeros(size_out, np.int64)
     y[:] = 0
     return x, y, np.asarray(expected, np.int64)
 
@@ -57,8 +59,10 @@ def _copies_per_hop(comm) -> tuple[float, int]:
     """
     c = comm.counters
     peers = [p for p in c.peers if p != comm.rank]
-    totals = np.array([sum(c[p].bytes_copied for p in peers), sum(c[p].bytes_received for p in peers)], np.int64)
+    counts = [sum(c[p].bytes_copied for p in peers), sum(c[p].bytes_received for p in peers)]
+    totals = nbcoll.to_device(np.array(counts, np.int64))
     comm.all_reduce(totals, algo="ring")
+    totals = nbcoll.to_host(totals)
     return (int(totals[0]) / int(totals[1]) if totals[1] else 0.0), c[comm.rank].bytes_copied
 
 
@@ -92,8 +96,9 @@ def check_rank(comm) -> list[str]:
             written = sum(comm.counters[p].bytes_copied for p in comm.counters.peers if p != r)
             per_hop, own = _copies_per_hop(comm)
             name = f"{coll} {algo} count={count} {({True: 'registered', False: 'plain'}).get(registered, registered)}"
-            if not np.array_equal(y, expected):
-                problems.append(f"{name}: wrong result {y[:8]} != {expected[:8]}")
+            got = nbcoll.to_host(y)
+            if not np.array_equal(got, expected):
+                problems.append(f"{name}: wrong result {got[:8]} != {expected[:8]}")
             if n > 1 and count and coll not in ("all_reduce", "reduce_scatter"):  # a fold reads its peers' bytes
                 want = 1.0 if algo == "direct" else 2.0
                 if per_hop != want:
