@@ -6,6 +6,7 @@
 #   kernels            kernel GB/s against the fastest platform copy measured in the same run
 #   launch_cost        the host's cost of each piece of a step: a launch, a slice, a synchronize
 #   all_reduce_Nranks  nbcoll.perf all-reduce busbw over CUDA IPC on 2 and 4 ranks
+#   direct_path_3ranks every direct collective on registered and plain buffers over CUDA IPC: exact, one copy a hop
 #   profile_2ranks     a cProfile of rank 0 in a 2-rank all-reduce: driver calls, numba-cuda, nbcoll's own Python
 #
 #   benchmarks/gpu_check.sh OUTDIR             on a machine with an NVIDIA GPU
@@ -51,12 +52,13 @@ say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 # ---- the plan: name, limit in seconds, what it runs on the GPU -------------------------------------------------
 PLAN=(
     "smoke|40|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
-    "gpu_tests|80|pytest -m gpu tests/ (every gpu-marked test), 70 s per test"
+    "gpu_tests|55|pytest -m gpu tests/ (every gpu-marked test), 50 s per test"
     "suite|140|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
     "kernels|30|benchmarks/kernels.py: kernel GB/s and % of the fastest platform copy of the same run"
     "launch_cost|10|benchmarks/launch_cost.py: a launch, a slice, a synchronize, beside numba-cuda's own launch"
     "all_reduce_2ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
+    "direct_path_3ranks|22|tests/mpi_scripts/direct_path.py on 3 ranks over CUDA IPC: exact, one copy a byte and hop"
     "profile_2ranks|20|benchmarks/profile_collective.py: where a 2-rank all-reduce's time goes, 8 B to 16 MiB"
 )
 TOTAL=$((PREFLIGHT + GRACE))
@@ -190,7 +192,7 @@ if [ $DRY_RUN = 1 ]; then
 else
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
     if [ $HAVE_PYTEST = 1 ]; then
-        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 70) -m gpu tests || FAILED=1
+        run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 50) -m gpu tests || FAILED=1
         # Not the tests of this script itself: they would run its dry run inside this run.
         run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) $(workers 8) -m "not gpu" \
             -k "not gpu_check" "${SUITE[@]}" || FAILED=1
@@ -209,6 +211,13 @@ for nranks in 2 4; do
         --timeout $((limit - 5)) nbcoll/perf/__main__.py all_reduce "${PERF_SIZES[@]}" --transport ipc \
         -J "$OUTDIR/$name.json" || FAILED=1
 done
+# The direct path (registered buffers read in place) with windows of 256 bytes, so that each case takes rounds.
+DIRECT_RANKS=3
+[ $DRY_RUN = 1 ] && DIRECT_RANKS=2
+limit="$(limit_of direct_path_3ranks)"
+NBCOLL_BACKEND=$PERF_BACKEND NBCOLL_BUFFSIZE=256 NBCOLL_LL_BYTES=0 NBCOLL_TIMEOUT=$((limit - 5)) \
+    run_step direct_path_3ranks "$limit" "$PYTHON" -m nbcoll.launch -n $DIRECT_RANKS --timeout $((limit - 3)) \
+    tests/mpi_scripts/direct_path.py || FAILED=1
 # The tuner's choice, as nbcoll.perf ran it; the summary gives each size's time per call under the profiler.
 run_step profile_2ranks "$(limit_of profile_2ranks)" "$PYTHON" benchmarks/profile_collective.py --ranks 2 \
     --backend "$PERF_BACKEND" --algo tuner "${PROFILE[@]}" --out "$OUTDIR" || FAILED=1

@@ -190,6 +190,11 @@ def figures_of(outdir: Path, step: str) -> dict:
         reports = sorted(outdir.glob("profile_*_2ranks.txt"))
         text = reports[-1].read_text() if reports else ""
         return {f"{n} B": f"{ms} ms" for n, ms in re.findall(r"^## (\d+) bytes: ([\d.]+) ms per call", text, re.M)}
+    if step.startswith("direct_path"):
+        log = outdir / f"{step}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        hops = re.findall(r"^copies per byte and hop \(all-gather\): (.*)$", text, re.M)
+        return {"ranks_ok": text.count("direct path ok"), "copies_a_hop": hops[0] if hops else None}
     if step == "kill_drill":
         return _json(outdir / "kill_drill.json") or {}
     return {}

@@ -89,11 +89,13 @@ def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
     report = json.loads((tmp_path / "summary.json").read_text())
     steps = {step["step"]: step for step in report["steps"]}
     order = ["preflight", "smoke", "gpu_tests", "suite", "kernels", "launch_cost", "all_reduce_2ranks"]
-    order += ["all_reduce_4ranks", "profile_2ranks"]
+    order += ["all_reduce_4ranks", "direct_path_3ranks", "profile_2ranks"]
     assert list(steps)[: len(order)] == order
     assert all(steps[name]["verdict"] == "PASS" for name in order), report
     assert steps["profile_2ranks"]["8 B"].endswith(" ms"), steps["profile_2ranks"]
     assert steps["smoke"]["kernel"]["ok"] and steps["smoke"]["all_reduce"]["ok"]
+    direct = steps["direct_path_3ranks"]  # two ranks on numpy in the dry run
+    assert direct["ranks_ok"] == 2 and direct["copies_a_hop"].startswith("direct/registered 1.0"), direct
     launches = steps["launch_cost"]["us_a_call"]  # on the simulator: numba-cuda's own launch beside nbcoll's
     assert launches["raw launch, 8 B (numba-cuda)"] > 0 and launches["copy_chunk, 8 B"] > 0, launches
     for nranks in (2, 4):

@@ -231,6 +231,16 @@ def test_ll_bytes_setting_is_checked():
     assert CommConfig.from_env({"NBCOLL_LL_BYTES": "0"}).ll_bytes == 0
 
 
+def test_ll_is_off_by_default_on_a_gpu_only(monkeypatch):
+    # On cuda an LL poll is a kernel launch and a copy back: the window path was faster there (measured on an H200).
+    from nbcoll import backend
+
+    for name, default in (("numpy", 64 << 10), ("sim", 64 << 10), ("cuda", 0)):
+        monkeypatch.setattr(backend, "get_backend", lambda name=name: name)
+        assert CommConfig().ll_bytes == CommConfig.from_env({}).ll_bytes == default, name
+    assert CommConfig.from_env({"NBCOLL_LL_BYTES": "4096"}).ll_bytes == 4096  # a setting still turns it on
+
+
 def test_a_rank_that_never_writes_its_lines_times_out_naming_the_round_and_the_rank():
     def body(comm):
         comm.all_reduce(np.ones(2, np.int32), algo="direct")  # both ranks: the LL buffers exist

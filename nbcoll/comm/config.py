@@ -26,7 +26,9 @@ variable                   default   meaning
 ``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
 ``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
 ``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
-                                     (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8
+                                     (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8. On the ``cuda``
+                                     backend the default is 0: there each poll is a kernel launch and a copy back,
+                                     and small collectives took about half as long on the window path
 ``NBCOLL_LL_COMPILED``     0         1: on the ``numpy`` backend, an LL step writes and polls through compiled loops
                                      (:mod:`nbcoll.kernels.ll_host`): small collectives cost less, and each process
                                      pays about 0.25 s of Numba start-up at its first LL round
@@ -50,7 +52,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TRANSPORTS = ("ipc", "mpi")
 DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
@@ -100,6 +102,18 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], upper: 
     return text
 
 
+def default_ll_bytes() -> int:
+    """``NBCOLL_LL_BYTES``'s default: 64 KiB, or 0 (LL off) on the ``cuda`` backend.
+
+    On a GPU an LL poll is a kernel launch and a copy of the result back to the host, so LL costs more than the
+    window path it was meant to shorten: on an H200, 2-rank all-reduces of 8 B to 32 KiB took 1.5-2.2 ms with LL
+    and 0.84-1.15 ms without (the Performance page, "On an NVIDIA H200").
+    """
+    from nbcoll import backend
+
+    return 0 if backend.get_backend() == "cuda" else 64 << 10
+
+
 @dataclass(frozen=True)
 class CommConfig:
     """The settings one communicator runs with (see the module docstring for each variable).
@@ -128,7 +142,7 @@ class CommConfig:
     check: bool = False
     trace: str | None = None
     tuner_file: str | None = None
-    ll_bytes: int = 64 << 10
+    ll_bytes: int = field(default_factory=default_ll_bytes)
     ll_compiled: bool = False
     cma_bytes: int = 8 << 20
 
@@ -189,7 +203,7 @@ class CommConfig:
             check=env.get("NBCOLL_CHECK", "0").strip() == "1",
             trace=env.get("NBCOLL_TRACE", "").strip() or None,
             tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,
-            ll_bytes=_int(env, "NBCOLL_LL_BYTES", 64 << 10, 0),
+            ll_bytes=_int(env, "NBCOLL_LL_BYTES", default_ll_bytes(), 0),
             ll_compiled=env.get("NBCOLL_LL_COMPILED", "0").strip() == "1",
             cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
         )

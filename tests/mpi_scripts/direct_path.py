@@ -121,7 +121,7 @@ def check_rank(comm) -> list[str]:
     return problems
 
 
-def main() -> None:
+def main() -> int:
     from nbcoll.comm import init
 
     comm = init()
@@ -141,7 +141,8 @@ def main() -> None:
     comm.destroy()
     print("copies per byte and hop (all-gather): " + ", ".join(per_hop), flush=True)
     print("\n".join(problems) if problems else "direct path ok", flush=True)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
