@@ -4,9 +4,11 @@ For every collective and size, each rank times MPI (through mpi4py), gloo (torch
 is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
 repeat so that all see the same machine noise, each repeat in an order rotated by one (a contender's time depends
 on the one that ran just before it); a sample is the slowest rank's time over a loop of calls
-(``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps the median of the repeats. A ratio is the peer's
-time over the best nbcoll algorithm's time, which is also nbcoll's busbw over the peer's (the same bytes and the
-same factor divide both). The results of every library are compared element by element on exact inputs.
+(``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps the median of the repeats. Before its
+samples, each contender runs one sample's worth of calls untimed, as nccl-tests' warm-up iterations do. A
+ratio is the peer's time over the best nbcoll algorithm's time, which is also nbcoll's busbw over the peer's
+(the same bytes and the same factor divide both). The results of every library are compared element by element
+on exact inputs.
 
 Run::
 
@@ -175,11 +177,12 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
             lent += [recv] if register else []
         results[algo] = recv
         contenders[algo] = nbcoll_call(comm, collective, algo, send, recv)
-    for call in contenders.values():  # warm-up: connections, first-touch of pages
-        call()
+    inner = calls_per_sample(nbytes)  # the calibration's rule, for every library alike
+    for call in contenders.values():  # warm-up, one sample's worth (nccl-tests' -w): connections, first touch of
+        for _ in range(inner):  # pages, and what the cell before left cold; its first samples ran 1.8-2.5x slower
+            call()
     agree = all(np.array_equal(out, recv_mpi) for out in results.values())
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
-    inner = calls_per_sample(nbytes)  # the calibration's rule, for every library alike
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)
     for k in range(repeats):  # each repeat starts one contender later: none keeps the place after a given one
