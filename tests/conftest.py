@@ -30,9 +30,23 @@ def runs_on_cuda(item) -> bool:
     return params.get("backend", DEVICE) == "cuda"
 
 
+SLOWEST_FILES = (
+    "test_collectives.py", "test_comm_mpi.py", "test_benchmarks.py", "test_direct_faults.py", "test_tutorial_12.py",
+    "test_data_parallel.py", "test_model_parallel.py", "test_docs.py", "test_comm_reliability.py", "test_launch.py",
+)  # fmt: skip
+"""The files that take longest (``--durations``, 30 to 165 s each on two cores), run first: pytest-xdist's
+``--dist loadfile`` hands out files in order, so with the long ones first the workers run out of work together
+instead of one waiting for the other's last long file."""
+
+
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests run only on cuda; ``sim_only`` tests (and cases) are skipped there, saying why; ``simulator``
-    tests, which switch this process to the simulator, only where it started on it (a GPU process cannot)."""
+    tests, which switch this process to the simulator, only where it started on it (a GPU process cannot). The
+    slowest files go first (:data:`SLOWEST_FILES`), each file's tests in their own order, except on a GPU, where
+    the order given stands (``benchmarks/gpu_check.sh`` names the device tests first)."""
+    if DEVICE != "cuda":
+        first = {name: k for k, name in enumerate(SLOWEST_FILES)}
+        items.sort(key=lambda item: first.get(item.path.name, len(first)))
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (get_backend() != 'cuda')")
     for item in items:
         if "gpu" in item.keywords and DEVICE != "cuda":
