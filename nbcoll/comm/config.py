@@ -106,7 +106,7 @@ def default_ll_bytes() -> int:
     """``NBCOLL_LL_BYTES``'s default: 64 KiB, or 0 (LL off) on the ``cuda`` backend.
 
     On a GPU an LL poll is a kernel launch and a copy of the result back to the host, so LL costs more than the
-    window path it was meant to shorten: on an H200, 2-rank all-reduces of 8 B to 32 KiB took 1.5-2.2 ms with LL
+    window path it was meant to shorten: on an H200, 2-rank all-reduces of 8 B to 32 KiB took 1.5-2.7 ms with LL
     and 0.84-1.15 ms without (the Performance page, "On an NVIDIA H200").
     """
     from nbcoll import backend
