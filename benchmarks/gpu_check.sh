@@ -121,6 +121,7 @@ run_step() {  # name, limit in seconds, command...: log to OUTDIR/name.log, verd
     fi
     figures="$("$PYTHON" "$STEPS_PY" report "$OUTDIR" "$name" "${verdict%% *}" $((SECONDS - started)) "$limit" 2>&1)"
     say "$name: $verdict in $((SECONDS - started)) s; $figures (log: $name.log)"
+    LAST_STATUS=$status
     return $status
 }
 
@@ -158,6 +159,11 @@ limit_of() {  # a step's limit, from the plan
         [ "${entry%%|*}" = "$1" ] && { echo "$entry" | cut -d'|' -f2; return; }
     done
 }
+# The suite is planned to be cut at its limit: a cut with tests passed and none failed is no failure of the check.
+suite_cut_cleanly() {
+    [ "$LAST_STATUS" = 124 ] && "$PYTHON" "$STEPS_PY" cut_cleanly "$OUTDIR" suite \
+        && say "suite: cut at its limit as planned, with nothing failed before the cut"
+}
 per_test() { [ $HAVE_TIMEOUT = 0 ] || echo "--timeout=$1"; }  # pytest-timeout's limit for each test
 # pytest-xdist's workers, a test file each at a time: 8 on a GPU machine (in one run, the suite got 93% of the way
 # in 165 s with 8, 32% in 75 s with one), 2 in the dry run, which only rehearses the flags.
@@ -180,7 +186,7 @@ if [ $DRY_RUN = 1 ]; then
         run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 60) -m gpu tests/test_copy.py \
             || FAILED=1
         run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) $(workers 2) -m "not gpu" \
-            tests/test_gpu_path.py -k "bytes or local_rank or reposted" || FAILED=1
+            tests/test_gpu_path.py -k "bytes or local_rank or reposted" || suite_cut_cleanly || FAILED=1
     fi
     NBCOLL_BACKEND=numpy run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --tiny \
         --out "$OUTDIR" || FAILED=1
@@ -195,7 +201,7 @@ else
         run_step gpu_tests "$(limit_of gpu_tests)" "${PYTEST[@]}" $(per_test 50) -m gpu tests || FAILED=1
         # Not the tests of this script itself: they would run its dry run inside this run.
         run_step suite "$(limit_of suite)" "${PYTEST[@]}" $(per_test 45) $(workers 8) -m "not gpu" \
-            -k "not gpu_check" "${SUITE[@]}" || FAILED=1
+            -k "not gpu_check" "${SUITE[@]}" || suite_cut_cleanly || FAILED=1
     fi
     run_step kernels "$(limit_of kernels)" "$PYTHON" benchmarks/kernels.py --out "$OUTDIR" || FAILED=1
     run_step launch_cost "$(limit_of launch_cost)" "$PYTHON" benchmarks/launch_cost.py --count 1000 --rounds 3 \

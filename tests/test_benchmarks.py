@@ -245,6 +245,22 @@ def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
     assert report["steps"][0]["verdict"] == "TIMEOUT" and report["steps"][0]["stopped_early"]
 
 
+def test_gpu_check_counts_a_suite_cut_with_nothing_failed_as_planned(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    log = tmp_path / "suite.log"
+    cut = steps.cut_cleanly
+    log.write_text("[gw1] [ 10%] PASSED tests/test_a.py::test_one \n[gw0] [ 20%] SKIPPED tests/test_a.py::test_two \n")
+    assert cut(tmp_path, "suite") and steps.main(["cut_cleanly", str(tmp_path), "suite"]) == 0
+    log.write_text(log.read_text() + "[gw0] [ 30%] FAILED tests/test_b.py::test_three \n")
+    assert not cut(tmp_path, "suite") and steps.main(["cut_cleanly", str(tmp_path), "suite"]) == 1
+    log.write_text("[gw1] [ 10%] ERROR tests/test_a.py::test_one \n")  # an error in a fixture
+    assert not cut(tmp_path, "suite")
+    log.write_text("")  # killed before any test ran: nothing shows that the suite works
+    assert not cut(tmp_path, "suite")
+
+
 @pytest.mark.mpi
 def test_fault_sweep_prints_one_row_per_case():
     script = str(BENCHMARKS / "fault_sweep.py")
