@@ -54,6 +54,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from nbcoll import backend
+
 TRANSPORTS = ("ipc", "mpi")
 DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
 
@@ -109,8 +111,6 @@ def default_ll_bytes() -> int:
     window path it was meant to shorten: on an H200, 2-rank all-reduces of 8 B to 32 KiB took 1.5-2.7 ms with LL
     and 0.84-1.15 ms without (the Performance page, "On an NVIDIA H200").
     """
-    from nbcoll import backend
-
     return 0 if backend.get_backend() == "cuda" else 64 << 10
 
 

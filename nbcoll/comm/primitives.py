@@ -196,9 +196,9 @@ class Prims:
                          after: int = 1) -> Any:  # fmt: skip
         """:meth:`direct_send`, then ``out[me*out_block + lo : ...] = local[me*in_block + lo : ...]``: this rank's
         own block, copied while the peers' posts are on their way (an all-gather's, an all-to-all's)."""
-        flags = DIRECT | COPY | SEND
-        where = {"in_block": in_block, "out_block": out_block, "at": at, "after": after}
-        return self.windows.step(self, flags, lo, hi, round_, **where)
+        return self.windows.step(
+            self, DIRECT | COPY | SEND, lo, hi, round_, in_block=in_block, out_block=out_block, at=at, after=after
+        )
 
     def direct_recv(self, lo: int, hi: int, round_: int, sources: Sequence[int], out_block: int = 0,
                     in_block: int = 0, at: int = 0) -> Any:  # fmt: skip

@@ -88,17 +88,7 @@ def all_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 
 def _one_shot_gather(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
-    count, r = local.size, ctx.rank
-    prims = ctx.prims(local, out)
-    copy_own = not memory.same_memory(out[r * count : (r + 1) * count], local)  # in place: nothing to copy
-    for round_, lo, hi, at, after in rounds:
-        if copy_own:  # post, then copy our own block while the peers' posts are on their way
-            yield prims.direct_copy_send(lo, hi, round_, out_block=count, at=at, after=after)
-        else:
-            yield prims.direct_send(lo, hi, round_, at=at, after=after)
-        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, at=at)
-    if prims.lent is not None:  # the peers read our own buffer: wait until they are done
-        yield prims.direct_release()
+    return _one_shot_blocks(ctx, local, out, rounds, block=local.size, in_block=0)  # every peer reads all of local
 
 
 def _fifo_gather(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
@@ -192,16 +182,24 @@ def all_to_all(ctx: Context, local: Any, out: Any) -> Iterator[Step]:
 
 
 def _one_shot_all_to_all(ctx: Context, local: Any, out: Any, rounds: list[WindowRound]) -> Iterator[Step]:
-    count, r = out.size // ctx.nranks, ctx.rank
+    count = out.size // ctx.nranks
+    return _one_shot_blocks(ctx, local, out, rounds, block=count, in_block=count)  # peer p reads block p of local
+
+
+def _one_shot_blocks(ctx: Context, local: Any, out: Any, rounds: list[WindowRound], block: int,
+                     in_block: int) -> Iterator[Step]:  # fmt: skip
+    """The rounds of an all-gather (``in_block`` 0) or an all-to-all: post, and copy our own block into ``out``
+    while the peers' posts are on their way (unless it is in place); then read every peer's block into its own."""
+    r = ctx.rank
     prims = ctx.prims(local, out)
-    own = slice(r * count, (r + 1) * count)
-    copy_own = not memory.same_memory(out[own], local[own])
+    own_in = local[r * in_block : r * in_block + block]
+    copy_own = not memory.same_memory(out[r * block : (r + 1) * block], own_in)  # in place: nothing to copy
     for round_, lo, hi, at, after in rounds:
-        if copy_own:  # post, then copy our own block while the peers' posts are on their way
-            yield prims.direct_copy_send(lo, hi, round_, out_block=count, in_block=count, at=at, after=after)
+        if copy_own:
+            yield prims.direct_copy_send(lo, hi, round_, out_block=block, in_block=in_block, at=at, after=after)
         else:
-            yield prims.direct_send(lo, hi, round_, in_block=count, at=at, after=after)
-        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=count, in_block=count, at=at)
+            yield prims.direct_send(lo, hi, round_, in_block=in_block, at=at, after=after)
+        yield prims.direct_recv(lo, hi, round_, sources=_peers(ctx), out_block=block, in_block=in_block, at=at)
     if prims.lent is not None:  # the peers read our own buffer: wait until they are done
         yield prims.direct_release()
 
