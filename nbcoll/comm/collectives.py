@@ -75,8 +75,8 @@ class Collectives(CollectiveChecks):
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self.engine.replays.key("all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
-        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+        key, replay = self.engine.replays.find("all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
+        if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_reduce") as seq:
             op = combine_kernels.parse_op(op)
@@ -112,8 +112,8 @@ class Collectives(CollectiveChecks):
         array([0., 0., 0.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self.engine.replays.key("broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth)
-        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+        key, replay = self.engine.replays.find("broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth)
+        if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("broadcast") as seq:
             root = self._root(root)
@@ -189,8 +189,8 @@ class Collectives(CollectiveChecks):
         array([0, 0], dtype=int32)
         >>> comm.destroy()
         """
-        key = self.engine.replays.key("all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
-        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+        key, replay = self.engine.replays.find("all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
+        if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_gather") as seq:
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -225,8 +225,10 @@ class Collectives(CollectiveChecks):
         array([0., 1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        key = self.engine.replays.key("reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
-        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+        key, replay = self.engine.replays.find(
+            "reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth
+        )
+        if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("reduce_scatter") as seq:
             op = combine_kernels.parse_op(op)
@@ -263,8 +265,8 @@ class Collectives(CollectiveChecks):
         array([0], dtype=int32)
         >>> comm.destroy()
         """
-        key = self.engine.replays.key("all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
-        if key is not None and (replay := self.engine.replays.find(key, sendbuf, recvbuf)) is not None:
+        key, replay = self.engine.replays.find("all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
+        if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_to_all") as seq:
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")

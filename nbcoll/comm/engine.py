@@ -97,10 +97,21 @@ class Engine:
 
     def start_replay(self) -> int:
         """Number a replayed call and mark it run: what :meth:`call` and :meth:`mark_run` do for a call that has
-        no checks left to fail, so nothing between them can refuse it."""
-        self.comm._check_usable()
-        self.settle()
-        return self._abort_on_conflict(self.refusals.number_run)
+        no checks left to fail, so nothing between them can refuse it.
+
+        The same steps as theirs, with the common case written out: a small replayed collective spends a fifth
+        of its call here when each check is a call of its own.
+        """
+        comm = self.comm
+        if comm.aborted_by() is not None or comm.closed:  # (aborted_by polls the aborts and the refusals)
+            comm._check_usable()  # raises, saying why
+        if self.refusals.unsettled:
+            self.settle()
+        try:
+            return self.refusals.number_run()
+        except CommAbortedError:  # a peer refused this call: abort here before it runs (see _abort_on_conflict)
+            comm.abort()
+            raise
 
     def refuse(self, seq: int, name: str) -> None:
         """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""

@@ -42,6 +42,8 @@ import weakref
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
+
 from nbcoll import backend, memory
 from nbcoll.comm.collective_op import CollectiveOp
 
@@ -105,7 +107,10 @@ class Replay:
             return False
         if recvbuf is not None and (recvbuf.shape, recvbuf.strides, recvbuf.dtype) != self.out_layout:
             return False
-        return backend.get_backend() == self.backend and _writable(recvbuf if recvbuf is not None else sendbuf)
+        out = recvbuf if recvbuf is not None else sendbuf
+        # a NumPy array's flag is one attribute; other arrays go through the check the collective made
+        writable = out.flags.writeable if type(out) is np.ndarray else _writable(out)
+        return writable and backend.get_backend() == self.backend
 
     def run(self, engine: Any, sendbuf: Any, recvbuf: Any) -> Any:
         """Run the kept steps as a new call, in the next rounds; return what the call returns."""
@@ -158,8 +163,7 @@ class Replays:
 
     Example::
 
-        key = replays.key("all_reduce", x, y, "sum", None)
-        replay = replays.find(key, x, y)          # None until a call with these arguments has run
+        key, replay = replays.find("all_reduce", x, y, "sum", None)   # replay: None until such a call has run
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -167,22 +171,23 @@ class Replays:
         self.kept: dict[Hashable, Replay] = {}
         self.hits = 0
 
-    @staticmethod
-    def key(name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: Any, deferred: Any = False) -> Hashable | None:
-        """What identifies a call; ``None`` for a call that is never replayed: ``deferred`` (async, or in a group),
-        or with arguments a key cannot hold (an op object such as premul_sum)."""
-        if deferred or not isinstance(extra, (str, int)) or not (algo is None or isinstance(algo, str)):
-            return None
-        return (name, id(sendbuf), id(recvbuf), extra, algo)
+    def find(
+        self, name: str, sendbuf: Any, recvbuf: Any, extra: Any, algo: Any, deferred: Any = False
+    ) -> tuple[Hashable | None, Replay | None]:
+        """What identifies the call, and its kept plan if there is one and it matches (else ``None``).
 
-    def find(self, key: Hashable | None, sendbuf: Any, recvbuf: Any) -> Replay | None:
-        if key is None or not self.kept:
-            return None
+        The key is ``None`` for a call that is never replayed: ``deferred`` (async, or in a group), or with
+        arguments a key cannot hold (an op object such as premul_sum). One method, not a key and then a lookup:
+        a small replayed collective pays for every call it makes on the way.
+        """
+        if deferred or not isinstance(extra, (str, int)) or not (algo is None or isinstance(algo, str)):
+            return None, None
+        key = (name, id(sendbuf), id(recvbuf), extra, algo)
         replay = self.kept.get(key)
         if replay is None or not replay.matches(sendbuf, recvbuf):
-            return None
+            return key, None
         self.hits += 1
-        return replay
+        return key, replay
 
     def keep(self, key: Hashable | None, coll: CollectiveOp, sendbuf: Any, recvbuf: Any, result: Any) -> None:
         """Keep ``coll``'s plan under ``key`` if it can be replayed: one-shot rounds, steps kept (see module doc)."""
