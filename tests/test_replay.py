@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nbcoll
-from nbcoll.comm import CommConfig, loopback
+from nbcoll.comm import CommConfig, engine, loopback
 from nbcoll.comm.errors import CommError
 from nbcoll.kernels.combine import premul_sum
 
@@ -83,7 +83,17 @@ def test_a_changed_argument_takes_the_full_path():
         assert loopback.run(3, body) == [[1, 1, 1, 1]] * 3
 
 
-def test_a_buffer_made_read_only_on_one_rank_is_refused_there_and_no_rank_returns_a_result():
+# A replay asks MPI for the peers' notes at most every NOTE_PROBE_SECONDS: 0 probes on every call, and 60 never in
+# the test, so that a refusal or an abort must be heard some other way (the control page, the watchdog's waits).
+PROBE_EVERY_CALL_OR_NEVER = pytest.mark.parametrize("note_probe_seconds", [0.0, 60.0], ids=["probe", "no-probe"])
+
+
+@PROBE_EVERY_CALL_OR_NEVER
+def test_a_buffer_made_read_only_on_one_rank_is_refused_there_and_no_rank_returns_a_result(
+    monkeypatch, note_probe_seconds
+):
+    monkeypatch.setattr(engine, "NOTE_PROBE_SECONDS", note_probe_seconds)
+
     def body(comm):
         r = comm.rank
         x, y = np.full(4, r + 1, np.int32), np.zeros(4, np.int32)
@@ -108,7 +118,12 @@ def test_a_buffer_made_read_only_on_one_rank_is_refused_there_and_no_rank_return
     assert outcomes[1] == "refused" and outcomes[0] == outcomes[2] == "CommAbortedError", outcomes
 
 
-def test_a_replay_on_an_aborted_or_destroyed_communicator_is_refused_and_writes_nothing():
+@PROBE_EVERY_CALL_OR_NEVER
+def test_a_replay_on_an_aborted_or_destroyed_communicator_is_refused_and_writes_nothing(
+    monkeypatch, note_probe_seconds
+):
+    monkeypatch.setattr(engine, "NOTE_PROBE_SECONDS", note_probe_seconds)
+
     def body(comm):
         r = comm.rank
         x, y = np.full(4, r + 1, np.int32), np.zeros(4, np.int32)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
+
+NOTE_PROBE_SECONDS = 1e-3
+"""A replayed call asks MPI for peers' notes at most this often (:meth:`Engine.start_replay`)."""
 
 
 class Engine:
@@ -73,6 +77,7 @@ class Engine:
         self._windows_failed: str | None = None
         self._ll: LLBuffers | None = None
         self._ll_made = False
+        self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
         self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
@@ -100,10 +105,19 @@ class Engine:
         no checks left to fail, so nothing between them can refuse it.
 
         The same steps as theirs, with the common case written out: a small replayed collective spends a fifth
-        of its call here when each check is a call of its own.
+        of its call here when each check is a call of its own. The check asks MPI whether a peer's note (an
+        abort, a refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a loop of small calls the
+        probe cost more than the rest of the check (MPI's progress engine looks at every channel), and a note
+        that waits a little is still heard in time: replays run over the windows of ranks on one machine, whose
+        aborts are on the control page that every call reads; and a call that a peer refused waits for that
+        peer's data in the watchdog's loop, which probes on every pass and aborts on hearing of the refusal.
         """
         comm = self.comm
-        if comm.aborted_by() is not None or comm.closed:  # (aborted_by polls the aborts and the refusals)
+        now = time.monotonic()
+        probe = now >= self._next_note_probe
+        if probe:
+            self._next_note_probe = now + NOTE_PROBE_SECONDS
+        if comm._poll_aborted(probe) is not None or comm.closed:
             comm._check_usable()  # raises, saying why
         if self.refusals.unsettled:
             self.settle()

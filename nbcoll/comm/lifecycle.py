@@ -86,10 +86,15 @@ class Lifecycle:
         0
         >>> comm.destroy()
         """
+        return self._poll_aborted(probe=True)
+
+    def _poll_aborted(self, probe: bool) -> int | None:
+        """:meth:`aborted_by`; with ``probe=False``, without asking MPI whether a note has arrived: the control
+        page and the notes already received only (a replayed call's check; see :meth:`Engine.start_replay`)."""
         if self._aborted_by is None and not self._destroyed:
             # One probe for any message (mpi4py's defaults: any source, any tag) answers for both kinds of note
             # below in almost every call, where nothing has arrived; only when something has are they asked apart.
-            arrived = self._wiring.ctrl.Iprobe()
+            arrived = probe and self._wiring.ctrl.Iprobe()
             by = self._wiring.control.aborted_by
             if by is None and arrived:
                 by = abort_message_source(self._wiring.ctrl)
