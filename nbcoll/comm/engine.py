@@ -104,13 +104,11 @@ class Engine:
         """Number a replayed call and mark it run: what :meth:`call` and :meth:`mark_run` do for a call that has
         no checks left to fail, so nothing between them can refuse it.
 
-        The same steps as theirs, with the common case written out: a small replayed collective spends a fifth
-        of its call here when each check is a call of its own. The check asks MPI whether a peer's note (an
-        abort, a refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a loop of small calls the
-        probe cost more than the rest of the check (MPI's progress engine looks at every channel), and a note
-        that waits a little is still heard in time: replays run over the windows of ranks on one machine, whose
-        aborts are on the control page that every call reads; and a call that a peer refused waits for that
-        peer's data in the watchdog's loop, which probes on every pass and aborts on hearing of the refusal.
+        The same steps, with the common case written out. MPI is asked whether a peer's note (an abort, a
+        refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a 2-rank loop of small calls, a probe
+        on every call (MPI's progress engine) cost about 5% of the call. A note is still heard in time: replays run
+        over the windows of ranks on one machine, whose aborts are on the control page, read on every call, and a
+        call that a peer refused waits for that peer in the watchdog's loop, which probes on every pass.
         """
         comm = self.comm
         now = time.monotonic()
