@@ -359,15 +359,18 @@ def contiguous_input(x: Any, arg: str, allow_bool: bool = False) -> Any:
     return x
 
 
-def require_writable(x: Any, arg: str) -> None:
-    """Raise ``ValueError`` naming ``arg`` when the device array ``x`` cannot be written (an output buffer)."""
+def is_writable(x: Any) -> bool:
+    """Whether the device array ``x`` can be written: its flag, or its ``__cuda_array_interface__``'s."""
     host = x if isinstance(x, np.ndarray) else getattr(x, "_ary", None)  # the simulator's arrays wrap an ndarray
     if host is not None:
-        read_only = not host.flags.writeable
-    else:
-        interface = getattr(x, "__cuda_array_interface__", None)
-        read_only = bool(interface and interface["data"][1])
-    if read_only:
+        return bool(host.flags.writeable)
+    interface = getattr(x, "__cuda_array_interface__", None)
+    return not (interface and interface["data"][1])
+
+
+def require_writable(x: Any, arg: str) -> None:
+    """Raise ``ValueError`` naming ``arg`` when the device array ``x`` cannot be written (an output buffer)."""
+    if not is_writable(x):
         raise ValueError(f"{arg}: is read-only, but this call writes its result there; pass a writable array")
 
 

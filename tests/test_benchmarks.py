@@ -220,10 +220,16 @@ def test_ll_compiled_times_both_paths_beside_mpi_with_exact_results(tmp_path):
     assert all(float(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0 for row in table), rows
 
 
-def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
+def _gpu_check_steps():
+    """``benchmarks/gpu_check_steps.py``, imported from its path (``benchmarks`` is not a package)."""
     spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
     steps = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(steps)
+    return steps
+
+
+def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
+    steps = _gpu_check_steps()
     (tmp_path / "suite.log").write_text(
         "tests/test_a.py::test_one PASSED [ 10%]\ntests/test_a.py::test_two FAILED [ 20%]\n"
         "tests/test_b.py::test_three[cuda] SKIPPED (simulator semantics only) [ 30%]\n"
@@ -246,9 +252,7 @@ def test_gpu_check_figures_come_from_what_a_killed_step_left(tmp_path):
 
 
 def test_gpu_check_counts_a_suite_cut_with_nothing_failed_as_planned(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_check_steps", BENCHMARKS / "gpu_check_steps.py")
-    steps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(steps)
+    steps = _gpu_check_steps()
     log = tmp_path / "suite.log"
     cut = steps.cut_cleanly
     log.write_text("[gw1] [ 10%] PASSED tests/test_a.py::test_one \n[gw0] [ 20%] SKIPPED tests/test_a.py::test_two \n")

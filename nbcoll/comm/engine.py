@@ -104,11 +104,11 @@ class Engine:
         """Number a replayed call and mark it run: what :meth:`call` and :meth:`mark_run` do for a call that has
         no checks left to fail, so nothing between them can refuse it.
 
-        The same steps, with the common case written out. MPI is asked whether a peer's note (an abort, a
-        refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a 2-rank loop of small calls, a probe
-        on every call (MPI's progress engine) cost about 5% of the call. A note is still heard in time: replays run
-        over the windows of ranks on one machine, whose aborts are on the control page, read on every call, and a
-        call that a peer refused waits for that peer in the watchdog's loop, which probes on every pass.
+        The same steps, with the usability check's common case written out. MPI is asked whether a peer's note (an
+        abort, a refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a 2-rank loop of small calls,
+        a probe on every call (MPI's progress engine) cost about 5% of the call. A note is still heard in time:
+        replays run over the windows of ranks on one machine, whose aborts are on the control page, read on every
+        call, and a call that a peer refused waits for that peer in the watchdog's loop, which probes on every pass.
         """
         comm = self.comm
         now = time.monotonic()
@@ -117,13 +117,8 @@ class Engine:
             self._next_note_probe = now + NOTE_PROBE_SECONDS
         if comm._poll_aborted(probe) is not None or comm.closed:
             comm._check_usable()  # raises, saying why
-        if self.refusals.unsettled:
-            self.settle()
-        try:
-            return self.refusals.number_run()
-        except CommAbortedError:  # a peer refused this call: abort here before it runs (see _abort_on_conflict)
-            comm.abort()
-            raise
+        self.settle()
+        return self._abort_on_conflict(self.refusals.number_run)
 
     def refuse(self, seq: int, name: str) -> None:
         """This rank refused call ``seq``: make sure its peers learn it (see :mod:`nbcoll.comm.refusal`)."""
