@@ -314,6 +314,18 @@ def test_channels_benchmark_times_one_and_two_channels_in_one_launch(tmp_path):
     assert re.search(r"   \* - 8\n(     - [0-9.]+x?\n){6}", text)  # one row: three cells per algorithm
 
 
+def test_stream_copy_benchmark_times_streaming_and_ordinary_stores_beside_mpi_in_one_launch(tmp_path):
+    # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows and copies into its output
+    done = _run([sys.executable, str(BENCHMARKS / "stream_copy.py"), "--ranks", "3", "--sizes", "256K",
+                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "stream_copy_3ranks.rst").read_text()
+    assert "python benchmarks/stream_copy.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
+    assert "results that differ from the exact ones: 0" in text
+    for collective in ("all_gather", "broadcast", "all_to_all"):
+        assert re.search(rf"   \* - {collective}\n     - 262144\n(     - [0-9.]+\n){{6}}", text), text
+
+
 def test_cross_memory_benchmark_times_reads_by_address_and_staging_beside_mpi_in_one_launch(tmp_path):
     # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows, by address or staged
     done = _run([sys.executable, str(BENCHMARKS / "cross_memory.py"), "--ranks", "3", "--sizes", "256K",

@@ -35,6 +35,9 @@ variable                   default   meaning
 ``NBCOLL_CMA_BYTES``       8388608   smallest unregistered input of a direct all-gather, all-to-all or broadcast
                                      that its peers read straight out of its process (``numpy``, ``sim``;
                                      :mod:`nbcoll.comm.transport.cross_memory`); 0 turns it off
+``NBCOLL_STREAM_BYTES``    8388608   smallest output of a collective whose chunks the ``numpy`` backend copies into
+                                     it with streaming stores, around the caches, on an x86-64 CPU
+                                     (:mod:`nbcoll.kernels.stream_copy`); 0 turns it off
 ========================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
@@ -145,6 +148,7 @@ class CommConfig:
     ll_bytes: int = field(default_factory=default_ll_bytes)
     ll_compiled: bool = False
     cma_bytes: int = 8 << 20
+    stream_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -163,6 +167,8 @@ class CommConfig:
             raise ValueError(f"NBCOLL_LL_BYTES: must be a multiple of 8 and >= 0 (0 turns LL off), got {self.ll_bytes}")
         if self.cma_bytes < 0:
             raise ValueError(f"NBCOLL_CMA_BYTES: must be >= 0 (0 turns cross-memory reads off), got {self.cma_bytes}")
+        if self.stream_bytes < 0:
+            raise ValueError(f"NBCOLL_STREAM_BYTES: must be >= 0 (0 turns streaming off), got {self.stream_bytes}")
         from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
 
         parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
@@ -206,4 +212,5 @@ class CommConfig:
             ll_bytes=_int(env, "NBCOLL_LL_BYTES", default_ll_bytes(), 0),
             ll_compiled=env.get("NBCOLL_LL_COMPILED", "0").strip() == "1",
             cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
+            stream_bytes=_int(env, "NBCOLL_STREAM_BYTES", 8 << 20, 0),
         )

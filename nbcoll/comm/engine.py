@@ -45,6 +45,7 @@ from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
 from nbcoll.kernels import combine as combine_kernels
+from nbcoll.kernels import stream_copy
 
 NOTE_PROBE_SECONDS = 1e-3
 """A replayed call asks MPI for peers' notes at most this often (:meth:`Engine.start_replay`)."""
@@ -78,6 +79,8 @@ class Engine:
         self._ll: LLBuffers | None = None
         self._ll_made = False
         self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
+        streams = backend.get_backend() == "numpy" and stream_copy.available()  # host arrays, on an x86-64 CPU
+        self._stream_bytes = config.stream_bytes if streams else 0
         self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
@@ -285,6 +288,7 @@ class Engine:
             windows=windows,
             ll=ll,
             call=f"{name} ({algo})",
+            stream_bytes=self._stream_bytes,
         )
         if comm.size == 1:
             channels = [_single_rank(ctx, single)]

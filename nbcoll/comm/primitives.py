@@ -56,6 +56,7 @@ from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from, c
 from nbcoll.comm.counters import PeerCounters
 from nbcoll.comm.errors import CommMismatchError
 from nbcoll.kernels import combine as combine_kernels
+from nbcoll.kernels import stream_copy
 
 PostOp = Callable[[Any], Any]
 """What the rank holding a final value does to it before it leaves (avg's division), or ``None``."""
@@ -127,6 +128,7 @@ class Prims:
         rank: int = -1,
         by_address: bool = True,
         call: str = "",
+        stream_bytes: int = 0,
     ) -> None:
         self.local, self.out = local, out
         self.recv_conns, self.send_conns = list(recv), list(send)
@@ -148,6 +150,8 @@ class Prims:
         # Traces place a chunk in the collective's larger buffer (the input of a reduce-scatter, the output of an
         # all-gather), so that every rank's spans of one collective index the same array.
         self.spans_in_out = out is not None and (local is None or out.size > local.size)
+        # An output too large for the caches to keep is written around them (nbcoll.kernels.stream_copy).
+        self.streams = bool(stream_bytes) and out is not None and out.nbytes >= stream_bytes
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
@@ -215,10 +219,12 @@ class Prims:
         flags = DIRECT | RECV | REDUCE | COPY | self._post
         return self.windows.step(self, flags, lo, hi, round_, in_block=in_block, at=at)
 
-    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None) -> Any:
+    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None,
+                    after: int = 1) -> Any:  # fmt: skip
         """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered (``target``, from
-        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come."""
-        return self.windows.open_output(self, lo, hi, round_, root, target)
+        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come. Only the
+        collective's first round (``after = 1``) waits for every peer to be done with the round before."""
+        return self.windows.open_output(self, lo, hi, round_, root, target, after)
 
     def direct_write(self, lo: int, hi: int, round_: int) -> Any:
         """``out of p [lo:hi] = local[lo:hi]`` for every peer ``p`` that opened its output in round ``round_``
@@ -230,6 +236,15 @@ class Prims:
         return self.windows.release(self)
 
     # -- what the steps share -----------------------------------------------------------------------------------
+
+    def copy_out(self, dst: Any, src: Any) -> None:
+        """``dst[:] = src`` for a chunk of an output (this rank's, or a peer's a broadcast root writes into): with
+        streaming stores when the output is at least ``NBCOLL_STREAM_BYTES`` (host arrays only), else the copy
+        kernel."""
+        if self.streams:
+            stream_copy.copy(dst, src)
+        else:
+            copy_device(dst, src)
 
     def charge_copy(self, peer: int, nbytes: int) -> None:
         """``nbytes`` copied or folded out of memory ``peer`` wrote, or into memory it reads (``peer`` is this
@@ -350,7 +365,7 @@ class Step:
         if flags & _POST:
             p.post(value)
         if dst is not None and value is not dst and not memory.same_memory(dst, value):
-            copy_device(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
+            p.copy_out(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
             p.charge_copy(self.recv[0].peer if flags & _RECV and not flags & _REDUCE else p.rank, nbytes)
         for conn in self.recv if flags & _REDUCE else ():
             p.charge_copy(conn.peer, nbytes)  # the fold read the peer's slot

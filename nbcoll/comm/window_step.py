@@ -145,7 +145,7 @@ class WindowStep(_RoundStep):
         p, me, lo, hi = self.prims, self.w.rank, self.lo, self.hi
         if self.nbytes:
             src, dst = me * self.in_block + lo, me * self.out_block + lo
-            copy_device(p.out[dst : dst + hi - lo], p.local[src : src + hi - lo])
+            p.copy_out(p.out[dst : dst + hi - lo], p.local[src : src + hi - lo])
             p.charge_copy(me, self.nbytes)
 
     def _slot(self, reader: int) -> int:
@@ -203,7 +203,7 @@ class WindowStep(_RoundStep):
                 if w.lent[rank] == BY_ADDRESS:  # one copy, out of the owner's process
                     self._read_lent(rank, p.out[start : start + hi - lo])
                 else:
-                    copy_device(p.out[start : start + hi - lo], self.source(rank))
+                    p.copy_out(p.out[start : start + hi - lo], self.source(rank))
                 p.charge_copy(rank, self.nbytes)
         synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
@@ -256,17 +256,21 @@ class OpenOutput(_RoundStep):
 
     Open when ``out`` is registered (``comm.alloc``): ``lent[me], lent_at[me]`` say where it lies, and the reader
     copies only the rest of the chunk itself. Closed otherwise (``lent[me] = -1``): the reader copies it all.
-    Either way ``posted[me] = round`` tells the root this rank has come. As a send does, it waits until no rank
-    still works on the round before, so that ``posted`` never runs ahead of an earlier round. The collective's
-    :class:`Release` then waits until the root is done writing.
+    Either way ``posted[me] = round`` tells the root this rank has come. In a collective's first round
+    (``after = 1``) it waits, as a send does, until no rank still works on the round before, which may belong to
+    another collective that reads this rank's ``lent``. A later round of the same broadcast opens the same output
+    (or keeps it closed), so it waits for nothing: the reader goes on to the next round while the root still
+    writes this one, instead of the two taking each round in lockstep. The collective's :class:`Release` then
+    waits until the root is done writing.
     """
 
     name = "direct_open"
 
     def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int, root: int,
-                 target: tuple[int, int] | None) -> None:  # fmt: skip
+                 target: tuple[int, int] | None, after: int = 1) -> None:  # fmt: skip
         super().__init__(windows, prims, lo, hi, round_)
         self.root, self.target = root, target  # where out lies: (registration, byte offset), or None
+        self.first = after == 1
         self.send, self.recv = [], [_Peer(root)]
 
     @property
@@ -274,6 +278,8 @@ class OpenOutput(_RoundStep):
         return self.others
 
     def _late(self) -> list[int]:
+        if not self.first:  # the same output as in the round before: nothing a late root reads changes
+            return []
         return [p for p in self.others if self.w.done[p] < self.round - 1]
 
     def waiting_for(self) -> str:
@@ -322,7 +328,7 @@ class WriteShares(_RoundStep):
         if self.nbytes:
             for q in self.others:
                 if w.lent[q] >= 0:  # opened: its share goes straight into its output
-                    copy_device(w.lent_view(q, lo * p.itemsize, self.nbytes, p.dtype), p.local[lo:hi])
+                    p.copy_out(w.lent_view(q, lo * p.itemsize, self.nbytes, p.dtype), p.local[lo:hi])
                     p.charge_copy(q, self.nbytes)
         synchronize()  # the bytes land before the flag that lets the readers return
         w.done[w.rank] = self.round

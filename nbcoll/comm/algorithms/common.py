@@ -83,6 +83,7 @@ class Context:
     channel: int = 0  # the channel this run of the algorithm uses: its connections and its part of the buffer
     nchannels: int = 1  # how many channels the collective is split across
     call: str = ""  # the collective and its algorithm, "all_gather (direct)": what a step's own errors name
+    stream_bytes: int = 0  # outputs of at least so many bytes are copied into with streaming stores (0: never)
 
     def part(self, lo: int, hi: int) -> Span:
         """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
@@ -120,4 +121,5 @@ class Context:
             rank=self.rank,
             by_address=by_address,
             call=self.call,
+            stream_bytes=self.stream_bytes,
         )

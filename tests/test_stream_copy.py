@@ -1,0 +1,103 @@
+"""Streaming copies: the ``numpy`` backend's copy into a large collective's output, around the caches.
+
+The compiled copy against its reference at every alignment and at sizes around its 32-byte lines (0 and 1
+included); the collectives with ``NBCOLL_STREAM_BYTES`` at 8 bytes, so that every output streams, on 1 to 4
+loopback ranks: exact results and each byte still copied once per hop (the cases of
+``mpi_scripts/direct_path.py``); and the setting itself.
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import nbcoll
+from nbcoll.comm import CommConfig, loopback
+from nbcoll.kernels import stream_copy
+
+needs_x86 = pytest.mark.skipif(not stream_copy.available(), reason="streaming stores are x86-64's")
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_scripts", "direct_path.py")
+_spec = importlib.util.spec_from_file_location("direct_path_cases", SCRIPT)
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
+STREAM_EVERY_OUTPUT = CommConfig(buffsize=256, timeout=60, ll_bytes=0, stream_bytes=8)
+
+
+@needs_x86
+@pytest.mark.parametrize("nbytes", [0, 1, 31, 32, 33, 64, 95, 1000, 4099])
+@pytest.mark.parametrize("dst_at", [0, 1, 8, 31])
+def test_the_copy_equals_its_reference_at_every_alignment(nbytes, dst_at):
+    rng = np.random.default_rng(nbytes + dst_at)
+    src = rng.integers(0, 256, nbytes + 40, dtype=np.uint8)
+    dst, expected = np.zeros(nbytes + 80, np.uint8), np.zeros(nbytes + 80, np.uint8)
+    stream_copy.copy(dst[dst_at : dst_at + nbytes], src[3 : 3 + nbytes])
+    stream_copy.copy_reference(expected[dst_at : dst_at + nbytes], src[3 : 3 + nbytes])
+    assert np.array_equal(dst, expected)  # the bytes around the destination are untouched too
+
+
+@needs_x86
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float64])
+def test_the_copy_takes_any_dtype_and_a_read_only_source(dtype):
+    src = np.arange(257, dtype=dtype)
+    src.flags.writeable = False
+    dst = np.zeros(257, dtype)
+    assert stream_copy.copy(dst, src) is dst
+    assert np.array_equal(dst, src)
+
+
+@needs_x86
+def test_two_sizes_are_refused_before_a_byte_is_written():
+    dst = np.zeros(64, np.uint8)
+    with pytest.raises(ValueError, match="dst and src differ in size"):
+        stream_copy.copy(dst, np.ones(65, np.uint8))
+    assert not dst.any()
+
+
+@needs_x86
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_collectives_that_stream_every_output_are_exact_and_copy_once_per_hop(monkeypatch, nranks):
+    streamed = []
+    original = stream_copy.copy
+
+    def counted(dst, src):
+        streamed.append(dst.nbytes)
+        return original(dst, src)
+
+    monkeypatch.setattr(stream_copy, "copy", counted)
+    with nbcoll.use_backend("numpy"):
+        problems = loopback.run(nranks, cases.check_rank, config=STREAM_EVERY_OUTPUT)
+    assert problems == [[]] * nranks
+    assert sum(streamed) > 0  # the direct copies into outputs went through the streaming copy
+
+
+def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):
+    streamed = []
+    monkeypatch.setattr(stream_copy, "copy", lambda dst, src: streamed.append(dst.nbytes))
+
+    def gather(comm):
+        x = nbcoll.to_device(np.arange(37, dtype=np.int64) + 1000 * comm.rank)
+        y = nbcoll.zeros(37 * comm.size, np.int64)
+        comm.all_gather(x, y, algo="direct")
+        return nbcoll.to_host(y), comm.engine._stream_bytes
+
+    expected = np.concatenate([np.arange(37) + 1000 * p for p in range(2)])
+    for backend, config, streams in [("numpy", CommConfig(buffsize=256, ll_bytes=0, stream_bytes=1 << 20), 1 << 20),
+                                     ("numpy", CommConfig(buffsize=256, ll_bytes=0, stream_bytes=0), 0),
+                                     ("sim", STREAM_EVERY_OUTPUT, 0)]:  # fmt: skip
+        with nbcoll.use_backend(backend):
+            for y, stream_bytes in loopback.run(2, gather, config=config):
+                assert np.array_equal(y, expected)
+                assert stream_bytes == (streams if stream_copy.available() else 0)
+    assert streamed == []
+
+
+def test_the_setting_is_read_once_and_checked():
+    assert CommConfig.from_env({}).stream_bytes == 8 << 20
+    assert CommConfig.from_env({"NBCOLL_STREAM_BYTES": "0"}).stream_bytes == 0
+    with pytest.raises(ValueError, match="NBCOLL_STREAM_BYTES: must be >= 0"):
+        CommConfig.from_env({"NBCOLL_STREAM_BYTES": "-1"})
+    with pytest.raises(ValueError, match="NBCOLL_STREAM_BYTES: must be >= 0"):
+        CommConfig(stream_bytes=-1)
