@@ -219,12 +219,10 @@ class Prims:
         flags = DIRECT | RECV | REDUCE | COPY | self._post
         return self.windows.step(self, flags, lo, hi, round_, in_block=in_block, at=at)
 
-    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None,
-                    after: int = 1) -> Any:  # fmt: skip
+    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None) -> Any:
         """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered (``target``, from
-        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come. Only the
-        collective's first round (``after = 1``) waits for every peer to be done with the round before."""
-        return self.windows.open_output(self, lo, hi, round_, root, target, after)
+        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come."""
+        return self.windows.open_output(self, lo, hi, round_, root, target)
 
     def direct_write(self, lo: int, hi: int, round_: int) -> Any:
         """``out of p [lo:hi] = local[lo:hi]`` for every peer ``p`` that opened its output in round ``round_``

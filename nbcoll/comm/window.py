@@ -43,7 +43,7 @@ A broadcast root has nothing to read, so its core would sit idle while every rea
 Instead it writes the last ``1/n`` of each chunk straight into every reader's output that is registered too
 (NCCL's direct write), and each reader copies the rest::
 
-    reader r:  wait until done[p] >= round - 1 for every peer p         (the collective's first round only)
+    reader r:  wait until done[p] >= round - 1 for every peer p
                open out (lent[r] = k, lent_at[r]; or lent[r] = -1: not registered);    posted[r] = round
                copy the root's chunk but the root's share (all of it if not open);      done[r] = round
     root:      post its chunk as above; wait until posted[q] >= round for every reader q
@@ -265,11 +265,10 @@ class DirectWindows:
         """A step of ``prims`` (a :class:`~nbcoll.comm.primitives.Prims`) in round ``round_``: a :class:`WindowStep`."""
         return WindowStep(self, prims, flags, lo, hi, round_, **where)
 
-    def open_output(self, prims: Any, lo: int, hi: int, round_: int, root: int, target: Any,
-                    after: int = 1) -> OpenOutput:  # fmt: skip
+    def open_output(self, prims: Any, lo: int, hi: int, round_: int, root: int, target: Any) -> OpenOutput:
         """A broadcast reader's step: open ``out[lo:hi]`` to the root's write if ``target`` (:meth:`find` of
         ``out``) says where it is registered (:class:`OpenOutput`)."""
-        return OpenOutput(self, prims, lo, hi, round_, root, target, after)
+        return OpenOutput(self, prims, lo, hi, round_, root, target)
 
     def write_shares(self, prims: Any, lo: int, hi: int, round_: int) -> WriteShares:
         """A broadcast root's step that writes ``local[lo:hi]`` into every opened output (:class:`WriteShares`)."""

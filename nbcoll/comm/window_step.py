@@ -256,21 +256,17 @@ class OpenOutput(_RoundStep):
 
     Open when ``out`` is registered (``comm.alloc``): ``lent[me], lent_at[me]`` say where it lies, and the reader
     copies only the rest of the chunk itself. Closed otherwise (``lent[me] = -1``): the reader copies it all.
-    Either way ``posted[me] = round`` tells the root this rank has come. In a collective's first round
-    (``after = 1``) it waits, as a send does, until no rank still works on the round before, which may belong to
-    another collective that reads this rank's ``lent``. A later round of the same broadcast opens the same output
-    (or keeps it closed), so it waits for nothing: the reader goes on to the next round while the root still
-    writes this one, instead of the two taking each round in lockstep. The collective's :class:`Release` then
-    waits until the root is done writing.
+    Either way ``posted[me] = round`` tells the root this rank has come. As a send does, it waits until no rank
+    still works on the round before, so that ``posted`` never runs ahead of an earlier round. The collective's
+    :class:`Release` then waits until the root is done writing.
     """
 
     name = "direct_open"
 
     def __init__(self, windows: Any, prims: Any, lo: int, hi: int, round_: int, root: int,
-                 target: tuple[int, int] | None, after: int = 1) -> None:  # fmt: skip
+                 target: tuple[int, int] | None) -> None:  # fmt: skip
         super().__init__(windows, prims, lo, hi, round_)
         self.root, self.target = root, target  # where out lies: (registration, byte offset), or None
-        self.first = after == 1
         self.send, self.recv = [], [_Peer(root)]
 
     @property
@@ -278,8 +274,6 @@ class OpenOutput(_RoundStep):
         return self.others
 
     def _late(self) -> list[int]:
-        if not self.first:  # the same output as in the round before: nothing a late root reads changes
-            return []
         return [p for p in self.others if self.w.done[p] < self.round - 1]
 
     def waiting_for(self) -> str:

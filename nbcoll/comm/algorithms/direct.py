@@ -135,7 +135,7 @@ def _one_shot_broadcast(ctx: Context, src: Any, out: Any, root: int, rounds: lis
                 yield prims.copy(lo, hi)
             yield prims.direct_write(cut, hi, round_)
         else:
-            yield prims.direct_open(cut, hi, round_, root, target, after=after)
+            yield prims.direct_open(cut, hi, round_, root, target)
             yield prims.direct_recv(lo, hi if target is None else cut, round_, sources=[root], at=at)
     if prims.lent is not None or target is not None:  # peers read our buffer, or the root writes into it: wait
         yield prims.direct_release()
