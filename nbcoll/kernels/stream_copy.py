@@ -6,10 +6,10 @@ then writes it back when it is evicted: copying ``n`` bytes to a destination tha
 over the memory bus. A *non-temporal* (streaming) store writes whole lines straight to memory through the
 write-combining buffers: ``2n``. When a collective's output is larger than the caches can keep, its lines would
 be evicted before anyone reads them anyway, so streaming them saves a third of the traffic, and the bus is what
-bounds a large copy on a CPU. In ``benchmarks/stream_copy.py`` (the Performance page), direct all-gathers,
-broadcasts and all-to-alls that streamed took 0.69-0.98 of the time from 8 MiB up at 2 ranks (a 64 MiB all-gather
-5.3 against 7.0 ms) and 0.62-0.85 at 4 ranks, but 0.83-1.33 at 4 MiB, whose outputs stay in the caches:
-``NBCOLL_STREAM_BYTES`` (8 MiB) is where a collective starts to stream.
+bounds a large copy on a CPU. In two launches of ``benchmarks/stream_copy.py`` (the Performance page), direct
+all-gathers, broadcasts and all-to-alls that streamed took 0.62-0.94 of the time from 8 MiB up at 4 ranks and
+0.69-0.93 at 2 ranks, except the 2-rank all-gathers of 8 and 16 MiB (0.86-1.15), but 0.83-1.64 at 4 MiB, whose
+outputs stay in the caches: ``NBCOLL_STREAM_BYTES`` (8 MiB) is where a collective starts to stream.
 
 The C library streams too, but only above ``glibc.cpu.x86_non_temporal_threshold``, which it derives from the
 size of the shared cache: a collective copies in pieces of a megabyte or two, far below it, and on a virtual
