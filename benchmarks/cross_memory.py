@@ -29,7 +29,6 @@ import report
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_to_all", "all_gather", "broadcast")
-NAMES = ("by address", "staged", "MPI")
 
 
 def plain(count: int) -> np.ndarray:
@@ -60,34 +59,56 @@ def contender(world, comm, collective: str, nbytes: int, alloc=plain):
     return (mpi if comm is None else ours), (lambda: np.array_equal(out, want))
 
 
-def table(times: dict, sizes: list[int], nranks: int, wrong: int, command: str) -> str:
-    ratios = [("staged", "by address"), ("MPI", "by address"), ("MPI", "staged")]
-    title = f"plain buffers read by address or staged, {nranks} ranks"
-    setup = "int32, plain (unregistered) buffers, direct algorithm"
-    reading = "*staged / by address* above 1: reading by address is faster"
-    return report.median_table(__file__, setup, reading, times, COLLECTIVES, sizes, NAMES, ratios, title, nranks,
-                               wrong, command)  # fmt: skip
+def beside_mpi(args, world, sizes: list[int], script: str, stem: str, settings: dict[str, dict],
+               collectives: tuple[str, ...], registered: bool, caption: tuple[str, str, list]) -> int:  # fmt: skip
+    """Two settings of the communicator and MPI at every collective and size, in one launch; rank 0 writes the
+    table. 1 if a result was wrong.
+
+    ``settings``: name -> the :class:`~nbcoll.comm.CommConfig` fields of a communicator of its own; every contender
+    runs on buffers of its own, its input registered (``comm.alloc``, MPI's by the first communicator, as
+    ``vs_mpi.py`` does) when ``registered``, else plain. ``caption``: the table's setup, how to read it, and its
+    ratios, ``(numerator, denominator)`` pairs of names.
+    """
+    from nbcoll.comm import CommConfig, init
+
+    base = CommConfig.from_env()
+    comms = {name: init(world, dataclasses.replace(base, **fields)) for name, fields in settings.items()}
+    contenders = {**comms, "MPI": None}
+
+    def contenders_at(collective: str, nbytes: int):
+        lent = []
+        made = {}
+        for name, comm in contenders.items():
+            owner = comm or next(iter(comms.values()))
+
+            def alloc(count, owner=owner):
+                lent.append((owner, owner.alloc(count, np.int32)))
+                return lent[-1][1]
+
+            made[name] = contender(world, comm, collective, nbytes, alloc if registered else plain)
+        return made, lambda: [owner.free(buffer) for owner, buffer in lent]
+
+    times, wrong = report.rotated_samples(world, contenders_at, collectives, sizes, args.repeats)
+    for comm in comms.values():
+        comm.destroy()
+    n, names = world.Get_size(), [*settings, "MPI"]
+    setup, reading, ratios = caption
+    title = f"{' or '.join(settings)}, {n} ranks"
+
+    def table(command: str, wrong: int) -> str:
+        return report.median_table(script, setup, reading, times, collectives, sizes, names, ratios, title, n, wrong,
+                                   command)  # fmt: skip
+
+    return report.publish_same_run(world, args, script, stem, table, wrong)
 
 
 def compare(args, world, sizes: list[int]) -> int:
     """Both ways and MPI at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    from nbcoll.comm import CommConfig, init
-
-    base = CommConfig.from_env()
-    configs = {"by address": dataclasses.replace(base, cma_bytes=1), "staged": dataclasses.replace(base, cma_bytes=0)}
-    comms = {name: init(world, config) for name, config in configs.items()}
-    contenders = {**comms, "MPI": None}
-
-    def contenders_at(collective: str, nbytes: int):
-        return {name: contender(world, comm, collective, nbytes) for name, comm in contenders.items()}, lambda: None
-
-    times, wrong = report.rotated_samples(world, contenders_at, COLLECTIVES, sizes, args.repeats)
-    for comm in comms.values():
-        comm.destroy()
-    n = world.Get_size()
-    return report.publish_same_run(
-        world, args, __file__, "cross_memory", lambda command, wrong: table(times, sizes, n, wrong, command), wrong
-    )
+    caption = ("int32, plain (unregistered) buffers, direct algorithm",
+               "*staged / by address* above 1: reading by address is faster",
+               [("staged", "by address"), ("MPI", "by address"), ("MPI", "staged")])  # fmt: skip
+    settings = {"by address": {"cma_bytes": 1}, "staged": {"cma_bytes": 0}}
+    return beside_mpi(args, world, sizes, __file__, "cross_memory", settings, COLLECTIVES, False, caption)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,61 +17,24 @@ Writes ``stream_copy_<n>ranks.rst`` into ``--out`` (default ``benchmarks/results
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import report
-from cross_memory import contender
+from cross_memory import beside_mpi
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_gather", "broadcast", "all_to_all")
-NAMES = ("streaming", "ordinary", "MPI")
-
-
-def table(times: dict, sizes: list[int], nranks: int, wrong: int, command: str) -> str:
-    ratios = [("streaming", "ordinary"), ("MPI", "streaming"), ("MPI", "ordinary")]
-    title = f"copies into the output with streaming or ordinary stores, {nranks} ranks"
-    setup = "int32, registered inputs, direct algorithm"
-    reading = "*streaming / ordinary* below 1: streaming stores are faster"
-    return report.median_table(__file__, setup, reading, times, COLLECTIVES, sizes, NAMES, ratios, title, nranks,
-                               wrong, command)  # fmt: skip
 
 
 def compare(args, world, sizes: list[int]) -> int:
     """Both ways and MPI at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    from nbcoll.comm import CommConfig, init
-
-    base = CommConfig.from_env()
-    configs = {"streaming": dataclasses.replace(base, stream_bytes=1),
-               "ordinary": dataclasses.replace(base, stream_bytes=0)}  # fmt: skip
-    comms = {name: init(world, config) for name, config in configs.items()}
-    contenders = {**comms, "MPI": None}
-
-    def contenders_at(collective: str, nbytes: int):
-        """Each contender on buffers of its own, its input registered (MPI's by the first communicator, as
-        ``vs_mpi.py`` does), and what frees them."""
-        lent = []
-        made = {}
-        for name, comm in contenders.items():
-            owner = comm or comms["streaming"]
-
-            def alloc(count, owner=owner):
-                lent.append((owner, owner.alloc(count, np.int32)))
-                return lent[-1][1]
-
-            made[name] = contender(world, comm, collective, nbytes, alloc)
-        return made, lambda: [owner.free(buffer) for owner, buffer in lent]
-
-    times, wrong = report.rotated_samples(world, contenders_at, COLLECTIVES, sizes, args.repeats)
-    for comm in comms.values():
-        comm.destroy()
-    n = world.Get_size()
-    return report.publish_same_run(
-        world, args, __file__, "stream_copy", lambda command, wrong: table(times, sizes, n, wrong, command), wrong
-    )
+    caption = ("int32, registered inputs, direct algorithm",
+               "*streaming / ordinary* below 1: streaming stores are faster",
+               [("streaming", "ordinary"), ("MPI", "streaming"), ("MPI", "ordinary")])  # fmt: skip
+    settings = {"streaming": {"stream_bytes": 1}, "ordinary": {"stream_bytes": 0}}
+    return beside_mpi(args, world, sizes, __file__, "stream_copy", settings, COLLECTIVES, True, caption)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ loopback ranks: exact results and each byte still copied once per hop (the cases
 ``mpi_scripts/direct_path.py``); and the setting itself.
 """
 
+import dataclasses
 import importlib.util
 import os
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import nbcoll
-from nbcoll.comm import CommConfig, loopback
+from nbcoll.comm import CommConfig, CommError, loopback
 from nbcoll.kernels import stream_copy
 
 needs_x86 = pytest.mark.skipif(not stream_copy.available(), reason="streaming stores are x86-64's")
@@ -71,6 +72,62 @@ def test_collectives_that_stream_every_output_are_exact_and_copy_once_per_hop(mo
         problems = loopback.run(nranks, cases.check_rank, config=STREAM_EVERY_OUTPUT)
     assert problems == [[]] * nranks
     assert sum(streamed) > 0  # the direct copies into outputs went through the streaming copy
+
+
+def test_streamed_collectives_in_flight_together_at_uneven_sizes_are_exact():
+    # Three ranks, blocks of 0, 1 and 37 elements: an all-gather, an all-to-all and a broadcast into a registered
+    # output (the root writes its share into it) issued without waiting, every output streamed, many rounds each.
+    def in_flight(comm):
+        n, r, results = comm.size, comm.rank, []
+        for count in (0, 1, 37):
+            x = comm.alloc(count, np.int64) if count else np.empty(0, np.int64)
+            x[:] = np.arange(count) + 1000 * r
+            gathered, exchanged = np.full(count * n, -1, np.int64), np.full(count * n, -1, np.int64)
+            written = comm.alloc(count, np.int64) if count else np.empty(0, np.int64)
+            written[:] = -1
+            works = [comm.all_gather(x, gathered, algo="direct", async_op=True),
+                     comm.all_to_all(np.arange(count * n) + 100000 * r, exchanged, algo="direct", async_op=True),
+                     comm.broadcast(x, written, root=2, algo="direct", async_op=True)]  # fmt: skip
+            for work in works[::-1]:
+                work.wait()
+            results.append((count, gathered, exchanged, written.copy()))
+        return results
+
+    with nbcoll.use_backend("numpy"):
+        outcomes = loopback.run(3, in_flight, config=STREAM_EVERY_OUTPUT)
+    for r, results in enumerate(outcomes):
+        for count, gathered, exchanged, written in results:
+            assert np.array_equal(gathered, np.concatenate([np.arange(count) + 1000 * p for p in range(3)]))
+            want = np.concatenate([np.arange(r * count, (r + 1) * count) + 100000 * p for p in range(3)])
+            assert np.array_equal(exchanged, want)
+            assert np.array_equal(written, np.arange(count) + 2000)
+
+
+def test_a_read_only_output_on_one_rank_is_refused_there_and_no_peer_block_is_read_elsewhere():
+    def body(comm):
+        r = comm.rank
+        x, y = np.arange(40, dtype=np.int64) + 1000 * r, np.zeros(40 * comm.size, np.int64)
+        comm.all_gather(x, y, algo="direct")  # streamed, then replayed below
+        if r == 1:
+            y.flags.writeable = False
+        before = y.copy()
+        x += 1
+        try:
+            comm.all_gather(x, y, algo="direct")
+        except ValueError as exc:
+            assert r == 1 and "is read-only" in str(exc), exc
+            return "refused"
+        except CommError:  # the others learn of the refusal instead of reading what rank 1 never posted
+            # Only a rank's own block may have landed: it copies that while the peers' posts are on their way
+            # (direct_copy_send); no block of a peer's is read from a call that a peer refused.
+            peers = np.arange(y.size) // 40 != r
+            assert np.array_equal(y[peers], before[peers]), "a peer's block was read although a peer refused the call"
+            return "told"
+        return "returned"
+
+    with nbcoll.use_backend("numpy"):
+        outcomes = loopback.run(3, body, config=dataclasses.replace(STREAM_EVERY_OUTPUT, timeout=20.0))
+    assert outcomes == ["told", "refused", "told"], outcomes
 
 
 def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):

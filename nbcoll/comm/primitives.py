@@ -152,6 +152,9 @@ class Prims:
         self.spans_in_out = out is not None and (local is None or out.size > local.size)
         # An output too large for the caches to keep is written around them (nbcoll.kernels.stream_copy).
         self.streams = bool(stream_bytes) and out is not None and out.nbytes >= stream_bytes
+        # dst[:] = src for a chunk of an output (this rank's, or one a broadcast root writes into): chosen here,
+        # once, so that a step's copy costs no more than the copy it replaced.
+        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else copy_device
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
@@ -234,15 +237,6 @@ class Prims:
         return self.windows.release(self)
 
     # -- what the steps share -----------------------------------------------------------------------------------
-
-    def copy_out(self, dst: Any, src: Any) -> None:
-        """``dst[:] = src`` for a chunk of an output (this rank's, or a peer's a broadcast root writes into): with
-        streaming stores when the output is at least ``NBCOLL_STREAM_BYTES`` (host arrays only), else the copy
-        kernel."""
-        if self.streams:
-            stream_copy.copy(dst, src)
-        else:
-            copy_device(dst, src)
 
     def charge_copy(self, peer: int, nbytes: int) -> None:
         """``nbytes`` copied or folded out of memory ``peer`` wrote, or into memory it reads (``peer`` is this
