@@ -336,3 +336,17 @@ def test_cross_memory_benchmark_times_reads_by_address_and_staging_beside_mpi_in
     assert "results that differ from the exact ones: 0" in text
     for collective in ("all_to_all", "all_gather", "broadcast"):
         assert re.search(rf"   \* - {collective}\n     - 262144\n(     - [0-9.]+\n){{6}}", text), text
+
+
+def test_first_call_benchmark_times_each_call_after_other_work_beside_mpi(tmp_path):
+    # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows
+    done = _run([sys.executable, str(BENCHMARKS / "first_call.py"), "--ranks", "3", "--sizes", "256K",
+                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "first_call_3ranks.rst").read_text()
+    assert "python benchmarks/first_call.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
+    assert "results that differ from the exact ones: 0" in text
+    for collective in ("all_gather", "broadcast", "all_to_all"):
+        for work in ("same", "other", "compute", "memory"):  # per library: calls 1, 2, 4 and 1st / steady
+            row = rf"   \* - {collective}\n     - 262144\n     - {work}\n(     - [0-9.]+\n){{8}}"
+            assert re.search(row, text), text

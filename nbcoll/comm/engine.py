@@ -32,7 +32,7 @@ import numpy as np
 from nbcoll import backend, memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.algorithms import direct
-from nbcoll.comm.algorithms.common import Context
+from nbcoll.comm.algorithms.common import Context, single_rank
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.errors import CommAbortedError, CommError
@@ -291,7 +291,7 @@ class Engine:
             stream_bytes=self._stream_bytes,
         )
         if comm.size == 1:
-            channels = [_single_rank(ctx, single)]
+            channels = [single_rank(ctx, single)]
         else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
             run = algorithms.ALGORITHMS[name][algo]
             count = nbytes // dtype.itemsize
@@ -393,12 +393,3 @@ class Engine:
 def _dtype_named(name: str) -> np.dtype:
     """The dtype a signature names (``-``: none, counted in bytes); parsed once per name."""
     return np.dtype(name) if name != "-" else np.dtype(np.uint8)
-
-
-def _single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:
-    """One rank: every collective is a local copy (and avg's division by one, which changes nothing)."""
-    for src, dst in pairs:
-        if src is None or dst is None or src.size == 0:
-            continue
-        if memory.address_range(src) != memory.address_range(dst):
-            yield ctx.prims(src, dst).copy(0, int(dst.size))

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nbcoll.comm.primitives import PostOp, Prims
+from nbcoll import memory
+from nbcoll.comm.primitives import PostOp, Prims, Step
 
 Span = tuple[int, int]
 
@@ -123,3 +124,13 @@ class Context:
             call=self.call,
             stream_bytes=self.stream_bytes,
         )
+
+
+def single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:
+    """A communicator of one rank: every collective is a copy of each ``(src, dst)`` pair (and avg's division by
+    one, which changes nothing); none where ``dst`` already is ``src``."""
+    for src, dst in pairs:
+        if src is None or dst is None or src.size == 0:
+            continue
+        if memory.address_range(src) != memory.address_range(dst):
+            yield ctx.prims(src, dst).copy(0, int(dst.size))
