@@ -314,39 +314,24 @@ def test_channels_benchmark_times_one_and_two_channels_in_one_launch(tmp_path):
     assert re.search(r"   \* - 8\n(     - [0-9.]+x?\n){6}", text)  # one row: three cells per algorithm
 
 
-def test_stream_copy_benchmark_times_streaming_and_ordinary_stores_beside_mpi_in_one_launch(tmp_path):
-    # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows and copies into its output
-    done = _run([sys.executable, str(BENCHMARKS / "stream_copy.py"), "--ranks", "3", "--sizes", "256K",
-                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "stream_copy_3ranks.rst").read_text()
-    assert "python benchmarks/stream_copy.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
-    assert "results that differ from the exact ones: 0" in text
-    for collective in ("all_gather", "broadcast", "all_to_all"):
-        assert re.search(rf"   \* - {collective}\n     - 262144\n(     - [0-9.]+\n){{6}}", text), text
-
-
-def test_cross_memory_benchmark_times_reads_by_address_and_staging_beside_mpi_in_one_launch(tmp_path):
-    # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows, by address or staged
-    done = _run([sys.executable, str(BENCHMARKS / "cross_memory.py"), "--ranks", "3", "--sizes", "256K",
-                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "cross_memory_3ranks.rst").read_text()
-    assert "python benchmarks/cross_memory.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
-    assert "results that differ from the exact ones: 0" in text
-    for collective in ("all_to_all", "all_gather", "broadcast"):
-        assert re.search(rf"   \* - {collective}\n     - 262144\n(     - [0-9.]+\n){{6}}", text), text
-
-
-def test_first_call_benchmark_times_each_call_after_other_work_beside_mpi(tmp_path):
+@pytest.mark.parametrize(
+    "script, collectives, row",
+    [  # a row: per collective (and work before) the cells of the contenders and their ratios
+        ("stream_copy", ("all_gather", "broadcast", "all_to_all"), r"(     - [0-9.]+\n){6}"),
+        ("cross_memory", ("all_to_all", "all_gather", "broadcast"), r"(     - [0-9.]+\n){6}"),
+        ("first_call", ("all_gather", "broadcast", "all_to_all"),
+         r"     - (same|other|compute|memory)\n(     - [0-9.]+\n){8}"),
+    ],
+)  # fmt: skip
+def test_same_run_benchmark_beside_mpi_in_one_launch(tmp_path, script, collectives, row):
     # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows
-    done = _run([sys.executable, str(BENCHMARKS / "first_call.py"), "--ranks", "3", "--sizes", "256K",
+    done = _run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--ranks", "3", "--sizes", "256K",
                  "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "first_call_3ranks.rst").read_text()
-    assert "python benchmarks/first_call.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
+    text = (tmp_path / f"{script}_3ranks.rst").read_text()
+    assert f"python benchmarks/{script}.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
     assert "results that differ from the exact ones: 0" in text
-    for collective in ("all_gather", "broadcast", "all_to_all"):
-        for work in ("same", "other", "compute", "memory"):  # per library: calls 1, 2, 4 and 1st / steady
-            row = rf"   \* - {collective}\n     - 262144\n     - {work}\n(     - [0-9.]+\n){{8}}"
-            assert re.search(row, text), text
+    rows = 4 if script == "first_call" else 1  # first_call: one row per kind of work before
+    for collective in collectives:
+        found = re.findall(rf"   \* - {collective}\n     - 262144\n{row}", text)
+        assert len(found) == rows, text
