@@ -138,8 +138,7 @@ def compare(args, world, sizes: list[int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     description = __doc__.split("\n\n")[0]
-    return report.same_run_main(__file__, description, "1M", HERE / "results", compare, argv,
-                                lambda parser: parser.set_defaults(repeats=21))  # fmt: skip
+    return report.same_run_main(__file__, description, "1M", HERE / "results", compare, argv, repeats=21)
 
 
 if __name__ == "__main__":

@@ -81,16 +81,20 @@ def write_table(out: str | Path, name: str, text: str) -> Path:
 
 
 def same_run_arguments(
-    description: str, sizes: str, out: Path, options: Callable[[argparse.ArgumentParser], None] | None = None
+    description: str,
+    sizes: str,
+    out: Path,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+    repeats: int = 7,
 ) -> argparse.ArgumentParser:
     """The options of a benchmark that compares two settings in one launch at each rank count: ``--sizes``,
-    ``--repeats``, ``--ranks`` (launched when not under mpiexec) and ``--out`` (where its tables go); ``options``
-    adds the benchmark's own."""
+    ``--repeats`` (default ``repeats``), ``--ranks`` (launched when not under mpiexec) and ``--out`` (where its
+    tables go); ``options`` adds the benchmark's own."""
     parser = argparse.ArgumentParser(description=description)
     if options is not None:
         options(parser)
     parser.add_argument("--sizes", default=sizes, help="comma-separated sizes in bytes (8, 64K, 16M, ...)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--ranks", default="2,4", help="rank counts to launch when not under mpiexec")
     parser.add_argument("--out", default=str(out))
     return parser
@@ -104,11 +108,12 @@ def same_run_main(
     compare: Callable[..., int],
     argv: Sequence[str] | None,
     options: Callable[[argparse.ArgumentParser], None] | None = None,
+    repeats: int = 7,
 ) -> int:
     """The ``main`` of a benchmark that compares settings in one launch: parse :func:`same_run_arguments`; not under
     mpiexec, launch ``script`` at each rank count of ``--ranks``; under it, return ``compare(args, world, sizes)``,
     with MPI's world communicator and ``--sizes`` in bytes."""
-    args = same_run_arguments(description, sizes, out, options).parse_args(argv)
+    args = same_run_arguments(description, sizes, out, options, repeats).parse_args(argv)
     from nbcoll.launch import under_mpi
 
     if not under_mpi():
