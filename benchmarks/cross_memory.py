@@ -29,6 +29,10 @@ import report
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_to_all", "all_gather", "broadcast")
+SETTINGS = {"by address": {"cma_bytes": 1}, "staged": {"cma_bytes": 0}}
+CAPTION = ("int32, plain (unregistered) buffers, direct algorithm",
+           "*staged / by address* above 1: reading by address is faster",
+           [("staged", "by address"), ("MPI", "by address"), ("MPI", "staged")])  # fmt: skip
 
 
 def plain(count: int) -> np.ndarray:
@@ -59,10 +63,10 @@ def contender(world, comm, collective: str, nbytes: int, alloc=plain):
     return (mpi if comm is None else ours), (lambda: np.array_equal(out, want))
 
 
-def beside_mpi(args, world, sizes: list[int], script: str, stem: str, settings: dict[str, dict],
-               collectives: tuple[str, ...], registered: bool, caption: tuple[str, str, list]) -> int:  # fmt: skip
+def beside_mpi(args, world, sizes: list[int], script: str, settings: dict[str, dict], collectives: tuple[str, ...],
+               registered: bool, caption: tuple[str, str, list]) -> int:  # fmt: skip
     """Two settings of the communicator and MPI at every collective and size, in one launch; rank 0 writes the
-    table. 1 if a result was wrong.
+    table (``<script's name>_<n>ranks.rst``). 1 if a result was wrong.
 
     ``settings``: name -> the :class:`~nbcoll.comm.CommConfig` fields of a communicator of its own; every contender
     runs on buffers of its own, its input registered (``comm.alloc``, MPI's by the first communicator, as
@@ -99,21 +103,22 @@ def beside_mpi(args, world, sizes: list[int], script: str, stem: str, settings: 
         return report.median_table(script, setup, reading, times, collectives, sizes, names, ratios, title, n, wrong,
                                    command)  # fmt: skip
 
-    return report.publish_same_run(world, args, script, stem, table, wrong)
+    return report.publish_same_run(world, args, script, Path(script).stem, table, wrong)
 
 
-def compare(args, world, sizes: list[int]) -> int:
-    """Both ways and MPI at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    caption = ("int32, plain (unregistered) buffers, direct algorithm",
-               "*staged / by address* above 1: reading by address is faster",
-               [("staged", "by address"), ("MPI", "by address"), ("MPI", "staged")])  # fmt: skip
-    settings = {"by address": {"cma_bytes": 1}, "staged": {"cma_bytes": 0}}
-    return beside_mpi(args, world, sizes, __file__, "cross_memory", settings, COLLECTIVES, False, caption)
+def beside_mpi_main(script: str, doc: str, settings: dict[str, dict], collectives: tuple[str, ...],
+                    registered: bool, caption: tuple[str, str, list], argv: list[str] | None) -> int:  # fmt: skip
+    """The ``main`` of a script that compares two settings with :func:`beside_mpi` (its arguments), 1 to 64 MiB by
+    default; ``doc``: the script's docstring, whose first paragraph describes it."""
+
+    def compare(args, world, sizes: list[int]) -> int:
+        return beside_mpi(args, world, sizes, script, settings, collectives, registered, caption)
+
+    return report.same_run_main(script, doc.split("\n\n")[0], "1M,4M,16M,64M", HERE / "results", compare, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    description = __doc__.split("\n\n")[0]
-    return report.same_run_main(__file__, description, "1M,4M,16M,64M", HERE / "results", compare, argv)
+    return beside_mpi_main(__file__, __doc__, SETTINGS, COLLECTIVES, False, CAPTION, argv)
 
 
 if __name__ == "__main__":

@@ -19,27 +19,18 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-import report
-from cross_memory import beside_mpi
+from cross_memory import beside_mpi_main
 
-HERE = Path(__file__).resolve().parent
 COLLECTIVES = ("all_gather", "broadcast", "all_to_all")
-
-
-def compare(args, world, sizes: list[int]) -> int:
-    """Both ways and MPI at every size, in one launch; rank 0 writes the table. 1 if a result was wrong."""
-    caption = ("int32, registered inputs, direct algorithm",
-               "*streaming / ordinary* below 1: streaming stores are faster",
-               [("streaming", "ordinary"), ("MPI", "streaming"), ("MPI", "ordinary")])  # fmt: skip
-    settings = {"streaming": {"stream_bytes": 1}, "ordinary": {"stream_bytes": 0}}
-    return beside_mpi(args, world, sizes, __file__, "stream_copy", settings, COLLECTIVES, True, caption)
+SETTINGS = {"streaming": {"stream_bytes": 1}, "ordinary": {"stream_bytes": 0}}
+CAPTION = ("int32, registered inputs, direct algorithm",
+           "*streaming / ordinary* below 1: streaming stores are faster",
+           [("streaming", "ordinary"), ("MPI", "streaming"), ("MPI", "ordinary")])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    description = __doc__.split("\n\n")[0]
-    return report.same_run_main(__file__, description, "1M,4M,16M,64M", HERE / "results", compare, argv)
+    return beside_mpi_main(__file__, __doc__, SETTINGS, COLLECTIVES, True, CAPTION, argv)
 
 
 if __name__ == "__main__":
