@@ -234,6 +234,33 @@ def test_window_rounds_are_replayed_too_with_plain_and_registered_buffers(regist
     assert len({rounds for _, rounds in got}) == 1
 
 
+def test_a_replay_reads_whatever_its_peer_lends_this_time():
+    """A replaying rank keeps the views of what its peers lent (window_step.WindowStep.source), by registration and
+    offset: a peer that lends another registered buffer, another part of one, or a plain one (staged in its
+    window) is read where it is now; and a peer that lends ever new buffers does not grow the kept views."""
+
+    def body(comm):
+        count, r = 50, comm.rank
+        x, out = comm.alloc(count, np.int64), np.zeros(2 * count, np.int64)
+        big, plain = comm.alloc(3 * count, np.int64), np.zeros(count, np.int64)
+        peer_inputs = [comm.alloc(count, np.int64) for _ in range(12)] + [big[count : 2 * count], big[:count], plain]
+        seen, largest = [], 0
+        for call, other in enumerate(peer_inputs):
+            mine = x if r == 0 else other  # rank 0: the same buffers on every call, so a replay from the second on
+            mine[...] = _values(r, count, call)
+            comm.all_gather(mine, out, algo="direct")
+            seen.append(bool(np.array_equal(out, np.concatenate([_values(p, count, call) for p in range(2)]))))
+            kept = comm.engine.replays.kept.values()
+            largest = max([largest] + [len(s.views) for plan in kept for s in plan.steps if hasattr(s, "views")])
+        return all(seen), comm.engine.replays.hits, largest
+
+    with nbcoll.use_backend("numpy"):
+        (exact0, hits0, largest0), (exact1, _, _) = loopback.run(2, body, config=CommConfig(ll_bytes=0))
+    assert exact0 and exact1
+    assert hits0 == 14  # rank 0 replayed every call after its first
+    assert 0 < largest0 <= 8  # at most 4 views per rank (2 ranks) before they start afresh
+
+
 def test_a_replay_behind_work_in_flight_waits_its_turn_and_one_whose_peer_never_comes_times_out():
     from nbcoll.comm.errors import CommTimeoutError
 

@@ -37,6 +37,23 @@ class PeerCounters:
     each end, a direct hop one. This rank's own entry counts copies within it (its own block, into its window)."""
 
 
+def charge_sent(counters: list[PeerCounters], nbytes: int) -> None:
+    """One chunk of ``nbytes`` sent to each of these peers (a step that charges the same peers on every run keeps
+    their counters: a small replayed collective pays for every call it makes)."""
+    for pc in counters:
+        pc.bytes_sent += nbytes
+        pc.chunks_sent += 1
+
+
+def charge_read(counters: list[PeerCounters], nbytes: int) -> None:
+    """One chunk of ``nbytes`` received from each of these peers by copying or folding it out of memory the peer
+    wrote (a direct read): a copy and a receipt at once."""
+    for pc in counters:
+        pc.bytes_copied += nbytes
+        pc.bytes_received += nbytes
+        pc.chunks_received += 1
+
+
 class Counters:
     """A snapshot: ``counters[peer]`` is one peer's :class:`PeerCounters`; attributes give the totals.
 

@@ -57,6 +57,8 @@ from nbcoll.comm.counters import PeerCounters
 from nbcoll.comm.errors import CommMismatchError
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import stream_copy
+from nbcoll.kernels.copy import copy_chunk
+from nbcoll.kernels.dispatch import resolve
 
 PostOp = Callable[[Any], Any]
 """What the rank holding a final value does to it before it leaves (avg's division), or ``None``."""
@@ -154,7 +156,7 @@ class Prims:
         self.streams = bool(stream_bytes) and out is not None and out.nbytes >= stream_bytes
         # dst[:] = src for a chunk of an output (this rank's, or one a broadcast root writes into): chosen here,
         # once, so that a step's copy costs no more than the copy it replaced.
-        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else copy_device
+        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else resolve(copy_chunk)
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
@@ -237,6 +239,11 @@ class Prims:
         return self.windows.release(self)
 
     # -- what the steps share -----------------------------------------------------------------------------------
+
+    def counters_of(self, peers: Sequence[int]) -> list[PeerCounters]:
+        """The live counters of ``peers`` (none when this collective is not counted), for a step that charges the
+        same peers on every run (:func:`~nbcoll.comm.counters.charge_sent`, ``charge_read``)."""
+        return [] if self.counters is None else [self.counters(peer) for peer in peers if peer >= 0]
 
     def charge_copy(self, peer: int, nbytes: int) -> None:
         """``nbytes`` copied or folded out of memory ``peer`` wrote, or into memory it reads (``peer`` is this

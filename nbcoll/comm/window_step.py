@@ -11,7 +11,9 @@ import errno
 from dataclasses import dataclass
 from typing import Any
 
-from nbcoll.comm.connection import apart_from, copy_device, synchronize
+from nbcoll import backend
+from nbcoll.comm.connection import apart_from, synchronize
+from nbcoll.comm.counters import charge_read, charge_sent
 from nbcoll.comm.errors import CommError, CommPeerLostError
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
@@ -97,6 +99,14 @@ class WindowStep(_RoundStep):
         sending = bool(self.bits & _SEND)
         self.send = [_Peer(p) for p in self.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in self.sources]
+        # What a replay reruns on every call, looked up once: the flags row a wait reads and the ranks it waits
+        # for, the counters it charges, and the sources' memory as last found (see source()).
+        self.watched = self.others if sending else self.sources
+        self.read_from = prims.counters_of([] if sending else self.others if self.bits & _REDUCE else self.sources)
+        self.sent_to = prims.counters_of(self.others if sending else [])
+        self.own = prims.counters_of([windows.rank])
+        self.views: dict[tuple[int, int, int], Any] = {}
+        self.on_gpu = backend.get_backend() == "cuda"  # where a copy must be finished before its flag goes up
 
     @property
     def name(self) -> str:
@@ -112,6 +122,19 @@ class WindowStep(_RoundStep):
                 return []  # lent again in the same collective: the same buffer, nothing overwritten
             return [p for p in self.others if self.w.done[p] < self.round - self.after]
         return [p for p in self.sources if self.w.posted[p] < self.round]
+
+    def ready(self) -> bool:
+        """``not self._late()``, without building the list: a replay asks on every call, and a poll many times."""
+        if self.bits & _SEND:
+            if self.prims.lent is not None and self.prims.lent_round is not None:
+                return True
+            row, first = self.w.done, self.round - self.after
+        else:
+            row, first = self.w.posted, self.round
+        for p in self.watched:
+            if row[p] < first:
+                return False
+        return True
 
     def waiting_for(self) -> str:
         late = self._late()
@@ -132,12 +155,12 @@ class WindowStep(_RoundStep):
             for q in readers:
                 if self.nbytes:
                     start = q * self.in_block + lo
-                    copy_device(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
+                    p.copy_out(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
                     p.charge_copy(me, self.nbytes)
-            synchronize()  # the window's bytes land before the flag that announces them
+            if self.on_gpu:
+                synchronize()  # the window's bytes land before the flag that announces them
         w.posted[me] = self.round
-        for q in self.others:
-            p.charge(q, self.nbytes, sent=True)
+        charge_sent(self.sent_to, self.nbytes)
 
     def _copy_own(self) -> None:
         """This rank's own block of ``out``, copied after the post: the peers may read already, and this rank copies
@@ -146,7 +169,8 @@ class WindowStep(_RoundStep):
         if self.nbytes:
             src, dst = me * self.in_block + lo, me * self.out_block + lo
             p.copy_out(p.out[dst : dst + hi - lo], p.local[src : src + hi - lo])
-            p.charge_copy(me, self.nbytes)
+            for pc in self.own:
+                pc.bytes_copied += self.nbytes
 
     def _slot(self, reader: int) -> int:
         """Where a staged chunk for ``reader`` starts in the window, in bytes."""
@@ -158,9 +182,16 @@ class WindowStep(_RoundStep):
         if rank == me and (p.lent is not None or self.in_block):  # our own block: nobody staged it for us
             at = me * self.in_block
             return p.local[at + self.lo : at + self.hi]
-        lent = w.lent[rank]
-        if lent >= 0:
-            return w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes, p.dtype)
+        lent = int(w.lent[rank])
+        if lent >= 0:  # the same peer buffer call after call, in a replay: its view is kept, not cut again
+            key = (rank, lent, int(w.lent_at[rank]))
+            view = self.views.get(key)
+            if view is None:
+                if len(self.views) >= 4 * w.nranks:  # a peer that lends ever new buffers: start afresh
+                    self.views.clear()
+                view = self.views[key] = w.lent_view(rank, (me * self.in_block + self.lo) * p.itemsize, self.nbytes,
+                                                     p.dtype)  # fmt: skip
+            return view
         if lent == BY_ADDRESS:  # never in a fold (DirectWindows.lend): it would read some other bytes
             raise CommError(f"rank {me}: {p.call} {self.name} round {self.round}: rank {rank} lent its input by "
                             f"address, which only a copy reads")  # fmt: skip
@@ -193,8 +224,6 @@ class WindowStep(_RoundStep):
             if w.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
                 sources[w.rank] = apart_from(dst, sources[w.rank])
             combine_kernels.fold_into(p.rule, dst, sources)  # unchecked: checked at the call
-            for rank in self.others:
-                p.charge_copy(rank, self.nbytes)
             if self.bits & _POST:
                 p.post(dst)
         elif self.nbytes:  # copy each source's chunk into its block of out
@@ -204,11 +233,10 @@ class WindowStep(_RoundStep):
                     self._read_lent(rank, p.out[start : start + hi - lo])
                 else:
                     p.copy_out(p.out[start : start + hi - lo], self.source(rank))
-                p.charge_copy(rank, self.nbytes)
-        synchronize()  # reads finish before the flag lets the owners overwrite their windows
+        if self.on_gpu:
+            synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
-        for rank in self.sources if not self.bits & _REDUCE else self.others:
-            p.charge(rank, self.nbytes, sent=False)
+        charge_read(self.read_from, self.nbytes)
 
 
 class Release(_FlagWait):
@@ -237,6 +265,15 @@ class Release(_FlagWait):
     def _late(self) -> list[int]:
         lent = self.prims.lent_round
         return [] if lent is None else [p for p in self.others if self.w.done[p] < lent]
+
+    def ready(self) -> bool:
+        """``not self._late()``, without building the list (a replay asks on every call)."""
+        lent, done = self.prims.lent_round, self.w.done
+        if lent is not None:
+            for p in self.others:
+                if done[p] < lent:
+                    return False
+        return True
 
     def waiting_for(self) -> str:
         late = self._late()
