@@ -6,8 +6,9 @@ copies its part straight out of the owner's process with ``process_vm_readv``
 (:mod:`nbcoll.comm.transport.cross_memory`). Two communicators of the same ranks run the same direct all-to-all,
 all-gather and broadcast on plain NumPy buffers, one that reads by address from the first byte
 (``NBCOLL_CMA_BYTES=1``) and one that always stages (``0``), and MPI's own collective runs beside them, each on its
-own buffers, in rotated order, repeat by repeat. The table gives the median time per call of each and the ratios;
-a 2-rank broadcast stages either way (:func:`nbcoll.comm.algorithms.direct._one_shot_broadcast`).
+own buffers, interleaved repeat by repeat (``report.balanced_rounds``). The table gives the median time per call
+of each and the ratios; a 2-rank broadcast stages either way
+(:func:`nbcoll.comm.algorithms.direct._one_shot_broadcast`).
 
 Run::
 
@@ -92,7 +93,7 @@ def beside_mpi(args, world, sizes: list[int], script: str, settings: dict[str, d
             made[name] = contender(world, comm, collective, nbytes, alloc if registered else plain)
         return made, lambda: [owner.free(buffer) for owner, buffer in lent]
 
-    times, wrong = report.rotated_samples(world, contenders_at, collectives, sizes, args.repeats)
+    times, wrong = report.balanced_samples(world, contenders_at, collectives, sizes, args.repeats)
     for comm in comms.values():
         comm.destroy()
     n, names = world.Get_size(), [*settings, "MPI"]

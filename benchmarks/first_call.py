@@ -82,7 +82,7 @@ def trials(world, comm, collective: str, nbytes: int, repeats: int) -> tuple[dic
             call()
     times: dict[tuple[str, str], list[list[float]]] = {}
     plan = [(library, work) for work in BEFORE for library in made]
-    for k in range(repeats):  # each trial rotated by one, as vs_mpi.py's repeats are
+    for k in range(repeats):  # each trial rotated by one; what runs just before a timed call is set by ``work``
         for library, work in plan[k % len(plan) :] + plan[: k % len(plan)]:
             other = "MPI" if library == "nbcoll" else "nbcoll"
             if work in before:

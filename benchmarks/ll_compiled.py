@@ -4,7 +4,8 @@ On the ``numpy`` backend an LL step writes its lines and polls its peers' throug
 :mod:`nbcoll.kernels.ll`, a call a segment and a source, as a GPU runs its launches; with ``NBCOLL_LL_COMPILED=1``
 through the two compiled loops of :mod:`nbcoll.kernels.ll_host`. Both run here, on two communicators of the same
 ranks, with MPI's collective beside them: samples of ``--inner`` replayed calls after a barrier, the slowest rank's
-time per call, contenders rotated from repeat to repeat, medians. Every result is checked against MPI's.
+time per call, contenders interleaved so that each follows each other about equally often, medians. Every
+result is checked against MPI's.
 
 Run::
 
@@ -25,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import report
 from vs_mpi import buffers, mpi_call, nbcoll_call, run_on_ranks, sample
 
 HERE = Path(__file__).resolve().parent
@@ -70,8 +72,8 @@ def measure(comms: dict, world, collective: str, nbytes: int, repeats: int, inne
     for call in calls.values():  # planned here: every later call of nbcoll's replays these steps
         call()
     times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    for k in range(repeats):  # each repeat starts one contender later: none always follows the same one
-        for name in CONTENDERS[k % 3 :] + CONTENDERS[: k % 3]:
+    for order in report.balanced_rounds(CONTENDERS, repeats):  # no contender keeps the one before it
+        for name in order:
             times[name].append(sample(world, calls[name], inner))
     same = all(np.array_equal(out, outputs["MPI"]) for out in outputs.values())
     row = {name: statistics.median(t) * 1e6 for name, t in times.items()}

@@ -19,7 +19,9 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +127,54 @@ def same_run_main(
     return compare(args, MPI.COMM_WORLD, [parse_size(size) for size in args.sizes.split(",")])
 
 
-def rotated_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict, Callable[[], None]]],
+def balanced_rounds(names: Sequence[str], repeats: int) -> list[list[str]]:
+    """``repeats`` rounds that each time every one of ``names`` once, ordered so that each name follows each other
+    about equally often, from one round into the next too.
+
+    A contender's time depends on the one that ran just before it (the caches it left cold, the threads it woke),
+    so no contender may keep one neighbour. A rotation by one per round does not do that: it keeps every
+    neighbour but at the ends of the rounds (with four contenders, the one before a contender is the same in four
+    samples of five). Here each round is, of every order of the names, the one that keeps the counts of
+    (previous, next) pairs most even (the least sum of their squares, the first such order on ties), never
+    running a name twice in a row; a handful of contenders makes a few hundred orders to try.
+
+    >>> balanced_rounds(["a", "b", "c"], 4)          # b after a, c, a; c after b, a, b; a after c, b, c
+    [['a', 'b', 'c'], ['a', 'c', 'b'], ['a', 'b', 'c'], ['a', 'c', 'b']]
+    """
+    pairs: Counter = Counter()
+    rounds: list[list[str]] = []
+    for _ in range(repeats):
+        last = rounds[-1][-1] if rounds else None
+        chosen = min(permutations(names), key=lambda order, last=last: _growth(pairs, last, order))
+        pairs.update(_pairs(last, chosen))
+        rounds.append(list(chosen))
+    return rounds
+
+
+def _pairs(last: str | None, order: Sequence[str]) -> list[tuple[str, str]]:
+    """The (previous, next) pairs of ``order`` run after ``last`` (``None``: first of all)."""
+    run = list(order) if last is None else [last, *order]
+    return list(zip(run[:-1], run[1:], strict=True))
+
+
+def _growth(pairs: Counter, last: str | None, order: Sequence[str]) -> int:
+    """How much the sum of the squared pair counts grows if ``order`` runs after ``last``; a name twice in a row
+    (the last round's last first again) never wins."""
+    new = _pairs(last, order)
+    if len(order) > 1 and any(a == b for a, b in new):
+        return 1 << 60
+    return sum(2 * pairs[pair] + 1 for pair in new)
+
+
+def balanced_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict, Callable[[], None]]],
                     collectives: Sequence[str], sizes: Sequence[int], repeats: int) -> tuple[dict, int]:  # fmt: skip
     """Time every contender of :func:`same_run_main` comparison at every collective and size, in one launch.
 
     ``contenders_at(collective, nbytes)`` gives ``{name: (call, exact)}`` (each on buffers of its own) and what frees
     them. Every call is warmed up for one sample's worth (windows, first touch of pages), then each repeat times
-    every contender in turn, rotated so that each follows each other equally often. Returns ``(collective, nbytes,
-    name) -> seconds per call of each repeat`` and how many results differ from the exact ones.
+    every contender in turn, in :func:`balanced_rounds` (each follows each other about equally often). Returns
+    ``(collective, nbytes, name) -> seconds per call of each repeat`` and how many results differ from the exact
+    ones.
     """
     from vs_mpi import sample
 
@@ -145,9 +187,8 @@ def rotated_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict, 
             for call, _ in made.values():
                 for _ in range(calls):
                     call()
-            names = list(made)
-            for k in range(repeats):
-                for name in names[k % len(names) :] + names[: k % len(names)]:
+            for order in balanced_rounds(list(made), repeats):
+                for name in order:
                     times.setdefault((collective, nbytes, name), []).append(sample(world, made[name][0], calls))
             wrong += sum(not exact() for _, exact in made.values())
             free()
@@ -170,10 +211,10 @@ def same_run_caption(script: str, nranks: int, setup: str, reading: str) -> list
 def median_table(script: str, setup: str, reading: str, times: dict, collectives: Sequence[str],
                  sizes: Sequence[int], names: Sequence[str], ratios: Sequence[tuple[str, str]], title: str,
                  nranks: int, wrong: int, command: str) -> str:  # fmt: skip
-    """The reST table of :func:`rotated_samples`: a caption (``setup``, how to read the ratios, how many results
+    """The reST table of :func:`balanced_samples`: a caption (``setup``, how to read the ratios, how many results
     were wrong, the command), then per collective and size the median microseconds of each of ``names`` and the
     ratio of the medians of each ``(numerator, denominator)`` pair of ``ratios``."""
-    lines = same_run_caption(script, nranks, setup, f"Median time per call (us) over rotated repeats; {reading}; "
+    lines = same_run_caption(script, nranks, setup, f"Median time per call (us) over interleaved repeats; {reading}; "
                              f"results that differ from the exact ones: {wrong}. Command: ``{command}``.")  # fmt: skip
     rows = []
     for collective in collectives:

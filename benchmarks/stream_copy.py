@@ -4,8 +4,8 @@ On the ``numpy`` backend a direct all-gather, broadcast or all-to-all whose outp
 ``NBCOLL_STREAM_BYTES`` copies into it with streaming stores, which write around the caches and skip the read
 for ownership (:mod:`nbcoll.kernels.stream_copy`). Two communicators of the same ranks run the same collective on
 registered inputs (``comm.alloc``, as ``vs_mpi.py`` does), one that streams every output (``NBCOLL_STREAM_BYTES=1``)
-and one that never does (``0``), and MPI's own collective runs beside them, each on its own buffers, in rotated
-order, repeat by repeat. The table gives the median time per call of each and the ratios.
+and one that never does (``0``), and MPI's own collective runs beside them, each on its own buffers, interleaved
+repeat by repeat (``report.balanced_rounds``). The table gives the median time per call of each and the ratios.
 
 Run::
 

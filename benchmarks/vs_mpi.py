@@ -2,13 +2,13 @@
 
 For every collective and size, each rank times MPI (through mpi4py), gloo (torch.distributed on CPU, when torch
 is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
-repeat so that all see the same machine noise, each repeat in an order rotated by one (a contender's time depends
-on the one that ran just before it); a sample is the slowest rank's time over a loop of calls
-(``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps the median of the repeats. Before its
-samples, each contender runs one sample's worth of calls untimed, as nccl-tests' warm-up iterations do. A
-ratio is the peer's time over the best nbcoll algorithm's time, which is also nbcoll's busbw over the peer's
-(the same bytes and the same factor divide both). The results of every library are compared element by element
-on exact inputs.
+repeat so that all see the same machine noise, in orders that put each contender after each other about equally
+often (a contender's time depends on the one that ran just before it: ``report.balanced_rounds``); a sample is
+the slowest rank's time over a loop of calls (``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps
+the median of the repeats. Before its samples, each contender runs one sample's worth of calls untimed, as
+nccl-tests' warm-up iterations do. A ratio is the peer's time over the best nbcoll algorithm's time, which is
+also nbcoll's busbw over the peer's (the same bytes and the same factor divide both). The results of every
+library are compared element by element on exact inputs.
 
 Run::
 
@@ -184,9 +184,8 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     agree = all(np.array_equal(out, recv_mpi) for out in results.values())
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for k in range(repeats):  # each repeat starts one contender later: none keeps the place after a given one
-        for name in names[k % len(names) :] + names[: k % len(names)]:
+    for order in report.balanced_rounds(list(contenders), repeats):  # no contender keeps the one before it
+        for name in order:
             samples[name].append(sample(world, contenders[name], inner))
     for buffer in lent:
         comm.free(buffer)

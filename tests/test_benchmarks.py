@@ -335,3 +335,23 @@ def test_same_run_benchmark_beside_mpi_in_one_launch(tmp_path, script, collectiv
     for collective in collectives:
         found = re.findall(rf"   \* - {collective}\n     - 262144\n{row}", text)
         assert len(found) == rows, text
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 6])
+def test_interleaved_contenders_each_follow_every_other_about_equally_often(count):
+    """report.balanced_rounds: every round times each contender once; none runs twice in a row; and no contender
+    keeps the one before it, as a rotation by one per round did (with four contenders, the same one in 80%)."""
+    spec = importlib.util.spec_from_file_location("report", BENCHMARKS / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    names = [f"c{i}" for i in range(count)]
+    for repeats in (5, 15):
+        rounds = report.balanced_rounds(names, repeats)
+        assert len(rounds) == repeats and all(sorted(order) == names for order in rounds)
+        run = [name for order in rounds for name in order]
+        pairs = list(zip(run[:-1], run[1:]))
+        assert all(a != b for a, b in pairs)
+        for name in names:
+            before = [a for a, b in pairs if b == name]
+            share = max(before.count(other) for other in names if other != name) / len(before)
+            assert share <= max(0.5, 1 / (count - 1)) + 0.11  # even would be 1 / (count - 1)
