@@ -1,8 +1,10 @@
 """A one-shot broadcast or all-gather in two piece sizes, in the same launch.
 
 A direct broadcast or all-gather over the windows goes in rounds, one piece each (the broadcast's
-:data:`nbcoll.comm.algorithms.direct.BROADCAST_PIECE_BYTES`, the all-gather's
-:data:`~nbcoll.comm.algorithms.direct.GATHER_PIECE_BYTES`).
+:data:`nbcoll.comm.algorithms.direct.BROADCAST_PIECE_BYTES` at two ranks and
+:data:`~nbcoll.comm.algorithms.direct.MANY_RANKS_BROADCAST_PIECE_BYTES` from three on, the all-gather's
+:data:`~nbcoll.comm.algorithms.direct.GATHER_PIECE_BYTES`); the sizes compared are the one it had before and the
+one it has now (:func:`pieces_of`).
 With plain buffers a rank stages each piece in its window while its readers copy the one before; with registered
 ones (``comm.alloc``) the readers copy from the owner's own memory (and a broadcast root writes a share of each piece
 into every registered output). Both piece sizes run the same collective on one communicator, each on buffers of
@@ -28,9 +30,20 @@ import report
 from vs_mpi import sample
 
 HERE = Path(__file__).resolve().parent
-PIECES = {"broadcast": (512 << 10, 1 << 20), "all_gather": (1 << 20, 2 << 20)}
-"""The two piece sizes each collective compares: the one it had before and the one it has now."""
-SETTING = {"broadcast": "BROADCAST_PIECE_BYTES", "all_gather": "GATHER_PIECE_BYTES"}
+
+
+def pieces_of(collective: str, nranks: int) -> tuple[int, int]:
+    """The two piece sizes a collective compares on ``nranks``: the one it had before and the one it has now."""
+    if collective == "all_gather":
+        return 1 << 20, 2 << 20
+    return (512 << 10, 1 << 20) if nranks <= 2 else (1 << 20, 4 << 20)
+
+
+def setting_of(collective: str, nranks: int) -> str:
+    """The name in :mod:`nbcoll.comm.algorithms.direct` that sets the collective's pieces on ``nranks``."""
+    if collective == "all_gather":
+        return "GATHER_PIECE_BYTES"
+    return "BROADCAST_PIECE_BYTES" if nranks <= 2 else "MANY_RANKS_BROADCAST_PIECE_BYTES"
 
 
 def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
@@ -50,7 +63,7 @@ def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
         out, expected = np.zeros(n * count, np.int32), np.concatenate([values + q for q in range(n)])
 
     def call() -> None:  # the plan reads the size; later calls replay it, and a new plan would read it again
-        setattr(direct, SETTING[collective], piece)
+        setattr(direct, setting_of(collective, n), piece)
         if collective == "broadcast":
             comm.broadcast(buf, root=0, algo="direct")
         else:
@@ -68,7 +81,7 @@ def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
 def measure(comm, world, collective: str, sizes: list[int], repeats: int) -> tuple[dict, int]:
     """(registered, nbytes, piece) -> seconds per call of each repeat; and how many results differ."""
     times: dict[tuple, list[float]] = {}
-    wrong, pieces = 0, PIECES[collective]
+    wrong, pieces = 0, pieces_of(collective, comm.size)
     for registered in (True, False):
         for nbytes in sizes:
             made = {piece: contender(comm, collective, nbytes, registered, piece) for piece in pieces}
@@ -88,7 +101,7 @@ def measure(comm, world, collective: str, sizes: list[int], repeats: int) -> tup
 def table(times: dict, collective: str, sizes: list[int], nranks: int, wrong: int, command: str) -> str:
     from nbcoll.perf.bandwidth import format_size  # here: nbcoll picks its backend when first imported
 
-    pieces = PIECES[collective]
+    pieces = pieces_of(collective, nranks)
     small, large = (format_size(piece) for piece in pieces)
     what = "direct broadcast from rank 0" if collective == "broadcast" else "direct all-gather (size: its output)"
     reading = (f"Median time per call (us) over ABBA-interleaved repeats; ratio = the time with {large} pieces "
@@ -126,7 +139,7 @@ def compare(args, world, sizes: list[int]) -> int:
 
 
 def options(parser) -> None:
-    parser.add_argument("--collective", choices=sorted(PIECES), default="broadcast")
+    parser.add_argument("--collective", choices=["all_gather", "broadcast"], default="broadcast")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,10 +161,13 @@ def test_an_empty_registered_buffer_is_found_and_freed_although_it_has_no_addres
 
 def test_tuner_knows_the_direct_broadcast_and_all_to_all():
     window = 4 << 20
-    # A broadcast goes in pieces of 1 MiB, here four: two waits in the first round, one in each later round (its post
-    # waits for the round before last, long done); the root stages a piece while the readers copy the one before. An
-    # all-gather's pieces are twice as large.
-    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
+    # At 2 ranks a broadcast goes in pieces of 1 MiB, here four: two waits in the first round, one in each later round
+    # (its post waits for the round before last, long done); the root stages a piece while the readers copy the one
+    # before. From 3 ranks on its pieces are 4 MiB, or half the window if that is less (direct.broadcast_piece_bytes):
+    # one round in an 8 MiB window, two in a 4 MiB one. An all-gather's pieces are 2 MiB.
+    assert cost_terms("broadcast", "direct", 4 << 20, 2, 1 << 19, window_bytes=window) == (5, (4 << 20) + (1 << 20))
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=2 * window) == (2, 8 << 20)
+    assert cost_terms("broadcast", "direct", 4 << 20, 4, 1 << 19, window_bytes=window) == (3, 6 << 20)
     assert cost_terms("all_gather", "direct", 4 << 20, 4, 1 << 19, window_bytes=window)[0] == 3  # 2 MiB pieces
     assert cost_terms("broadcast", "direct", 64 << 10, 4, 1 << 19, window_bytes=window) == (2, 2 * (64 << 10))
     small_window = cost_terms("broadcast", "direct", 1 << 20, 4, 1 << 19, window_bytes=256 << 10)

@@ -255,7 +255,7 @@ def cost_terms(
             return (steps + 2 * chunks, moved + 2 * s) if p != n else (steps, moved)
     if collective == "broadcast" and algo == "direct":  # every rank reads the root: one hop
         if window_bytes:  # the root stages piece k + 1 while the readers copy piece k: a pipeline of two copies
-            piece = _piece(window_bytes, piece_bytes=direct.BROADCAST_PIECE_BYTES)
+            piece = _piece(window_bytes, piece_bytes=direct.broadcast_piece_bytes(n))
             return _waits(s, piece), s + min(s, piece)
         return chunks, n * s  # through FIFOs the root writes a slot for every peer
     if collective in ("broadcast", "reduce"):

@@ -108,7 +108,7 @@ def broadcast(ctx: Context, src: Any, out: Any, root: int) -> Iterator[Step]:
         spans = list(chunks(0, out.size, ctx.ll.capacity(out.dtype)))
         return _ll_broadcast(ctx, src, out, root, spans, ctx.ll.reserve(len(spans)))
     if ctx.windows is not None:
-        rounds = _window_rounds(ctx, out.size, out, blocks=1, piece_bytes=BROADCAST_PIECE_BYTES)
+        rounds = _window_rounds(ctx, out.size, out, blocks=1, piece_bytes=broadcast_piece_bytes(ctx.nranks))
         return _one_shot_broadcast(ctx, src, out, root, rounds)
     return _fifo_broadcast(ctx, src, out, root)
 
@@ -225,6 +225,17 @@ with registered buffers at 2 and 4 ranks; 0.64-0.95 staged at 4 ranks; and stage
 same rounds, and a reader cannot know whether the root's buffer is registered, so one size serves both. The
 benchmark sets this name to compare sizes; a broadcast reads it when it is planned."""
 
+MANY_RANKS_BROADCAST_PIECE_BYTES = 4 << 20
+"""A broadcast's pieces from three ranks on: half the window there (``NBCOLL_BUFFSIZE`` for every two ranks), so
+that a broadcast of up to 4 MiB is one round. From three ranks on the root copies nothing into its window (it
+lends its input, registered or by its address) unless the ranks may not read each other's memory, and every
+round costs each rank its waits, which on shared cores come one after the other. Compared in the same launch
+(``benchmarks/one_shot_pieces.py``, 1 to 64 MiB), pieces of 4 MiB took 0.74-0.90 of the time of pieces of 1 MiB
+with registered buffers at 3 and 4 ranks from 4 MiB up, 0.81-0.87 read by address and 0.78-0.99 staged (the
+Performance page, *The broadcast's pieces from three ranks on*). At two ranks the root stages a plain input, and
+the pipeline of its copy and the reader's wants the smaller pieces (4 MiB staged took 1.19x); the benchmark sets
+this name to compare sizes; a broadcast reads it when it is planned."""
+
 GATHER_PIECE_BYTES = 2 * PIECE_BYTES
 """An all-gather's pieces: twice the others', since nothing is folded and, at 2 ranks, half a window of
 ``NBCOLL_BUFFSIZE`` still holds one. Each round of an all-gather is two steps (the post, which then copies our own
@@ -246,6 +257,13 @@ def fold_piece_bytes(nranks: int) -> int:
     """A reduce-scatter's pieces (per block): :data:`PIECE_BYTES`, or less where ``nranks`` of them would take more
     than :data:`FOLD_ROUND_BYTES`."""
     return min(PIECE_BYTES, FOLD_ROUND_BYTES // max(1, nranks))
+
+
+def broadcast_piece_bytes(nranks: int) -> int:
+    """A broadcast's pieces on ``nranks``: :data:`BROADCAST_PIECE_BYTES` at two, where the root stages a plain
+    input, :data:`MANY_RANKS_BROADCAST_PIECE_BYTES` from three on. Every rank cuts the same rounds by it (a reader
+    cannot know whether the root's buffer is registered); the tuner counts them by it too."""
+    return BROADCAST_PIECE_BYTES if nranks <= 2 else MANY_RANKS_BROADCAST_PIECE_BYTES
 
 
 def window_bytes(buffsize: int, nranks: int) -> int:
