@@ -45,6 +45,13 @@ def charge_sent(counters: list[PeerCounters], nbytes: int) -> None:
         pc.chunks_sent += 1
 
 
+def charge_copied(counters: list[PeerCounters], nbytes: int) -> None:
+    """``nbytes`` copied out of memory each of these peers wrote, or into memory it reads (a rank's own entry counts
+    the copies within it)."""
+    for pc in counters:
+        pc.bytes_copied += nbytes
+
+
 def charge_read(counters: list[PeerCounters], nbytes: int) -> None:
     """One chunk of ``nbytes`` received from each of these peers by copying or folding it out of memory the peer
     wrote (a direct read): a copy and a receipt at once."""

@@ -242,7 +242,7 @@ class Prims:
 
     def counters_of(self, peers: Sequence[int]) -> list[PeerCounters]:
         """The live counters of ``peers`` (none when this collective is not counted), for a step that charges the
-        same peers on every run (:func:`~nbcoll.comm.counters.charge_sent`, ``charge_read``)."""
+        same peers on every run (:func:`~nbcoll.comm.counters.charge_sent`, ``charge_read``, ``charge_copied``)."""
         return [] if self.counters is None else [self.counters(peer) for peer in peers if peer >= 0]
 
     def charge_copy(self, peer: int, nbytes: int) -> None:

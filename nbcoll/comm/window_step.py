@@ -11,9 +11,8 @@ import errno
 from dataclasses import dataclass
 from typing import Any
 
-from nbcoll import backend
 from nbcoll.comm.connection import apart_from, synchronize
-from nbcoll.comm.counters import charge_read, charge_sent
+from nbcoll.comm.counters import charge_copied, charge_read, charge_sent
 from nbcoll.comm.errors import CommError, CommPeerLostError
 from nbcoll.comm.primitives import Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
@@ -102,11 +101,10 @@ class WindowStep(_RoundStep):
         # What a replay reruns on every call, looked up once: the flags row a wait reads and the ranks it waits
         # for, the counters it charges, and the sources' memory as last found (see source()).
         self.watched = self.others if sending else self.sources
-        self.read_from = prims.counters_of([] if sending else self.others if self.bits & _REDUCE else self.sources)
-        self.sent_to = prims.counters_of(self.others if sending else [])
-        self.own = prims.counters_of([windows.rank])
+        self.read_counters = prims.counters_of([] if sending else self.others if self.bits & _REDUCE else self.sources)
+        self.sent_counters = prims.counters_of(self.others if sending else [])
+        self.own_counters = prims.counters_of([windows.rank])
         self.views: dict[tuple[int, int, int], Any] = {}
-        self.on_gpu = backend.get_backend() == "cuda"  # where a copy must be finished before its flag goes up
 
     @property
     def name(self) -> str:
@@ -157,10 +155,9 @@ class WindowStep(_RoundStep):
                     start = q * self.in_block + lo
                     p.copy_out(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
                     p.charge_copy(me, self.nbytes)
-            if self.on_gpu:
-                synchronize()  # the window's bytes land before the flag that announces them
+            synchronize()  # the window's bytes land before the flag that announces them
         w.posted[me] = self.round
-        charge_sent(self.sent_to, self.nbytes)
+        charge_sent(self.sent_counters, self.nbytes)
 
     def _copy_own(self) -> None:
         """This rank's own block of ``out``, copied after the post: the peers may read already, and this rank copies
@@ -169,8 +166,7 @@ class WindowStep(_RoundStep):
         if self.nbytes:
             src, dst = me * self.in_block + lo, me * self.out_block + lo
             p.copy_out(p.out[dst : dst + hi - lo], p.local[src : src + hi - lo])
-            for pc in self.own:
-                pc.bytes_copied += self.nbytes
+            charge_copied(self.own_counters, self.nbytes)
 
     def _slot(self, reader: int) -> int:
         """Where a staged chunk for ``reader`` starts in the window, in bytes."""
@@ -233,10 +229,9 @@ class WindowStep(_RoundStep):
                     self._read_lent(rank, p.out[start : start + hi - lo])
                 else:
                     p.copy_out(p.out[start : start + hi - lo], self.source(rank))
-        if self.on_gpu:
-            synchronize()  # reads finish before the flag lets the owners overwrite their windows
+        synchronize()  # reads finish before the flag lets the owners overwrite their windows
         w.done[w.rank] = self.round
-        charge_read(self.read_from, self.nbytes)
+        charge_read(self.read_counters, self.nbytes)
 
 
 class Release(_FlagWait):

@@ -230,11 +230,12 @@ MANY_RANKS_BROADCAST_PIECE_BYTES = 4 << 20
 that a broadcast of up to 4 MiB is one round. From three ranks on the root copies nothing into its window (it
 lends its input, registered or by its address) unless the ranks may not read each other's memory, and every
 round costs each rank its waits, which on shared cores come one after the other. Compared in the same launch
-(``benchmarks/one_shot_pieces.py``, 1 to 64 MiB), pieces of 4 MiB took 0.74-0.90 of the time of pieces of 1 MiB
-with registered buffers at 3 and 4 ranks from 4 MiB up, 0.81-0.87 read by address and 0.78-0.99 staged (the
-Performance page, *The broadcast's pieces from three ranks on*). At two ranks the root stages a plain input, and
-the pipeline of its copy and the reader's wants the smaller pieces (4 MiB staged took 1.19x); the benchmark sets
-this name to compare sizes; a broadcast reads it when it is planned."""
+(``benchmarks/one_shot_pieces.py``), pieces of 4 MiB took 0.76-0.86 of the time of pieces of 1 MiB with
+registered buffers from 4 MiB up at 3 and 4 ranks (one cell 1.00), 0.77-0.97 read by address from 16 MiB up and at
+4 ranks (a 3-rank 4 MiB broadcast 0.86-1.47 in three launches), and 0.78-0.99 staged (the Performance page). At
+two ranks the root stages a plain input, whose pipeline of two copies wants the smaller pieces (pieces of half the
+window took 1.19x the time for 4 MiB). The benchmark sets this name to compare sizes; a broadcast reads it when
+it is planned."""
 
 GATHER_PIECE_BYTES = 2 * PIECE_BYTES
 """An all-gather's pieces: twice the others', since nothing is folded and, at 2 ranks, half a window of
