@@ -32,18 +32,14 @@ from vs_mpi import sample
 HERE = Path(__file__).resolve().parent
 
 
-def pieces_of(collective: str, nranks: int) -> tuple[int, int]:
-    """The two piece sizes a collective compares on ``nranks``: the one it had before and the one it has now."""
+def pieces_of(collective: str, nranks: int) -> tuple[str, tuple[int, int]]:
+    """The name in :mod:`nbcoll.comm.algorithms.direct` that sets the collective's pieces on ``nranks``, and the
+    two sizes it compares there: the one it had before and the one it has now."""
     if collective == "all_gather":
-        return 1 << 20, 2 << 20
-    return (512 << 10, 1 << 20) if nranks <= 2 else (1 << 20, 4 << 20)
-
-
-def setting_of(collective: str, nranks: int) -> str:
-    """The name in :mod:`nbcoll.comm.algorithms.direct` that sets the collective's pieces on ``nranks``."""
-    if collective == "all_gather":
-        return "GATHER_PIECE_BYTES"
-    return "BROADCAST_PIECE_BYTES" if nranks <= 2 else "MANY_RANKS_BROADCAST_PIECE_BYTES"
+        return "GATHER_PIECE_BYTES", (1 << 20, 2 << 20)
+    if nranks <= 2:
+        return "BROADCAST_PIECE_BYTES", (512 << 10, 1 << 20)
+    return "MANY_RANKS_BROADCAST_PIECE_BYTES", (1 << 20, 4 << 20)
 
 
 def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
@@ -63,7 +59,7 @@ def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
         out, expected = np.zeros(n * count, np.int32), np.concatenate([values + q for q in range(n)])
 
     def call() -> None:  # the plan reads the size; later calls replay it, and a new plan would read it again
-        setattr(direct, setting_of(collective, n), piece)
+        setattr(direct, pieces_of(collective, n)[0], piece)
         if collective == "broadcast":
             comm.broadcast(buf, root=0, algo="direct")
         else:
@@ -81,7 +77,7 @@ def contender(comm, collective: str, nbytes: int, registered: bool, piece: int):
 def measure(comm, world, collective: str, sizes: list[int], repeats: int) -> tuple[dict, int]:
     """(registered, nbytes, piece) -> seconds per call of each repeat; and how many results differ."""
     times: dict[tuple, list[float]] = {}
-    wrong, pieces = 0, pieces_of(collective, comm.size)
+    wrong, (_, pieces) = 0, pieces_of(collective, comm.size)
     for registered in (True, False):
         for nbytes in sizes:
             made = {piece: contender(comm, collective, nbytes, registered, piece) for piece in pieces}
@@ -101,7 +97,7 @@ def measure(comm, world, collective: str, sizes: list[int], repeats: int) -> tup
 def table(times: dict, collective: str, sizes: list[int], nranks: int, wrong: int, command: str) -> str:
     from nbcoll.perf.bandwidth import format_size  # here: nbcoll picks its backend when first imported
 
-    pieces = pieces_of(collective, nranks)
+    _, pieces = pieces_of(collective, nranks)
     small, large = (format_size(piece) for piece in pieces)
     what = "direct broadcast from rank 0" if collective == "broadcast" else "direct all-gather (size: its output)"
     reading = (f"Median time per call (us) over ABBA-interleaved repeats; ratio = the time with {large} pieces "

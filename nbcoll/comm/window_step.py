@@ -112,26 +112,32 @@ class WindowStep(_RoundStep):
 
     @property
     def peers(self) -> list[int]:
-        return self.others if self.bits & _SEND else self.sources
+        return self.watched
 
-    def _late(self) -> list[int]:
+    def _awaited(self) -> tuple[Any, int] | None:
+        """The flags row this step waits on and the round each watched peer must have reached in it, or ``None``
+        when it waits for nobody."""
         if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
             if self.prims.lent is not None and self.prims.lent_round is not None:
-                return []  # lent again in the same collective: the same buffer, nothing overwritten
-            return [p for p in self.others if self.w.done[p] < self.round - self.after]
-        return [p for p in self.sources if self.w.posted[p] < self.round]
+                return None  # lent again in the same collective: the same buffer, nothing overwritten
+            return self.w.done, self.round - self.after
+        return self.w.posted, self.round
+
+    def _late(self) -> list[int]:
+        awaited = self._awaited()
+        if awaited is None:
+            return []
+        row, first = awaited
+        return [p for p in self.watched if row[p] < first]
 
     def ready(self) -> bool:
         """``not self._late()``, without building the list: a replay asks on every call, and a poll many times."""
-        if self.bits & _SEND:
-            if self.prims.lent is not None and self.prims.lent_round is not None:
-                return True
-            row, first = self.w.done, self.round - self.after
-        else:
-            row, first = self.w.posted, self.round
-        for p in self.watched:
-            if row[p] < first:
-                return False
+        awaited = self._awaited()
+        if awaited is not None:
+            row, first = awaited
+            for p in self.watched:
+                if row[p] < first:
+                    return False
         return True
 
     def waiting_for(self) -> str:
