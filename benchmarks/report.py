@@ -129,41 +129,92 @@ def same_run_main(
 
 def balanced_rounds(names: Sequence[str], repeats: int) -> list[list[str]]:
     """``repeats`` rounds that each time every one of ``names`` once, ordered so that each name follows each other
-    about equally often, from one round into the next too.
+    about equally often, from one round into the next too, and takes each place in a round about equally often.
 
-    A contender's time depends on the one that ran just before it (the caches it left cold, the threads it woke),
-    so no contender may keep one neighbour. A rotation by one per round does not do that: it keeps every
-    neighbour but at the ends of the rounds (with four contenders, the one before a contender is the same in four
-    samples of five). Here each round is, of every order of the names, the one that keeps the counts of
-    (previous, next) pairs most even (the least sum of their squares, the first such order on ties), never
-    running a name twice in a row; a handful of contenders makes a few hundred orders to try.
+    A contender's time depends on the ones that ran just before it (the caches they left cold or full of lines to
+    write back, the threads they woke), so no contender may keep one neighbour. A rotation by one per round does
+    not do that: it keeps every neighbour but at the ends of the rounds (with four contenders, the one before a
+    contender is the same in four samples of five). Even neighbours are not enough either: with four contenders,
+    orders that keep only the (previous, next) pairs even can still end nearly every round with the same one, two
+    samples after the same other one each time. So each round is, of every order of the names, the one that keeps
+    the counts of (previous, next) pairs most even (the least sum of their squares), never running a name twice
+    in a row; among those, the one that keeps most even the counts of (two before, next) pairs and of each name's
+    place in the round; the first such order on ties. A handful of contenders makes a few hundred orders to try.
 
-    >>> balanced_rounds(["a", "b", "c"], 4)          # b after a, c, a; c after b, a, b; a after c, b, c
-    [['a', 'b', 'c'], ['a', 'c', 'b'], ['a', 'b', 'c'], ['a', 'c', 'b']]
+    >>> balanced_rounds(["a", "b", "c"], 4)  # b after a, c, c, a; c after b, a, b, a; a after c, b, b
+    [['a', 'b', 'c'], ['a', 'c', 'b'], ['c', 'b', 'a'], ['b', 'a', 'c']]
     """
-    pairs: Counter = Counter()
+    counts = _OrderCounts()
     rounds: list[list[str]] = []
     for _ in range(repeats):
-        last = rounds[-1][-1] if rounds else None
-        chosen = min(permutations(names), key=lambda order, last=last: _growth(pairs, last, order))
-        pairs.update(_pairs(last, chosen))
+        chosen = min(permutations(names), key=counts.growth)
+        counts.add(chosen)
         rounds.append(list(chosen))
     return rounds
 
 
-def _pairs(last: str | None, order: Sequence[str]) -> list[tuple[str, str]]:
-    """The (previous, next) pairs of ``order`` run after ``last`` (``None``: first of all)."""
-    run = list(order) if last is None else [last, *order]
-    return list(zip(run[:-1], run[1:], strict=True))
+class _OrderCounts:
+    """What :func:`balanced_rounds` keeps even over the rounds so far: (previous, next) pairs, (two before, next)
+    pairs, and (place in the round, name)."""
+
+    def __init__(self) -> None:
+        self.run: list[str] = []
+        self.neighbours: Counter = Counter()
+        self.two_before: Counter = Counter()
+        self.places: Counter = Counter()
+
+    def _added(self, order: Sequence[str]) -> tuple[list, list, list]:
+        """The three kinds of pairs that running ``order`` next would add."""
+        run, start = [*self.run[-2:], *order], min(len(self.run), 2)  # where order starts in run
+        neighbours = [(run[i - 1], run[i]) for i in range(max(start, 1), len(run))]
+        two_before = [(run[i - 2], run[i]) for i in range(max(start, 2), len(run))]
+        return neighbours, two_before, list(enumerate(order))
+
+    def growth(self, order: Sequence[str]) -> tuple[int, int]:
+        """How much the sums of the squared counts grow if ``order`` runs next: the neighbours' first, then the
+        others'; a name twice in a row (the last round's last first again) never wins."""
+        neighbours, two_before, places = self._added(order)
+        if len(order) > 1 and any(a == b for a, b in neighbours):
+            return 1 << 60, 0
+        grow = lambda counts, added: sum(2 * counts[key] + 1 for key in added)  # noqa: E731
+        return grow(self.neighbours, neighbours), grow(self.two_before, two_before) + grow(self.places, places)
+
+    def add(self, order: Sequence[str]) -> None:
+        neighbours, two_before, places = self._added(order)
+        self.neighbours.update(neighbours)
+        self.two_before.update(two_before)
+        self.places.update(places)
+        self.run += order
 
 
-def _growth(pairs: Counter, last: str | None, order: Sequence[str]) -> int:
-    """How much the sum of the squared pair counts grows if ``order`` runs after ``last``; a name twice in a row
-    (the last round's last first again) never wins."""
-    new = _pairs(last, order)
-    if len(order) > 1 and any(a == b for a, b in new):
-        return 1 << 60
-    return sum(2 * pairs[pair] + 1 for pair in new)
+def medians_by_predecessor(trail: Sequence[tuple[str | None, str, float]]) -> dict[str, dict[str, float]]:
+    """``{name: {before: median}}`` from samples ``(before, name, seconds)`` taken in a row: each contender's median
+    time by the one that ran just before it (``before`` None, a sample with none before it, is left out).
+
+    >>> medians_by_predecessor([(None, "a", 1.0), ("a", "b", 2.0), ("b", "a", 3.0), ("a", "b", 4.0)])
+    {'a': {'b': 3.0}, 'b': {'a': 3.0}}
+    """
+    times: dict[str, dict[str, list[float]]] = {}
+    for before, name, seconds in trail:
+        if before is not None:
+            times.setdefault(name, {}).setdefault(before, []).append(seconds)
+    return {name: {b: float(np.median(t)) for b, t in sorted(by.items())} for name, by in sorted(times.items())}
+
+
+def format_by_predecessor(rows: Sequence[dict], title: str) -> str:
+    """Per size, each contender's median time a call (us) by the contender that ran just before it: the rows'
+    ``after`` (:func:`medians_by_predecessor`); ``-`` where one never followed the other."""
+    names = list(rows[0]["after"])
+    lines = [
+        f"# {title}: median us a call by the contender that ran just before",
+        f"#{'size (B)':>11}{'contender':>18}" + "".join(f"{'after ' + b[:10]:>18}" for b in names),
+    ]
+    for row in rows:
+        for name in names:
+            after = row["after"].get(name, {})
+            cells = "".join(f"{after[b] * 1e6:18.1f}" if b in after else f"{'-':>18}" for b in names)
+            lines.append(f"{row['nbytes']:12d}{name[:16]:>18}{cells}")
+    return "\n".join(lines)
 
 
 def balanced_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict, Callable[[], None]]],

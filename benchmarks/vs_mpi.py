@@ -2,12 +2,13 @@
 
 For every collective and size, each rank times MPI (through mpi4py), gloo (torch.distributed on CPU, when torch
 is installed: ``pip install -e ".[peers]"``) and every nbcoll algorithm that applies, interleaved repeat by
-repeat so that all see the same machine noise, in orders that put each contender after each other about equally
-often (a contender's time depends on the one that ran just before it: ``report.balanced_rounds``); a sample is
-the slowest rank's time over a loop of calls (``nbcoll.comm.calibrate.calls_per_sample``), and the table keeps
-the median of the repeats. Before its samples, each contender runs one sample's worth of calls untimed, as
-nccl-tests' warm-up iterations do. A ratio is the peer's time over the best nbcoll algorithm's time, which is
-also nbcoll's busbw over the peer's (the same bytes and the same factor divide both). The results of every
+repeat so that all see the same machine noise, in orders that put each contender after each other, and in each
+place of a round, about equally often (a contender's time depends on the ones that ran just before it:
+``report.balanced_rounds``; the .json keeps each one's median by the one before it, ``--by-predecessor`` prints
+it); a sample is the slowest rank's time over a loop of calls (``nbcoll.comm.calibrate.calls_per_sample``), and
+the table keeps the median of the repeats. Before its samples, each contender runs one sample's worth of calls
+untimed, as nccl-tests' warm-up iterations do. A ratio is the peer's time over the best nbcoll algorithm's time,
+which is also nbcoll's busbw over the peer's (the same bytes and the same factor divide both). The results of every
 library are compared element by element on exact inputs.
 
 Run::
@@ -18,6 +19,7 @@ Run::
     python benchmarks/vs_mpi.py --peers mpi         # MPI only (no torch needed or imported)
     python benchmarks/vs_mpi.py --bind-to core      # pin each rank to a core, in turn
     python benchmarks/vs_mpi.py --ll-step reference # small collectives through the NumPy references
+    python benchmarks/vs_mpi.py --by-predecessor    # also each contender's time by the one that ran before it
 
 nbcoll's small direct collectives run their LL step through compiled loops here (``NBCOLL_LL_COMPILED=1``), as a
 long job of small collectives would set it; ``--ll-step reference`` times nbcoll's default instead, which spares a
@@ -79,6 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("compiled", "reference"),
         help="nbcoll's LL step on the numpy backend: compiled loops (NBCOLL_LL_COMPILED=1, as a long job of small "
         "collectives sets it; the default here) or the NumPy references (nbcoll's own default)",
+    )
+    p.add_argument(
+        "--by-predecessor",
+        action="store_true",
+        help="also print each contender's median time by the contender that ran just before it (always in the .json)",
     )
     p.add_argument(
         "--no-register",
@@ -184,9 +191,11 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
     agree = all(np.array_equal(out, recv_mpi) for out in results.values())
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    trail: list[tuple[str | None, str, float]] = []  # (the contender before, the contender, its sample)
     for order in report.balanced_rounds(list(contenders), repeats):  # no contender keeps the one before it
         for name in order:
             samples[name].append(sample(world, contenders[name], inner))
+            trail.append((trail[-1][1] if trail else None, name, samples[name][-1]))
     for buffer in lent:
         comm.free(buffer)
     medians = {name: statistics.median(s) for name, s in samples.items()}
@@ -204,6 +213,7 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
         "best_busbw": nbytes / medians[best] / 1e9 * factor,
         "agree": bool(agree),
         "registered": register,
+        "after": report.medians_by_predecessor(trail),
     }
     if "gloo" in medians:
         row["gloo_ratio"] = medians["gloo"] / medians[best]
@@ -356,6 +366,8 @@ def run_rank(args: argparse.Namespace) -> int:
         all_rows[collective] = rows
         if comm.rank == 0:
             print(format_table(rows, n), flush=True)
+            if args.by_predecessor:
+                print(report.format_by_predecessor(rows, f"{rows[0]['collective']}, {n} ranks"), flush=True)
     if gloo is not None:
         gloo.close()
     bound = world.allreduce(len(os.sched_getaffinity(0)) == 1, op=MPI.LAND)  # how the ranks really were placed

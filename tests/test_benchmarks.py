@@ -23,16 +23,21 @@ def _run(args, env=None, timeout=600):
 
 @pytest.mark.mpi
 def test_vs_mpi_quick_runs_on_two_and_four_ranks(tmp_path):
-    quick = ["--quick", "--out", str(tmp_path), "--no-plot", "--peers", "mpi"]  # the torch-free smoke test
+    quick = ["--quick", "--out", str(tmp_path), "--no-plot", "--peers", "mpi", "--by-predecessor"]  # torch-free
     done = _run([sys.executable, str(BENCHMARKS / "vs_mpi.py"), *quick])
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("# results equal to MPI's: yes") == 2, done.stdout
+    assert done.stdout.count("median us a call by the contender that ran just before") == 10, done.stdout
     for nranks in (2, 4):
         report = json.loads((tmp_path / f"vs_mpi_{nranks}ranks_quick.json").read_text())
         assert set(report["results"]) == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"}
         for rows in report["results"].values():
             for row in rows:
                 assert row["ratio"] > 0 and row["agree"]
+                assert set(row["after"]) == set(row["seconds"])  # two repeats: every contender followed another
+                for name, after in row["after"].items():
+                    assert after and name not in after and set(after) <= set(row["seconds"])
+                    assert all(seconds > 0 for seconds in after.values())
         assert report["env"]["placement"] == "ranks placed by the scheduler"  # the default: not pinned
         assert report["env"]["ll_step"] == "compiled LL step (NBCOLL_LL_COMPILED=1)"  # the benchmark's default
         text = (tmp_path / f"vs_mpi_{nranks}ranks_quick.rst").read_text()
@@ -339,13 +344,15 @@ def test_same_run_benchmark_beside_mpi_in_one_launch(tmp_path, script, collectiv
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 6])
 def test_interleaved_contenders_each_follow_every_other_about_equally_often(count):
-    """report.balanced_rounds: every round times each contender once; none runs twice in a row; and no contender
-    keeps the one before it, as a rotation by one per round did (with four contenders, the same one in 80%)."""
+    """report.balanced_rounds: every round times each contender once; none runs twice in a row; no contender
+    keeps the one before it, as a rotation by one per round did (with four contenders, the same one in 80%); and
+    none keeps its place in the round or the one two before it, as orders that kept only the neighbours even did
+    (with four contenders, the same one last in four rounds of five, two samples after the same other one)."""
     spec = importlib.util.spec_from_file_location("report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     names = [f"c{i}" for i in range(count)]
-    for repeats in (5, 15):
+    for repeats, further_bound in ((5, 0.6), (15, 0.45)):
         rounds = report.balanced_rounds(names, repeats)
         assert len(rounds) == repeats and all(sorted(order) == names for order in rounds)
         run = [name for order in rounds for name in order]
@@ -355,3 +362,24 @@ def test_interleaved_contenders_each_follow_every_other_about_equally_often(coun
             before = [a for a, b in pairs if b == name]
             share = max(before.count(other) for other in names if other != name) / len(before)
             assert share <= max(0.5, 1 / (count - 1)) + 0.11  # even would be 1 / (count - 1)
+            if count > 2:  # two contenders can only take turns
+                two_before = [run[i - 2] for i in range(2, len(run)) if run[i] == name]
+                assert max(two_before.count(other) for other in names) / len(two_before) <= further_bound
+                places = [order.index(name) for order in rounds]
+                assert max(places.count(place) for place in range(count)) / repeats <= 0.6
+
+
+def test_medians_by_predecessor_group_each_sample_by_the_contender_before_it():
+    """report.medians_by_predecessor and format_by_predecessor: vs_mpi's ``after`` record and its printout."""
+    spec = importlib.util.spec_from_file_location("report", BENCHMARKS / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    trail = [(None, "MPI", 9.0), ("MPI", "direct", 1e-6), ("direct", "MPI", 2e-6), ("MPI", "direct", 3e-6)]
+    trail += [("direct", "ring", 5e-6), ("ring", "direct", 7e-6)]
+    after = report.medians_by_predecessor(trail)
+    assert after == {"MPI": {"direct": 2e-6}, "direct": {"MPI": 2e-6, "ring": 7e-6}, "ring": {"direct": 5e-6}}
+    text = report.format_by_predecessor([{"nbytes": 8, "after": after}], "all_gather, 2 ranks")
+    lines = text.splitlines()
+    assert lines[0] == "# all_gather, 2 ranks: median us a call by the contender that ran just before"
+    direct = next(line for line in lines if line.split()[1:2] == ["direct"]).split()
+    assert direct == ["8", "direct", "2.0", "-", "7.0"]  # after MPI, after direct (never), after ring
