@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from ranks import environment, run_on_ranks
 from report import list_table, write_json
-from vs_mpi import HERE, environment, run_on_ranks
+from vs_mpi import HERE
 
 BUCKETS_MB = (0.1, 1.0, 4.0, 25.0)
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import report
-from vs_mpi import buffers, mpi_call, nbcoll_call, run_on_ranks, sample
+from ranks import run_on_ranks, sample
+from vs_mpi import buffers, mpi_call, nbcoll_call
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]

@@ -31,8 +31,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from ranks import environment, run_on_ranks, sample
 from report import list_table, write_json
-from vs_mpi import HERE, buffers, environment, nbcoll_call, run_on_ranks, sample
+from vs_mpi import HERE, buffers, nbcoll_call
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
 """The collectives with a choice of algorithm (reduce has the same two as broadcast)."""

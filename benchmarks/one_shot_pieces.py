@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import report
-from vs_mpi import sample
+from ranks import sample
 
 HERE = Path(__file__).resolve().parent
 

@@ -227,7 +227,7 @@ def balanced_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict,
     ``(collective, nbytes, name) -> seconds per call of each repeat`` and how many results differ from the exact
     ones.
     """
-    from vs_mpi import sample
+    from ranks import sample
 
     times: dict[tuple, list[float]] = {}
     wrong = 0

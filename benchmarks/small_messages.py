@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
-from vs_mpi import run_on_ranks
+from ranks import run_on_ranks
 
 HERE = Path(__file__).resolve().parent
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 64 << 10]

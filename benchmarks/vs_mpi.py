@@ -41,11 +41,11 @@ import dataclasses
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import report
+from ranks import environment, run_on_ranks, sample
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -142,17 +142,6 @@ def buffers(collective: str, count: int, rank: int, nranks: int, alloc=None) -> 
     return send, np.zeros(n_out, np.float32)
 
 
-def sample(world, call, inner: int) -> float:
-    """Seconds per call for the slowest rank: a barrier, ``inner`` calls, the maximum over ranks."""
-    from mpi4py import MPI
-
-    world.Barrier()
-    start = time.perf_counter()
-    for _ in range(inner):
-        call()
-    return world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX)
-
-
 def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, register: bool = True) -> dict:
     """Median seconds of MPI, gloo and every nbcoll algorithm at one size, and whether their results agree.
 
@@ -219,14 +208,6 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
         row["gloo_ratio"] = medians["gloo"] / medians[best]
         row["gloo_busbw"] = nbytes / medians["gloo"] / 1e9 * factor
     return row
-
-
-def environment() -> dict:
-    """:func:`report.environment` with the versions of mpi4py and of the MPI library."""
-    import mpi4py
-    from mpi4py import MPI
-
-    return report.environment(mpi4py=mpi4py.__version__, mpi=MPI.Get_library_version().splitlines()[0].strip())
 
 
 def format_table(rows: list[dict], nranks: int) -> str:
@@ -397,24 +378,6 @@ def run_rank(args: argparse.Namespace) -> int:
         print(f"# wrote {stem}.json, .rst{plot}", flush=True)
     comm.destroy()
     return 0 if all(r["agree"] for rows in all_rows.values() for r in rows) else 1
-
-
-def run_on_ranks(
-    script: str, run_rank, args: argparse.Namespace, argv: list[str] | None, bind_to: str | None = None
-) -> int:
-    """Under mpiexec, run this rank's part; started plainly, re-run ``script`` on each of ``args.ranks`` ranks
-    (``bind_to``: pin the ranks as :func:`nbcoll.launch.launch` does)."""
-    from nbcoll.launch import launch, under_mpi
-
-    if under_mpi():
-        return run_rank(args)
-    status = 0
-    for nranks in (int(x) for x in args.ranks.split(",")):
-        rank_args = sys.argv[1:] if argv is None else argv
-        result = launch(nranks, script, args=rank_args, env={"NBCOLL_BACKEND": "numpy"}, bind_to=bind_to)
-        print(result.outputs[0] if result.ok else result.report(), end="", flush=True)
-        status = status or (0 if result.ok else 1)
-    return status
 
 
 def main(argv: list[str] | None = None) -> int:
