@@ -4,7 +4,8 @@ whether the algorithm the tuner would choose is the one that was fastest.
 The tuner (:mod:`nbcoll.comm.tuner`) predicts ``steps x alpha + bytes / beta`` with the calibrated ``alpha`` and
 ``beta`` of this machine and backend (``python -m nbcoll calibrate``), or its defaults. For each collective with
 more than one algorithm, each size and each algorithm this script takes the median measured time (the slowest
-rank's, over repeats), the prediction from ``comm.estimate``, and their error; per size it names the tuner's
+rank's, over repeats that run the algorithms in orders where each follows each other about equally often,
+``report.balanced_rounds``), the prediction from ``comm.estimate``, and their error; per size it names the tuner's
 choice (the lowest prediction), the fastest measured algorithm, and the time lost when they differ.
 
 Run::
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from ranks import environment, run_on_ranks, sample
-from report import list_table, write_json
+from report import balanced_rounds, list_table, write_json
 from vs_mpi import HERE, buffers, nbcoll_call
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
@@ -72,9 +73,9 @@ def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
         call()
     inner = calls_per_sample(nbytes)
     samples: dict[str, list[float]] = {algo: [] for algo in calls}
-    for _ in range(repeats):
-        for algo, call in calls.items():
-            samples[algo].append(sample(world, call, inner))
+    for order in balanced_rounds(list(calls), repeats):  # each algorithm after each other about equally often
+        for algo in order:
+            samples[algo].append(sample(world, calls[algo], inner))
     measured = {algo: statistics.median(s) for algo, s in samples.items()}
     predicted = {algo: comm.estimate(collective, block_bytes, algo=algo) for algo in calls}
     choice = min(calls, key=lambda a: predicted[a])  # the tuner's rule: lowest estimate, ties to the first
