@@ -26,8 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import report
-from ranks import run_on_ranks, sample
+from ranks import interleaved_samples, run_on_ranks
 from vs_mpi import buffers, mpi_call, nbcoll_call
 
 HERE = Path(__file__).resolve().parent
@@ -72,10 +71,7 @@ def measure(comms: dict, world, collective: str, nbytes: int, repeats: int, inne
     calls, outputs = calls_of(comms, world, collective, nbytes)
     for call in calls.values():  # planned here: every later call of nbcoll's replays these steps
         call()
-    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    for order in report.balanced_rounds(CONTENDERS, repeats):  # no contender keeps the one before it
-        for name in order:
-            times[name].append(sample(world, calls[name], inner))
+    times, _ = interleaved_samples(world, {name: calls[name] for name in CONTENDERS}, repeats, inner)
     same = all(np.array_equal(out, outputs["MPI"]) for out in outputs.values())
     row = {name: statistics.median(t) * 1e6 for name, t in times.items()}
     row["agree"] = bool(world.allreduce(same, op=MPI.LAND))

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ranks import environment, run_on_ranks, sample
-from report import balanced_rounds, list_table, write_json
+from ranks import environment, interleaved_samples, run_on_ranks
+from report import list_table, write_json
 from vs_mpi import HERE, buffers, nbcoll_call
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
@@ -72,10 +72,7 @@ def fit_one(world, comm, collective: str, nbytes: int, repeats: int) -> dict:
     for call in calls.values():
         call()
     inner = calls_per_sample(nbytes)
-    samples: dict[str, list[float]] = {algo: [] for algo in calls}
-    for order in balanced_rounds(list(calls), repeats):  # each algorithm after each other about equally often
-        for algo in order:
-            samples[algo].append(sample(world, calls[algo], inner))
+    samples, _ = interleaved_samples(world, calls, repeats, inner)
     measured = {algo: statistics.median(s) for algo, s in samples.items()}
     predicted = {algo: comm.estimate(collective, block_bytes, algo=algo) for algo in calls}
     choice = min(calls, key=lambda a: predicted[a])  # the tuner's rule: lowest estimate, ties to the first

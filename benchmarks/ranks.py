@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 import report
 
@@ -30,6 +31,22 @@ def sample(world, call, inner: int) -> float:
     for _ in range(inner):
         call()
     return world.allreduce((time.perf_counter() - start) / inner, op=MPI.MAX)
+
+
+def interleaved_samples(world, calls: dict[str, Callable[[], object]], repeats: int,
+                        inner: int) -> tuple[dict[str, list[float]], list[tuple[str | None, str, float]]]:  # fmt: skip
+    """Time every call ``repeats`` times, in the rounds of :func:`report.balanced_rounds` (each after each other,
+    and in each place of a round, about equally often: a call's time depends on the ones just before it).
+
+    Returns each name's samples (:func:`sample`) and the trail of ``(the name before, the name, its sample)``.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    trail: list[tuple[str | None, str, float]] = []
+    for order in report.balanced_rounds(list(calls), repeats):
+        for name in order:
+            samples[name].append(sample(world, calls[name], inner))
+            trail.append((trail[-1][1] if trail else None, name, samples[name][-1]))
+    return samples, trail
 
 
 def environment() -> dict:

@@ -227,7 +227,7 @@ def balanced_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict,
     ``(collective, nbytes, name) -> seconds per call of each repeat`` and how many results differ from the exact
     ones.
     """
-    from ranks import sample
+    from ranks import interleaved_samples
 
     times: dict[tuple, list[float]] = {}
     wrong = 0
@@ -238,9 +238,8 @@ def balanced_samples(world: Any, contenders_at: Callable[[str, int], tuple[dict,
             for call, _ in made.values():
                 for _ in range(calls):
                     call()
-            for order in balanced_rounds(list(made), repeats):
-                for name in order:
-                    times.setdefault((collective, nbytes, name), []).append(sample(world, made[name][0], calls))
+            samples, _ = interleaved_samples(world, {name: call for name, (call, _) in made.items()}, repeats, calls)
+            times.update({(collective, nbytes, name): s for name, s in samples.items()})
             wrong += sum(not exact() for _, exact in made.values())
             free()
     return times, wrong

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import report
-from ranks import environment, run_on_ranks, sample
+from ranks import environment, interleaved_samples, run_on_ranks
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -183,12 +183,7 @@ def measure(world, comm, collective: str, nbytes: int, repeats: int, gloo=None, 
             call()
     agree = all(np.array_equal(out, recv_mpi) for out in results.values())
     agree = world.allreduce(agree, op=__import__("mpi4py").MPI.LAND)
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    trail: list[tuple[str | None, str, float]] = []  # (the contender before, the contender, its sample)
-    for order in report.balanced_rounds(list(contenders), repeats):  # no contender keeps the one before it
-        for name in order:
-            samples[name].append(sample(world, contenders[name], inner))
-            trail.append((trail[-1][1] if trail else None, name, samples[name][-1]))
+    samples, trail = interleaved_samples(world, contenders, repeats, inner)
     for buffer in lent:
         comm.free(buffer)
     medians = {name: statistics.median(s) for name, s in samples.items()}
