@@ -41,26 +41,34 @@ def plain(count: int) -> np.ndarray:
     return np.zeros(count, np.int32)
 
 
-def contender(world, comm, collective: str, nbytes: int, alloc=plain):
+def contender(world, comm, case: str, nbytes: int, alloc=plain):
     """One call on buffers of its own, its input from ``alloc`` (``comm`` None: MPI's), and a check that its result
-    is exact."""
+    is exact. ``case``: a collective, with its algorithm after a space when it is not ``direct`` (``"all_reduce
+    ring"``)."""
     n, r = world.Get_size(), world.Get_rank()
+    collective, _, algo = case.partition(" ")
+    algo = algo or "direct"
     count = max(n, nbytes // 4 // (n if collective == "all_gather" else 1)) // (n if collective == "all_to_all" else 1)
     if collective == "broadcast":  # in place, as MPI's Bcast
         want = (np.arange(count) % 1000).astype(np.int32)
         out = alloc(count)
         out[...] = want if r == 0 else 0
-        mpi, ours = (lambda: world.Bcast(out, root=0)), (lambda: comm.broadcast(out, root=0, algo="direct"))
+        mpi, ours = (lambda: world.Bcast(out, root=0)), (lambda: comm.broadcast(out, root=0, algo=algo))
     elif collective == "all_gather":
         src, out = alloc(count), np.zeros(count * n, np.int32)
         src[...] = np.arange(count) % 1000 + r
         want = np.concatenate([np.arange(count) % 1000 + p for p in range(n)])
-        mpi, ours = (lambda: world.Allgather(src, out)), (lambda: comm.all_gather(src, out, algo="direct"))
+        mpi, ours = (lambda: world.Allgather(src, out)), (lambda: comm.all_gather(src, out, algo=algo))
+    elif collective == "all_reduce":
+        src, out = alloc(count), np.zeros(count, np.int32)
+        src[...] = np.arange(count) % 1000 + r
+        want = (np.arange(count) % 1000 * n + n * (n - 1) // 2).astype(np.int32)
+        mpi, ours = (lambda: world.Allreduce(src, out)), (lambda: comm.all_reduce(src, out, algo=algo))  # sum
     else:  # count elements per block
         src, out = alloc(count * n), np.zeros(count * n, np.int32)
         src[...] = np.arange(count * n) % 1000 + r
         want = np.concatenate([np.arange(r * count, (r + 1) * count) % 1000 + p for p in range(n)])
-        mpi, ours = (lambda: world.Alltoall(src, out)), (lambda: comm.all_to_all(src, out, algo="direct"))
+        mpi, ours = (lambda: world.Alltoall(src, out)), (lambda: comm.all_to_all(src, out, algo=algo))
     return (mpi if comm is None else ours), (lambda: np.array_equal(out, want))
 
 

@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="timed samples per size and algorithm (default 5)")
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the .json and .rst")
     p.add_argument("--rescore", metavar="JSON", help="predict the times stored in JSON with today's defaults (no run)")
+    p.add_argument("--fit", metavar="JSON", nargs="+", help="fit the model to these runs' times together (no run)")
     p.add_argument(
         "--calibrate",
         action="store_true",
@@ -239,31 +240,84 @@ def run_rank(args: argparse.Namespace) -> int:
     return 0
 
 
-def rescore(path: str, out: Path) -> int:
-    """Today's default model against the measured times of an earlier run: errors, choices and the refit."""
-    from nbcoll.comm import tuner
-    from nbcoll.comm.config import CommConfig
-
+def stored_run(path: str) -> tuple[dict, list[dict]]:
+    """An earlier run's report and its rows (one per collective and size), as :func:`run_rank` stored them."""
     stored = json.loads(Path(path).read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    n, config = stored["nranks"], CommConfig()
-    model = tuner.slowest(tuner.default_models("numpy"), {"ipc"})
-    model.window_bytes = config.buffsize  # one node: the direct algorithms read through windows (LL when small)
-    model.ll_bytes, model.channels = config.ll_bytes, config.nchannels
+    n = stored["nranks"]
     rows = [r for rows in stored["results"].values() for r in rows]
     for r in rows:
         r.setdefault("block_bytes", r["nbytes"] // n if r["collective"] == "all_gather" else r["nbytes"])
+    return stored, rows
+
+
+def one_node_model(alpha: float, beta: float, gamma: float, gamma_replay: float | None):
+    """A :class:`~nbcoll.comm.tuner.LinkModel` as one node's communicator with the default settings sets it up:
+    the direct algorithms read through windows, LL lines when small, two channels."""
+    from nbcoll.comm import tuner
+    from nbcoll.comm.config import CommConfig
+
+    config = CommConfig()
+    return tuner.LinkModel(alpha, beta, gamma, gamma_replay, config.buffsize, config.nchannels, config.ll_bytes)
+
+
+def score(rows: list[dict], nranks: int, model) -> dict:
+    """Predict every row's times with ``model`` (a ``LinkModel``); each row's errors, choice and time lost, and
+    their :func:`summary`."""
+    from nbcoll.comm import tuner
+    from nbcoll.comm.config import CommConfig
+
+    chunk_bytes = CommConfig().chunk_bytes
+    for r in rows:
         r["predicted"] = {
-            a: tuner.estimate(r["collective"], a, r["block_bytes"], n, config.chunk_bytes, model) for a in r["measured"]
+            a: tuner.estimate(r["collective"], a, r["block_bytes"], nranks, chunk_bytes, model) for a in r["measured"]
         }
         r["error"] = {a: r["predicted"][a] / r["measured"][a] - 1 for a in r["measured"]}
         r["choice"] = min(r["predicted"], key=lambda a: r["predicted"][a])
         r["fastest"] = min(r["measured"], key=lambda a: r["measured"][a])
         r["choice_is_fastest"] = r["choice"] == r["fastest"]
         r["lost"] = r["measured"][r["choice"]] / r["measured"][r["fastest"]] - 1
+    return summary(rows)
+
+
+def default_model():
+    """The tuner's ``numpy`` defaults for one node."""
+    from nbcoll.comm import tuner
+
+    fallback = tuner.slowest(tuner.default_models("numpy"), {"ipc"})
+    return one_node_model(fallback.alpha, fallback.beta, fallback.gamma, fallback.gamma_replay)
+
+
+def fit_runs(paths: list[str]) -> int:
+    """The model's form fitted to the times of several earlier runs together, as the tuner's ``numpy`` defaults
+    are, and how well that fit and today's defaults predict each run."""
+    from nbcoll.comm.config import CommConfig
+
+    runs = [stored_run(path) for path in paths]
+    counts = {stored["nranks"] for stored, _ in runs}
+    if len(counts) != 1:
+        raise SystemExit(f"--fit: the runs must be of one rank count, got {sorted(counts)}")
+    n, config = counts.pop(), CommConfig()
+    fitted = refit([r for _, rows in runs for r in rows], n, config.chunk_bytes, config.buffsize)
+    model = one_node_model(fitted["alpha"], fitted["beta"], fitted["gamma"], fitted["gamma_replay"])
+    print("# run: median |error|, choice within 10% of the fastest; with today's defaults, then with the fit")
+    for path, (_, rows) in zip(paths, runs, strict=True):
+        today, fit = score(rows, n, default_model()), score(rows, n, model)
+        print(f"{Path(path).name}: {today['median_abs_error']:.0%}, {today['choice_within_10pct']:.0%}; "
+              f"{fit['median_abs_error']:.0%}, {fit['choice_within_10pct']:.0%}")  # fmt: skip
+    print(f"# {len(runs)} runs together: {refit_sentence(fitted)}")
+    return 0
+
+
+def rescore(path: str, out: Path) -> int:
+    """Today's default model against the measured times of an earlier run: errors, choices and the refit."""
+    from nbcoll.comm.config import CommConfig
+
+    stored, rows = stored_run(path)
+    out.mkdir(parents=True, exist_ok=True)
+    n, config, model = stored["nranks"], CommConfig(), default_model()
+    totals = score(rows, n, model)
     for part in stored["results"].values():
         print(format_table(part, n))
-    totals = summary(rows)
     totals["refit"] = refit(rows, n, config.chunk_bytes, config.buffsize)
     print(
         f"# times of {stored['env']['date']}, {n} ranks, today's defaults (gamma {model.gamma * 1e6:.0f} us, replayed "
@@ -291,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.rescore:
         return rescore(args.rescore, Path(args.out))
+    if args.fit:
+        return fit_runs(args.fit)
     return run_on_ranks(__file__, run_rank, args, argv)
 
 

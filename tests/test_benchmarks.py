@@ -326,6 +326,8 @@ def test_channels_benchmark_times_one_and_two_channels_in_one_launch(tmp_path):
     [  # a row: per collective (and work before) the cells of the contenders and their ratios
         ("stream_copy", ("all_gather", "broadcast", "all_to_all"), r"(     - [0-9.]+\n){6}"),
         ("cross_memory", ("all_to_all", "all_gather", "broadcast"), r"(     - [0-9.]+\n){6}"),
+        ("stream_shared", ("broadcast", "all_gather", "all_reduce", "broadcast ring", "all_reduce ring"),
+         r"(     - [0-9.]+\n){6}"),
         ("first_call", ("all_gather", "broadcast", "all_to_all"),
          r"     - (same|other|compute|memory)\n(     - [0-9.]+\n){8}"),
     ],

@@ -67,8 +67,8 @@ def test_a_rank_that_dies_mid_round_fails_its_peers_at_once_or_leaves_them_the_e
     cases = [entry.split("@")[0] for stage in stages for entry in stage.split("+")]
     nprocs = len(cases) + 1  # each case ends one rank
     env = {**ENV, "NBCOLL_TIMEOUT": "10"}
-    if run == "windows-stops-and-setup":  # every output copied with streaming stores: the same faults, other copies
-        env["NBCOLL_STREAM_BYTES"] = "8"
+    if run == "windows-stops-and-setup":  # outputs, staged pieces and LL lines streamed: the same faults, other copies
+        env["NBCOLL_STREAM_BYTES"] = env["NBCOLL_STREAM_SHARED_BYTES"] = "8"
     result = launch(nprocs, SCRIPTS / "direct_deaths.py", args=stages, env=env, timeout=120)
     assert not result.timed_out, result.report()
     outputs = "".join(result.outputs)

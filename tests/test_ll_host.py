@@ -1,6 +1,9 @@
 """The numpy backend's compiled LL write and poll (nbcoll.kernels.ll_host, NBCOLL_LL_COMPILED=1): the same lines as
-the kernels' references, each source polled on its own, the last line looked at first, indexes checked; and every
-LL collective giving the same results and the same traffic counters through them as through the references."""
+the kernels' references, each source polled on its own, the last line looked at first, indexes checked; the write in
+streaming stores (NBCOLL_STREAM_SHARED_BYTES) too; and every LL collective giving the same results and the same
+traffic counters through them, compiled or streamed, as through the references."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,8 +11,9 @@ import pytest
 import nbcoll
 from nbcoll.comm import CommConfig, loopback
 from nbcoll.comm.errors import CommTimeoutError
-from nbcoll.kernels import ll, ll_host
+from nbcoll.kernels import ll, ll_host, stream_copy
 
+needs_x86 = pytest.mark.skipif(not stream_copy.available(), reason="streaming stores are x86-64's")
 LATE_ROUND = ll.MAX_ROUND - 1  # its lines' high half is past the largest int64: the unsigned path
 
 
@@ -67,6 +71,33 @@ def test_poll_looks_at_the_last_line_first_and_still_checks_every_line():
     np.testing.assert_array_equal(out, words)
 
 
+@needs_x86
+@pytest.mark.parametrize("round_", [7, LATE_ROUND])
+@pytest.mark.parametrize("n", [0, 1, 5, 257])
+def test_streaming_stores_write_the_lines_the_reference_writes(n, round_):
+    words = _words(3 * n + 2)
+    lines, expected = np.zeros(2 * n + 4, np.uint64), np.zeros(2 * n + 4, np.uint64)
+    ll_host.write(lines, np.array([1, n + 3]), words, np.array([2, 2 * n + 2]), n, ll.wrapped(round_), True)
+    ll.store_reference(expected[1 : n + 1], words[2 : n + 2], ll.flag_of(round_))
+    ll.store_reference(expected[n + 3 : 2 * n + 3], words[2 * n + 2 : 3 * n + 2], ll.flag_of(round_))
+    np.testing.assert_array_equal(lines, expected)  # the lines around the segments are untouched too
+    lines[:], expected[:] = 0, 0
+    ll_host.stream_store(lines[1 : n + 1], words[2 : n + 2], ll.flag_of(round_))
+    ll.store_reference(expected[1 : n + 1], words[2 : n + 2], ll.flag_of(round_))
+    np.testing.assert_array_equal(lines, expected)
+
+
+@needs_x86
+def test_a_streamed_segment_past_the_lines_or_the_words_raises_before_a_line_is_written():
+    lines, words = np.zeros(4, np.uint64), _words(4)
+    for line_at, word_at in ((2, 0), (0, 1), (-1, 0)):
+        with pytest.raises(IndexError, match="a segment past the lines or the words"):
+            ll_host.write(lines, np.array([line_at]), words, np.array([word_at]), 4, 1, True)
+    with pytest.raises(IndexError):
+        ll_host.stream_store(lines, words[:3], ll.flag_of(1))  # one word short
+    assert not lines.any()
+
+
 def test_copy_moves_words_and_an_index_past_an_array_raises_instead_of_writing_past_it():
     src, dest = _words(5), np.zeros(8, np.uint32)
     ll_host.copy(dest, 3, src, 0, 5)
@@ -101,19 +132,26 @@ def _every_ll_collective(comm):
     counters = comm.counters
     kept_in, kept_out = np.ones(3, np.int32), np.zeros(3 * n, np.int32)
     comm.all_gather(kept_in, kept_out, algo="direct")  # a plan kept while its buffers live: which path its steps take
-    paths = {step.compiled for kept in comm.engine.replays.kept.values() for step in kept.steps}
+    steps = [step for kept in comm.engine.replays.kept.values() for step in kept.steps]
+    paths = {(step.compiled, step.store_lines is ll_host.stream_store) for step in steps}
     return results, [counters[p] for p in counters.peers], comm.engine._ll.rounds, paths
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
-def test_every_ll_collective_gives_the_same_results_and_counters_compiled_as_through_the_references(nranks):
+@pytest.mark.parametrize("compiled, streams", [(True, False), (True, True), (False, True)])
+def test_every_ll_collective_gives_the_same_results_and_counters_compiled_or_streamed_as_through_the_references(
+    nranks, compiled, streams
+):
+    plain = CommConfig(timeout=20.0, stream_shared_bytes=0)
+    tried = dataclasses.replace(plain, ll_compiled=compiled, stream_shared_bytes=8 if streams else 0)
     with nbcoll.use_backend("numpy"):
-        compiled = loopback.run(nranks, _every_ll_collective, config=CommConfig(timeout=20.0, ll_compiled=True))
-        references = loopback.run(nranks, _every_ll_collective, config=CommConfig(timeout=20.0))
+        outcomes = loopback.run(nranks, _every_ll_collective, config=tried)
+        references = loopback.run(nranks, _every_ll_collective, config=plain)
+    streamed = streams and stream_copy.available()  # compiled, the data stream inside ll_host.write
     for rank, ((got, counters, rounds, paths), (want, want_counters, want_rounds, want_paths)) in enumerate(
-        zip(compiled, references, strict=True)
+        zip(outcomes, references, strict=True)
     ):
-        assert paths == {True} and want_paths == {False}, rank
+        assert paths == {(compiled, streamed)} and want_paths == {(False, False)}, rank
         assert rounds == want_rounds > 0, rank
         assert counters == want_counters, rank
         for a, b in zip(got, want, strict=True):

@@ -3,7 +3,8 @@
 The compiled copy against its reference at every alignment and at sizes around its 32-byte lines (0 and 1
 included); the collectives with ``NBCOLL_STREAM_BYTES`` at 8 bytes, so that every output streams, on 1 to 4
 loopback ranks: exact results and each byte still copied once per hop (the cases of
-``mpi_scripts/direct_path.py``); and the setting itself.
+``mpi_scripts/direct_path.py``); the copies into FIFO slots and windows, which stream from their own threshold
+(``NBCOLL_STREAM_SHARED_BYTES``); and the settings themselves.
 """
 
 import dataclasses
@@ -141,8 +142,9 @@ def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):
         return nbcoll.to_host(y), comm.engine._stream_bytes
 
     expected = np.concatenate([np.arange(37) + 1000 * p for p in range(2)])
-    for backend, config, streams in [("numpy", CommConfig(buffsize=256, ll_bytes=0, stream_bytes=1 << 20), 1 << 20),
-                                     ("numpy", CommConfig(buffsize=256, ll_bytes=0, stream_bytes=0), 0),
+    small = CommConfig(buffsize=256, ll_bytes=0, stream_bytes=1 << 20, stream_shared_bytes=0)
+    for backend, config, streams in [("numpy", small, 1 << 20),
+                                     ("numpy", dataclasses.replace(small, stream_bytes=0), 0),
                                      ("sim", STREAM_EVERY_OUTPUT, 0)]:  # fmt: skip
         with nbcoll.use_backend(backend):
             for y, stream_bytes in loopback.run(2, gather, config=config):
@@ -151,9 +153,46 @@ def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):
     assert streamed == []
 
 
-def test_the_setting_is_read_once_and_checked():
+@needs_x86
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_copies_into_slots_and_windows_stream_once_per_byte_and_are_exact(monkeypatch, nranks):
+    # Small outputs, so only the copies a peer reads next stream: every ring chunk into the next rank's FIFO slot
+    # ((n - 1) blocks per rank) and every direct block into its owner's window (one for all readers); with the
+    # default threshold, none of these small collectives streams.
+    streamed, original = [], stream_copy.copy
+
+    def counted(dst, src):
+        streamed.append(dst.nbytes)
+        return original(dst, src)
+
+    def gather(comm, algo):
+        x = np.arange(37, dtype=np.int64) + 1000 * comm.rank
+        y = np.full(37 * comm.size, -1, np.int64)
+        comm.all_gather(x, y, algo=algo)
+        return y
+
+    monkeypatch.setattr(stream_copy, "copy", counted)
+    block, expected = 37 * 8, np.concatenate([np.arange(37) + 1000 * p for p in range(nranks)])
+    config = CommConfig(buffsize=256, timeout=60, ll_bytes=0, stream_bytes=1 << 20, stream_shared_bytes=block)
+    with nbcoll.use_backend("numpy"):
+        for algo, staged in [("ring", nranks * (nranks - 1) * block), ("direct", nranks * block if nranks > 1 else 0)]:
+            for settings, expected_bytes in [
+                (config, staged),
+                (dataclasses.replace(config, stream_shared_bytes=16 << 10), 0),
+            ]:
+                streamed.clear()
+                for y in loopback.run(nranks, gather, algo, config=settings):
+                    assert np.array_equal(y, expected), algo
+                assert sum(streamed) == expected_bytes, (algo, settings.stream_shared_bytes, streamed)
+
+
+def test_the_settings_are_read_once_and_checked():
     assert CommConfig.from_env({}).stream_bytes == 8 << 20
     assert CommConfig.from_env({"NBCOLL_STREAM_BYTES": "0"}).stream_bytes == 0
+    assert CommConfig.from_env({}).stream_shared_bytes == 16 << 10
+    assert CommConfig.from_env({"NBCOLL_STREAM_SHARED_BYTES": "0"}).stream_shared_bytes == 0
+    with pytest.raises(ValueError, match="NBCOLL_STREAM_SHARED_BYTES: must be >= 0"):
+        CommConfig.from_env({"NBCOLL_STREAM_SHARED_BYTES": "-8"})
     with pytest.raises(ValueError, match="NBCOLL_STREAM_BYTES: must be >= 0"):
         CommConfig.from_env({"NBCOLL_STREAM_BYTES": "-1"})
     with pytest.raises(ValueError, match="NBCOLL_STREAM_BYTES: must be >= 0"):

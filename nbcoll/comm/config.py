@@ -7,38 +7,41 @@ Example::
     config.chunk_bytes                  # NBCOLL_BUFFSIZE // NBCOLL_STEPS
     config.nchannels                    # NBCOLL_NCHANNELS connection sets per pair of ranks
 
-========================== ========= ===================================================================
-variable                   default   meaning
-========================== ========= ===================================================================
-``NBCOLL_TIMEOUT``         300       seconds a wait may make no progress before ``CommTimeoutError``
-``NBCOLL_BUFFSIZE``        4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE), per channel
-``NBCOLL_STEPS``           8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk;
-                                     also the rounds an LL buffer holds (:mod:`nbcoll.comm.ll`)
-``NBCOLL_NCHANNELS``       2         connection sets per pair of ranks (NCCL's channels), 1 to 16
-``NBCOLL_TRANSPORT``       (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
-``NBCOLL_RANKS_PER_NODE``  (real)    pretend that every k consecutive ranks of a machine form a node
-``NBCOLL_MPI_CUDA_AWARE``  0         1: hand device pointers to MPI instead of staging through the host
-``NBCOLL_DEBUG``           (off)     ``WARN``, ``INFO`` or ``TRACE``
-``NBCOLL_DEBUG_SUBSYS``    ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
-``NBCOLL_FLIGHT_RECORDER`` 32        operations each rank remembers for error messages
-``NBCOLL_ALGO``            (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
-``NBCOLL_CHECK``           0         1: compare every collective call's signature across ranks first
-``NBCOLL_TRACE``           (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
-``NBCOLL_TUNER_FILE``      (cache)   the tuner's calibration file (:mod:`.tuner`)
-``NBCOLL_LL_BYTES``        65536     largest per-rank message a one-shot collective sends with the LL protocol
-                                     (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8. On the ``cuda``
-                                     backend the default is 0: there each poll is a kernel launch and a copy back,
-                                     and small collectives took about half as long on the window path
-``NBCOLL_LL_COMPILED``     0         1: on the ``numpy`` backend, an LL step writes and polls through compiled loops
-                                     (:mod:`nbcoll.kernels.ll_host`): small collectives cost less, and each process
-                                     pays about 0.25 s of Numba start-up at its first LL round
-``NBCOLL_CMA_BYTES``       8388608   smallest unregistered input of a direct all-gather, all-to-all or broadcast
-                                     that its peers read straight out of its process (``numpy``, ``sim``;
-                                     :mod:`nbcoll.comm.transport.cross_memory`); 0 turns it off
-``NBCOLL_STREAM_BYTES``    8388608   smallest output of a collective whose chunks the ``numpy`` backend copies into
-                                     it with streaming stores, around the caches, on an x86-64 CPU
-                                     (:mod:`nbcoll.kernels.stream_copy`); 0 turns it off
-========================== ========= ===================================================================
+============================== ========= ===================================================================
+variable                       default   meaning
+============================== ========= ===================================================================
+``NBCOLL_TIMEOUT``             300       seconds a wait may make no progress before ``CommTimeoutError``
+``NBCOLL_BUFFSIZE``            4194304   bytes of one connection's FIFO (NCCL_BUFFSIZE), per channel
+``NBCOLL_STEPS``               8         slots of that FIFO (NCCL_STEPS), at least 2; a slot holds one chunk; also the
+                                         rounds an LL buffer holds (:mod:`nbcoll.comm.ll`)
+``NBCOLL_NCHANNELS``           2         connection sets per pair of ranks (NCCL's channels), 1 to 16
+``NBCOLL_TRANSPORT``           (auto)    ``ipc`` or ``mpi`` forces one transport for every peer pair
+``NBCOLL_RANKS_PER_NODE``      (real)    pretend that every k consecutive ranks of a machine form a node
+``NBCOLL_MPI_CUDA_AWARE``      0         1: hand device pointers to MPI instead of staging through the host
+``NBCOLL_DEBUG``               (off)     ``WARN``, ``INFO`` or ``TRACE``
+``NBCOLL_DEBUG_SUBSYS``        ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
+``NBCOLL_FLIGHT_RECORDER``     32        operations each rank remembers for error messages
+``NBCOLL_ALGO``                (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
+``NBCOLL_CHECK``               0         1: compare every collective call's signature across ranks first
+``NBCOLL_TRACE``               (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
+``NBCOLL_TUNER_FILE``          (cache)   the tuner's calibration file (:mod:`.tuner`)
+``NBCOLL_LL_BYTES``            65536     largest per-rank message a one-shot collective sends with the LL protocol
+                                         (:mod:`nbcoll.comm.ll`); 0 turns LL off; a multiple of 8. On the ``cuda``
+                                         backend the default is 0: there each poll is a kernel launch and a copy back,
+                                         and small collectives took about half as long on the window path
+``NBCOLL_LL_COMPILED``         0         1: on the ``numpy`` backend, an LL step writes and polls through compiled loops
+                                         (:mod:`nbcoll.kernels.ll_host`): small collectives cost less, and each process
+                                         pays about 0.25 s of Numba start-up at its first LL round
+``NBCOLL_CMA_BYTES``           8388608   smallest unregistered input of a direct all-gather, all-to-all or broadcast
+                                         that its peers read straight out of its process (``numpy``, ``sim``;
+                                         :mod:`nbcoll.comm.transport.cross_memory`); 0 turns it off
+``NBCOLL_STREAM_BYTES``        8388608   smallest output of a collective whose chunks the ``numpy`` backend copies into
+                                         it with streaming stores, around the caches, on an x86-64 CPU
+                                         (:mod:`nbcoll.kernels.stream_copy`); 0 turns it off
+``NBCOLL_STREAM_SHARED_BYTES`` 16384     smallest collective whose copies into memory a peer reads next (a piece staged
+                                         in a direct window, a chunk in a peer's FIFO slot, LL lines) the ``numpy``
+                                         backend makes with streaming stores, on an x86-64 CPU; 0 turns it off
+============================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
 of ``NBCOLL_BUFFSIZE`` bytes and its own step counters, so ``NBCOLL_BUFFSIZE`` is per channel, as NCCL_BUFFSIZE
@@ -48,7 +51,7 @@ machine, each rank's direct window holds ``NBCOLL_BUFFSIZE`` for every two ranks
 (:func:`nbcoll.comm.algorithms.direct.window_bytes`).
 
 A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
-``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.
+``CommConfig``). ``split``    , ``dup`` and ``shrink`` keep their parent's settings.
 """
 
 from __future__ import annotations
@@ -149,6 +152,7 @@ class CommConfig:
     ll_compiled: bool = False
     cma_bytes: int = 8 << 20
     stream_bytes: int = 8 << 20
+    stream_shared_bytes: int = 16 << 10
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -169,6 +173,10 @@ class CommConfig:
             raise ValueError(f"NBCOLL_CMA_BYTES: must be >= 0 (0 turns cross-memory reads off), got {self.cma_bytes}")
         if self.stream_bytes < 0:
             raise ValueError(f"NBCOLL_STREAM_BYTES: must be >= 0 (0 turns streaming off), got {self.stream_bytes}")
+        if self.stream_shared_bytes < 0:
+            raise ValueError(
+                f"NBCOLL_STREAM_SHARED_BYTES: must be >= 0 (0 turns streaming off), got {self.stream_shared_bytes}"
+            )
         from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
 
         parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
@@ -213,4 +221,5 @@ class CommConfig:
             ll_compiled=env.get("NBCOLL_LL_COMPILED", "0").strip() == "1",
             cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
             stream_bytes=_int(env, "NBCOLL_STREAM_BYTES", 8 << 20, 0),
+            stream_shared_bytes=_int(env, "NBCOLL_STREAM_SHARED_BYTES", 16 << 10, 0),
         )

@@ -79,8 +79,8 @@ class Engine:
         self._ll: LLBuffers | None = None
         self._ll_made = False
         self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
-        streams = backend.get_backend() == "numpy" and stream_copy.available()  # host arrays, on an x86-64 CPU
-        self._stream_bytes = config.stream_bytes if streams else 0
+        self._stream_bytes = config.stream_bytes if stream_copy.on_host() else 0
+        self._stream_shared_bytes = config.stream_shared_bytes if stream_copy.on_host() else 0
         self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
@@ -289,6 +289,7 @@ class Engine:
             ll=ll,
             call=f"{name} ({algo})",
             stream_bytes=self._stream_bytes,
+            stream_shared_bytes=self._stream_shared_bytes,
         )
         if comm.size == 1:
             channels = [single_rank(ctx, single)]
@@ -374,7 +375,11 @@ class Engine:
         if not self._ll_made:
             config = self.comm.config
             windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps))
-            self._ll = None if windows is None else LLBuffers(windows, config.steps, compiled=config.ll_compiled)
+            self._ll = (
+                None
+                if windows is None
+                else LLBuffers(windows, config.steps, config.ll_compiled, stream_bytes=self._stream_shared_bytes)
+            )
             self._ll_made = True
         return self._ll
 

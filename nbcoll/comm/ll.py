@@ -74,11 +74,14 @@ class LLBuffers:
         ll.capacity(np.float32)            # elements of one round: 16384
     """
 
-    def __init__(self, windows: Any, slots: int, compiled: bool = False) -> None:
+    def __init__(self, windows: Any, slots: int, compiled: bool = False, stream_bytes: int = 0) -> None:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
         self.rank, self.nranks, self.slots = windows.rank, windows.nranks, slots
         # NBCOLL_LL_COMPILED: steps write and poll through kernels.ll_host (the numpy backend's only)
         self.compiled = compiled and backend.get_backend() == "numpy"
+        # NBCOLL_STREAM_SHARED_BYTES: a step that writes at least so many bytes of lines writes them around the
+        # caches (kernels.ll_host.stream_store; numpy backend, x86-64; 0: never)
+        self.stream_bytes = stream_bytes
         self.lines_per_slot = windows.nbytes // (slots * LINE_BYTES)
         self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0

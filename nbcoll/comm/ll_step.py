@@ -34,7 +34,7 @@ from nbcoll.kernels import copy as copy_kernels
 from nbcoll.kernels import ll as ll_kernels
 from nbcoll.kernels import ll_host
 from nbcoll.kernels.dispatch import resolve
-from nbcoll.kernels.ll import WORD_BYTES
+from nbcoll.kernels.ll import LINE_BYTES, WORD_BYTES
 
 if TYPE_CHECKING:
     from nbcoll.comm.ll import LLBuffers
@@ -128,7 +128,10 @@ class LLStep:
         self.send = [_Peer(p) for p in ll.others] if self.stores else []
         self.recv = [_Peer(p) for p in self.sources]
         # Each launch's backend half, chosen once: a replay reruns this step on every call
-        self.store_lines, self.load_lines = resolve(ll_kernels.store_lines), resolve(ll_kernels.load_lines)
+        written = len(self.stored_segments) * self.words * LINE_BYTES  # this step's lines, in bytes
+        self.streams = bool(ll.stream_bytes) and written >= ll.stream_bytes
+        self.store_lines = ll_host.stream_store if self.streams else resolve(ll_kernels.store_lines)
+        self.load_lines = resolve(ll_kernels.load_lines)
         self.first_round = resolve(ll_kernels.first_round)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
         self.cuts: list[_SlotLines | None] = [None] * ll.slots  # each slot's lines, cut when a round first needs them
@@ -343,7 +346,8 @@ class LLStep:
             for s in self.stored_segments:
                 self._segment_words(s)
             words = ll.staging
-        ll_host.write(ll.line_views[ll.rank], self.cut.line_at, words, self.word_at, self.words, self.round_word)
+        ll_host.write(ll.line_views[ll.rank], self.cut.line_at, words, self.word_at, self.words, self.round_word,
+                      self.streams)  # fmt: skip
 
     def _write_launched(self) -> None:
         """Segment by segment, a launch each (an all-to-all's own segment is read by no one)."""

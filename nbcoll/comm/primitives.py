@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll import memory
-from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from, copy_device
+from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from
 from nbcoll.comm.counters import PeerCounters
 from nbcoll.comm.errors import CommMismatchError
 from nbcoll.kernels import combine as combine_kernels
@@ -112,7 +112,9 @@ class Prims:
     it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
     per-peer counters to charge (``rank``'s own entry counts the copies within this rank). ``windows`` are the
     peers' windows and registered buffers, for the ``direct_*`` steps; ``by_address``: an unregistered input may
-    be lent by its address, which only collectives that copy it do (a fold's input never is).
+    be lent by its address, which only collectives that copy it do (a fold's input never is). ``stream_bytes``:
+    an output of at least so many bytes is copied into with streaming stores; ``stream_shared_bytes``: so is every
+    copy into memory a peer reads next, when ``local`` or ``out`` has at least so many bytes (``copy_shared``).
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class Prims:
         by_address: bool = True,
         call: str = "",
         stream_bytes: int = 0,
+        stream_shared_bytes: int = 0,
     ) -> None:
         self.local, self.out = local, out
         self.recv_conns, self.send_conns = list(recv), list(send)
@@ -157,6 +160,14 @@ class Prims:
         # dst[:] = src for a chunk of an output (this rank's, or one a broadcast root writes into): chosen here,
         # once, so that a step's copy costs no more than the copy it replaced.
         self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else resolve(copy_chunk)
+        # dst[:] = src into a peer's FIFO slot or this rank's window, which a peer reads next. An ordinary store
+        # first takes the line back from the reader's cache, which on some machines costs several times the copy
+        # itself; a streaming store writes the whole line without that (NBCOLL_STREAM_SHARED_BYTES, the
+        # Performance page's "Copies into memory a peer reads"). Small collectives keep ordinary stores: they
+        # save little, and the compiled loop costs a process about 0.2 s to load the first time.
+        largest = max(0 if b is None else b.nbytes for b in (local, out))
+        streams_shared = bool(stream_shared_bytes) and largest >= stream_shared_bytes
+        self.copy_shared: Callable[[Any, Any], Any] = stream_copy.copy if streams_shared else resolve(copy_chunk)
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
@@ -369,8 +380,8 @@ class Step:
         for conn in self.recv if flags & _REDUCE else ():
             p.charge_copy(conn.peer, nbytes)  # the fold read the peer's slot
         for conn in self.send:
-            if conn is not folded_into:
-                copy_device(conn.slot()[:nbytes].view(p.dtype), value)
+            if conn is not folded_into and nbytes:
+                p.copy_shared(conn.slot()[:nbytes].view(p.dtype), value)
             p.charge_copy(conn.peer, nbytes)  # written into the peer's slot (by the copy, or by the fold)
             conn.post(nbytes, True)
             p.charge(conn.peer, nbytes, sent=True)

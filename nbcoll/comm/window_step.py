@@ -159,7 +159,7 @@ class WindowStep(_RoundStep):
             for q in readers:
                 if self.nbytes:
                     start = q * self.in_block + lo
-                    p.copy_out(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
+                    p.copy_shared(w.view(me, self.nbytes, p.dtype, self._slot(q)), p.local[start : start + hi - lo])
                     p.charge_copy(me, self.nbytes)
             synchronize()  # the window's bytes land before the flag that announces them
         w.posted[me] = self.round

@@ -15,9 +15,14 @@ in one call, as a GPU runs them in its kernels. They are the loops the kernels r
             returns how many sources are still incomplete
 
 Each store is one aligned 8-byte access, as in the kernel and the NumPy reference, so a reader never sees a flag
-without its data. A poll is one look with no spin inside: the watchdog calls it again, so no load can be hoisted
-out of a wait. A poll that finds a source complete puts its words where they go in the same pass: the snapshot a
-fold reads, or the output block itself.
+without its data. A step that writes ``NBCOLL_STREAM_SHARED_BYTES`` of lines or more (16 KiB) stores them in
+streaming stores, which do not first take each line back from the cache of the peer that polled it
+(:mod:`nbcoll.kernels.stream_copy`), and an uncompiled one writes them through :func:`stream_store`, the same loop:
+a streaming store is one 8-byte access too.
+
+A poll is one look with no spin inside: the watchdog calls it again, so no load can be hoisted out of a wait. A
+poll that finds a source complete puts its words where they go in the same pass: the snapshot a fold reads, or
+the output block itself.
 
 Example::
 
@@ -38,6 +43,7 @@ import numpy as np
 from numba import njit
 
 from nbcoll.kernels.ll import DATA_MASK, ROUND_SHIFT
+from nbcoll.kernels.stream_copy import store_fence, stream_word
 
 # cache=True: a process loads the compiled loops from __pycache__ instead of compiling them again (about a second).
 # boundscheck=True: an index past an array raises IndexError instead of writing into whatever memory follows, which
@@ -48,14 +54,34 @@ from nbcoll.kernels.ll import DATA_MASK, ROUND_SHIFT
 
 
 @njit(cache=True, boundscheck=True)
-def write(lines, line_at, words, word_at, count, flag):  # pragma: no cover (compiled)
+def write(lines, line_at, words, word_at, count, flag, stream=False):  # pragma: no cover (compiled)
     """``for k, i: lines[line_at[k] + i] = flag << 32 | words[word_at[k] + i]``: each segment ``k`` of this rank's
-    words into its lines (one segment; an all-to-all's or a reduce-scatter's one per peer)."""
+    words into its lines (one segment; an all-to-all's or a reduce-scatter's one per peer). ``stream``: in
+    streaming stores, then a store fence (``NBCOLL_STREAM_SHARED_BYTES``; :mod:`nbcoll.kernels.stream_copy`)."""
     high = np.uint64(flag) << ROUND_SHIFT
+    base = np.int64(lines.ctypes.data)  # signed: uint64 with int64 is float64
     for k in range(line_at.size):
         line, word = line_at[k], word_at[k]
-        for i in range(count):
-            lines[line + i] = high | words[word + i]
+        if stream:  # stores by address are not bounds-checked: check the segment once
+            if line < 0 or word < 0 or line + count > lines.size or word + count > words.size:
+                raise IndexError("ll_host.write: a segment past the lines or the words")
+            for i in range(count):
+                stream_word(base + 8 * (line + i), high | np.uint64(words[word + i]))
+        else:
+            for i in range(count):
+                lines[line + i] = high | words[word + i]
+    if stream:
+        store_fence()
+
+
+_FIRST = np.zeros(1, np.int64)  # one segment, from the first line and the first word
+
+
+def stream_store(lines: np.ndarray, words: np.ndarray, flag_high: int) -> None:
+    """``for i: lines[i] = flag_high | words[i]`` (:func:`nbcoll.kernels.ll.store_reference`) in streaming stores,
+    each line one aligned 8-byte access, then a store fence: the ``numpy`` backend's LL write with
+    ``NBCOLL_STREAM_SHARED_BYTES``. ``lines`` and ``words`` are of one size (the LL step cut them so)."""
+    write(lines, _FIRST, words, _FIRST, lines.size, flag_high >> ROUND_SHIFT, True)
 
 
 @njit(cache=True, boundscheck=True)

@@ -11,6 +11,17 @@ all-gathers, broadcasts and all-to-alls that streamed took 0.62-0.94 of the time
 0.69-0.93 at 2 ranks, except the 2-rank all-gathers of 8 and 16 MiB (0.86-1.15), but 0.83-1.64 at 4 MiB, whose
 outputs stay in the caches: ``NBCOLL_STREAM_BYTES`` (8 MiB) is where a collective starts to stream.
 
+The collectives also stream every copy into memory a peer reads next, from ``NBCOLL_STREAM_SHARED_BYTES`` (16 KiB)
+up: a piece staged in a direct window, a chunk written into a peer's FIFO slot and an LL step's lines
+(:func:`nbcoll.kernels.ll_host.stream_store`). The reader has read the same lines a round before, so an ordinary
+store must first take each one back from the reader's cache. On a machine whose two cores share a cache that costs
+little, but on one where they do not (a virtual machine's cores may be placed either way, and moved while it runs),
+it took several times the copy itself: 1 MiB written into lines the other process had read took 25 us with ordinary
+stores in some minutes and 360-430 us in others, and 40 us with streaming stores in both. The reader then finds the
+bytes in memory rather than in a cache (37 us against 24 in the quick minutes), so the streamed copy costs up to
+about half as much again there and saves up to five times the time elsewhere (the Performance page, *Copies into
+memory a peer reads*).
+
 The C library streams too, but only above ``glibc.cpu.x86_non_temporal_threshold``, which it derives from the
 size of the shared cache: a collective copies in pieces of a megabyte or two, far below it, and on a virtual
 machine that reports a large last-level cache the threshold can be hundreds of megabytes.
@@ -48,6 +59,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from nbcoll import backend
+
 LINE = 32
 """Bytes one streaming store writes (an AVX register; every x86-64 CPU of the last decade has them)."""
 
@@ -74,7 +87,21 @@ def _stream_line(typingctx: Any, dst_address: Any, src_address: Any) -> Any:  # 
 
 
 @intrinsic
-def _store_fence(typingctx: Any) -> Any:  # pragma: no cover (compiled)
+def stream_word(typingctx: Any, address: Any, value: Any) -> Any:  # pragma: no cover (compiled)
+    """``*address = value`` for a ``uint64`` at an 8-byte aligned address, in one streaming store: one access, so a
+    reader sees the old word or the new one, never half of each (an LL line, :mod:`nbcoll.kernels.ll_host`)."""
+    signature = types.void(address, value)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        store = builder.store(args[1], builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=8)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def store_fence(typingctx: Any) -> Any:  # pragma: no cover (compiled)
     """``sfence``: every store before it, streaming ones included, is visible before any store after it."""
     signature = types.void()
 
@@ -105,13 +132,19 @@ def _stream_bytes(dst, src):  # pragma: no cover (compiled)
         _stream_line(dst_at + offset, src_at + offset)
     for i in range(head + lines * LINE, n):
         dst[i] = src[i]
-    _store_fence()
+    store_fence()
 
 
 @functools.cache
 def available() -> bool:
     """Whether this CPU streams: an x86-64 one (the fence and the stores are x86's)."""
     return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def on_host() -> bool:
+    """Whether this process's collectives can stream: they copy host arrays (the ``numpy`` backend) on a CPU that
+    streams."""
+    return backend.get_backend() == "numpy" and available()
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> np.ndarray:

@@ -85,6 +85,7 @@ class Context:
     nchannels: int = 1  # how many channels the collective is split across
     call: str = ""  # the collective and its algorithm, "all_gather (direct)": what a step's own errors name
     stream_bytes: int = 0  # outputs of at least so many bytes are copied into with streaming stores (0: never)
+    stream_shared_bytes: int = 0  # collectives of at least so many bytes stream their copies a peer reads (0: never)
 
     def part(self, lo: int, hi: int) -> Span:
         """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
@@ -123,6 +124,7 @@ class Context:
             by_address=by_address,
             call=self.call,
             stream_bytes=self.stream_bytes,
+            stream_shared_bytes=self.stream_shared_bytes,
         )
 
 
