@@ -139,17 +139,19 @@ def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):
         x = nbcoll.to_device(np.arange(37, dtype=np.int64) + 1000 * comm.rank)
         y = nbcoll.zeros(37 * comm.size, np.int64)
         comm.all_gather(x, y, algo="direct")
-        return nbcoll.to_host(y), comm.engine._stream_bytes
+        return nbcoll.to_host(y), comm.engine._stream_bytes, comm.engine._stream_shared_bytes
 
     expected = np.concatenate([np.arange(37) + 1000 * p for p in range(2)])
     small = CommConfig(buffsize=256, ll_bytes=0, stream_bytes=1 << 20, stream_shared_bytes=0)
+    every_copy = dataclasses.replace(STREAM_EVERY_OUTPUT, stream_shared_bytes=8)
     for backend, config, streams in [("numpy", small, 1 << 20),
                                      ("numpy", dataclasses.replace(small, stream_bytes=0), 0),
-                                     ("sim", STREAM_EVERY_OUTPUT, 0)]:  # fmt: skip
+                                     ("sim", every_copy, 0)]:  # fmt: skip
         with nbcoll.use_backend(backend):
-            for y, stream_bytes in loopback.run(2, gather, config=config):
+            for y, stream_bytes, stream_shared_bytes in loopback.run(2, gather, config=config):
                 assert np.array_equal(y, expected)
                 assert stream_bytes == (streams if stream_copy.available() else 0)
+                assert stream_shared_bytes == 0  # off on numpy here; never on sim, whatever the setting
     assert streamed == []
 
 
