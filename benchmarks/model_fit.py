@@ -299,9 +299,10 @@ def fit_runs(paths: list[str]) -> int:
     n, config = counts.pop(), CommConfig()
     fitted = refit([r for _, rows in runs for r in rows], n, config.chunk_bytes, config.buffsize)
     model = one_node_model(fitted["alpha"], fitted["beta"], fitted["gamma"], fitted["gamma_replay"])
+    defaults = default_model()
     print("# run: median |error|, choice within 10% of the fastest; with today's defaults, then with the fit")
     for path, (_, rows) in zip(paths, runs, strict=True):
-        today, fit = score(rows, n, default_model()), score(rows, n, model)
+        today, fit = score(rows, n, defaults), score(rows, n, model)
         print(f"{Path(path).name}: {today['median_abs_error']:.0%}, {today['choice_within_10pct']:.0%}; "
               f"{fit['median_abs_error']:.0%}, {fit['choice_within_10pct']:.0%}")  # fmt: skip
     print(f"# {len(runs)} runs together: {refit_sentence(fitted)}")

@@ -48,15 +48,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def write(way: str, dst: np.ndarray, src: np.ndarray) -> None:
-    from nbcoll.kernels import stream_copy
-
-    if way == "streaming":
-        stream_copy.copy(dst, src)
-    else:
-        np.copyto(dst, src)
-
-
 def run_rank(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
@@ -67,13 +58,14 @@ def run_rank(args: argparse.Namespace) -> int:
     if world.Get_size() != 2:
         raise SystemExit(f"shared_lines.py: runs on 2 ranks, a writer and a reader, got {world.Get_size()}")
     ways = WAYS if stream_copy.available() else ("ordinary", "unread")
+    write = {"ordinary": np.copyto, "streaming": stream_copy.copy, "unread": np.copyto}  # dst, src
     nbytes, rank = parse_size(args.bytes), world.Get_rank()
     window = MPI.Win.Allocate_shared(3 * nbytes if rank == 0 else 0, 1, comm=world)
     memory, _ = window.Shared_query(0)
     shared = np.ndarray(3 * nbytes, np.uint8, buffer=memory)
     src = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)  # the writer's, and what the reader expects
     dst = np.zeros(nbytes, np.uint8)
-    write(ways[1], dst[:64], src[:64])  # the compiled copy is loaded before the first timed round
+    write[ways[1]](dst[:64], src[:64])  # the compiled copy is loaded before the first timed round
     times: dict[tuple[str, str], list[float]] = {(way, who): [] for way in ways for who in ("writer", "reader")}
     wrong = 0
     for round_ in range(args.rounds):
@@ -83,7 +75,7 @@ def run_rank(args: argparse.Namespace) -> int:
         world.Barrier()
         if rank == 0:
             start = time.perf_counter()
-            write(way, region, src)
+            write[way](region, src)
             times[(way, "writer")].append(time.perf_counter() - start)
         world.Barrier()
         if rank == 1 and way != "unread":

@@ -51,7 +51,7 @@ machine, each rank's direct window holds ``NBCOLL_BUFFSIZE`` for every two ranks
 (:func:`nbcoll.comm.algorithms.direct.window_bytes`).
 
 A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
-``CommConfig``). ``split``    , ``dup`` and ``shrink`` keep their parent's settings.
+``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.
 """
 
 from __future__ import annotations

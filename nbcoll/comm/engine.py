@@ -79,8 +79,9 @@ class Engine:
         self._ll: LLBuffers | None = None
         self._ll_made = False
         self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
-        self._stream_bytes = config.stream_bytes if stream_copy.on_host() else 0
-        self._stream_shared_bytes = config.stream_shared_bytes if stream_copy.on_host() else 0
+        streams = stream_copy.on_host()  # host arrays, on an x86-64 CPU
+        self._stream_bytes = config.stream_bytes if streams else 0
+        self._stream_shared_bytes = config.stream_shared_bytes if streams else 0
         self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
 
     # -- numbering and refusals ---------------------------------------------------------------------------------

@@ -159,7 +159,8 @@ class Prims:
         self.streams = bool(stream_bytes) and out is not None and out.nbytes >= stream_bytes
         # dst[:] = src for a chunk of an output (this rank's, or one a broadcast root writes into): chosen here,
         # once, so that a step's copy costs no more than the copy it replaced.
-        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else resolve(copy_chunk)
+        ordinary = resolve(copy_chunk)
+        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else ordinary
         # dst[:] = src into a peer's FIFO slot or this rank's window, which a peer reads next. An ordinary store
         # first takes the line back from the reader's cache, which on some machines costs several times the copy
         # itself; a streaming store writes the whole line without that (NBCOLL_STREAM_SHARED_BYTES, the
@@ -167,7 +168,7 @@ class Prims:
         # save little, and the compiled loop costs a process about 0.2 s to load the first time.
         largest = max(0 if b is None else b.nbytes for b in (local, out))
         streams_shared = bool(stream_shared_bytes) and largest >= stream_shared_bytes
-        self.copy_shared: Callable[[Any, Any], Any] = stream_copy.copy if streams_shared else resolve(copy_chunk)
+        self.copy_shared: Callable[[Any, Any], Any] = stream_copy.copy if streams_shared else ordinary
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
