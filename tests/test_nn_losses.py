@@ -102,6 +102,44 @@ def test_cross_entropy_known_values(numpy_backend):
         assert math.isnan(nn.CrossEntropyLoss(ignore_index=0)(logits, [0]).item())
 
 
+ALL_IGNORED_CASES = {
+    "ce": (nn.CrossEntropyLoss, {}),
+    "ce-smoothing": (nn.CrossEntropyLoss, {"label_smoothing": 0.2}),
+    "ce-weights": (nn.CrossEntropyLoss, {"weight": [0.5, 2.0, 1.0]}),
+    "ce-weights-smoothing": (nn.CrossEntropyLoss, {"weight": [0.5, 2.0, 1.0], "label_smoothing": 0.3}),
+    "nll": (nn.NLLLoss, {}),
+    "nll-weights": (nn.NLLLoss, {"weight": [0.5, 2.0, 1.0]}),
+}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", sorted(ALL_IGNORED_CASES))
+def test_a_batch_of_ignored_targets_gives_zero_gradients(numpy_backend, rng, name, reduction):
+    # As in PyTorch: nothing counts, so the gradient is zero everywhere; the mean over no targets is NaN.
+    loss_class, options = ALL_IGNORED_CASES[name]
+    loss_fn = loss_class(reduction=reduction, **options)
+    for shape, targets in (((4, 3), np.full(4, -100)), ((2, 3, 2), np.full((2, 2), -100))):
+        x = leaf(rng, *shape)
+        loss = loss_fn(x, targets)
+        loss.sum().backward()
+        if reduction == "mean":
+            assert math.isnan(loss.item())
+        else:
+            np.testing.assert_array_equal(loss.numpy(), np.zeros(() if reduction == "sum" else targets.shape))
+        np.testing.assert_array_equal(x.grad.numpy(), np.zeros(shape))
+
+
+def test_an_optimizer_step_on_an_ignored_batch_leaves_the_parameters_finite(numpy_backend, rng):
+    layer = nn.Linear(4, 3, dtype=np.float64)
+    before = [p.numpy().copy() for p in layer.parameters()]
+    optimizer = nbcoll.optim.SGD(layer.parameters(), lr=0.1)
+    loss = nn.CrossEntropyLoss(label_smoothing=0.1)(layer(tensor(rng.standard_normal((5, 4)))), np.full(5, -100))
+    loss.backward()
+    optimizer.step()
+    for p, old in zip(layer.parameters(), before, strict=True):
+        np.testing.assert_array_equal(p.numpy(), old)  # a zero gradient moves nothing
+
+
 def test_cross_entropy_with_class_probabilities(numpy_backend, rng):
     x = leaf(rng, 3, 4)
     p = rng.dirichlet(np.ones(4), size=3)

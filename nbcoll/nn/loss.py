@@ -10,6 +10,7 @@ Class targets are checked on the host before anything runs: a target outside ``[
     cross entropy: logp = log_softmax(x, class axis), then
                    loss[i] = (1 - eps) * nll[i] - eps / C * sum_c w[c] * logp[i, c]    (label smoothing eps)
     mean:          sum_i loss[i] / sum_i w[t_i]                       (over the targets not ignored)
+                   NaN when nothing counts, with zero gradients, as in PyTorch
 
 Example::
 
@@ -146,7 +147,12 @@ class NLLLoss(Module):
     def _finish(self, per_position: Tensor, weights: np.ndarray, target_shape: tuple[int, ...]) -> Tensor:
         if self.reduction == "none":
             return per_position.reshape(target_shape)
-        return _reduce(per_position, self.reduction, float(weights.sum()))
+        divisor = float(weights.sum())
+        if self.reduction == "mean" and divisor == 0:
+            # Nothing counts (every target ignored, or weighted 0): the mean of no losses is NaN, as in PyTorch,
+            # but its gradient must stay zero, as PyTorch's does; dividing by 0 would send 0 * inf = NaN upstream.
+            return per_position.sum() * 0.0 + float("nan")
+        return _reduce(per_position, self.reduction, divisor)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002
         logp, targets, _ = self._rows(input, target)

@@ -245,16 +245,24 @@ class VocabParallelEmbedding(Module):
         return f"{self.num_embeddings} split over {self.comm.size}, {self.embedding_dim}"
 
 
-def vocab_parallel_cross_entropy(local_logits: Tensor, targets: Any, comm: Communicator) -> Tensor:
+def vocab_parallel_cross_entropy(
+    local_logits: Tensor, targets: Any, comm: Communicator, ignore_index: int | None = None
+) -> Tensor:
     """Mean cross-entropy of logits split over the vocabulary, without ever gathering the full logits.
 
     ``local_logits`` (.., V / n) are this rank's columns ``[rank * V / n, (rank + 1) * V / n)`` (the output of a
-    ColumnParallelLinear head); ``targets`` (..) hold full-vocabulary ids. Per row, with ``m`` the global max::
+    ColumnParallelLinear head); ``targets`` (..) hold full-vocabulary ids, the same on every rank. Per row, with
+    ``m`` the global max::
 
         loss = log(sum over ranks of sum_v exp(z_v - m)) - (z_target - m)
 
     Only per-row numbers cross the ranks: the max (no gradient), the sum of exponentials and the target's logit
     (through ``g``, whose identity backward gives each rank ``softmax - onehot`` on its own columns).
+
+    A target outside ``[0, V)`` is a ``ValueError`` on every rank, before any collective: each rank knows ``V``
+    (its slice times the rank count) and sees the same targets, so all of them refuse together. With
+    ``ignore_index`` (off by default, as in Megatron, where a loss mask follows instead), rows whose target is
+    that value count for nothing, not even in the mean's divisor, as in ``nn.CrossEntropyLoss``.
 
     Example::
 
@@ -266,13 +274,18 @@ def vocab_parallel_cross_entropy(local_logits: Tensor, targets: Any, comm: Commu
         >>> loss = vocab_parallel_cross_entropy(logits, targets, comm)
         >>> bool(np.isclose(loss.item(), F.cross_entropy(logits, targets).item()))   # as on the full logits
         True
+        >>> padded = vocab_parallel_cross_entropy(logits, nbcoll.tensor([0, -100]), comm, ignore_index=-100)
+        >>> bool(np.isclose(padded.item(), F.cross_entropy(logits[:1], targets[:1]).item()))   # row 0 alone
+        True
         >>> comm.destroy()
     """
     per_rank = local_logits.shape[-1]
     logits = local_logits.reshape(-1, per_rank)
-    targets = (targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)).reshape(-1)
-    if targets.shape[0] != logits.shape[0] or targets.dtype.kind not in "iu":
+    targets = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
+    if targets.size != logits.shape[0] or targets.dtype.kind not in "iu":
         raise ValueError(f"targets: expected {logits.shape[0]} integer ids, got {targets.dtype} {targets.shape}")
+    keep = _check_vocab_targets(targets, per_rank * comm.size, ignore_index).reshape(-1)
+    targets = targets.reshape(-1)
     with no_grad():  # the shift only keeps exp() finite; its gradient cancels
         row_max = logits.max(axis=-1).data
         global_max = memory.empty(tuple(row_max.shape), row_max.dtype)
@@ -280,10 +293,30 @@ def vocab_parallel_cross_entropy(local_logits: Tensor, targets: Any, comm: Commu
     shifted = logits - Tensor(global_max).reshape(-1, 1)
     sum_exp = reduce_from_region(shifted.exp().sum(axis=-1), comm)
     local_target = targets - comm.rank * per_rank
-    mine = (local_target >= 0) & (local_target < per_rank)
+    mine = (local_target >= 0) & (local_target < per_rank) & keep
     picked = shifted.gather(Tensor(np.where(mine, local_target, 0).reshape(-1, 1)), axis=1).reshape(-1)
     target_logit = reduce_from_region(picked * Tensor(mine.astype(picked.dtype)), comm)
-    return (sum_exp.log() - target_logit).mean()
+    loss = sum_exp.log() - target_logit
+    if ignore_index is None:
+        return loss.mean()
+    kept = int(keep.sum())
+    total = (loss * Tensor(keep.astype(loss.dtype))).sum()
+    # No row counts: NaN as nn.CrossEntropyLoss gives, with zero gradients instead of 0 / 0's NaN.
+    return total / kept if kept else total * 0.0 + float("nan")
+
+
+def _check_vocab_targets(targets: np.ndarray, vocab: int, ignore_index: int | None) -> np.ndarray:
+    """Which targets count (all, or those not ``ignore_index``); a ``ValueError`` if one is not a class id."""
+    keep = np.ones(targets.shape, bool) if ignore_index is None else targets != ignore_index
+    bad = keep & ((targets < 0) | (targets >= vocab))
+    if bad.any():
+        at = tuple(int(p) for p in np.argwhere(bad)[0])
+        ignoring = "no ignore_index" if ignore_index is None else f"ignore_index is {ignore_index}"
+        raise ValueError(
+            f"targets: expected class ids in [0, {vocab}) (the full vocabulary; {ignoring}), got {targets[at]} at "
+            f"position {at} ({int(bad.sum())} bad target(s))"
+        )
+    return keep
 
 
 # -- one process's weights <-> this rank's shards --------------------------------------------------------------

@@ -25,9 +25,9 @@ from nbcoll import memory
 from nbcoll.kernels.elementwise import binary
 from nbcoll.kernels.reduce_axes import reduce
 from nbcoll.tensors.ops import elementwise as ew
+from nbcoll.tensors.ops import getitem as getitem_ops
 from nbcoll.tensors.ops import matmul, select
 from nbcoll.tensors.ops import reduce as reductions
-from nbcoll.tensors.ops import shape as shape_ops
 from nbcoll.tensors.ops import softmax as softmax_ops
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class TensorMethods:
         return bool(self.item())
 
     def __getitem__(self, key: Any) -> Tensor:
-        return shape_ops.getitem(self, key)
+        return getitem_ops.getitem(self, key)
 
     # -- elementwise methods -----------------------------------------------------------------------------------
 

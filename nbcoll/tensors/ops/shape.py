@@ -1,15 +1,16 @@
-"""Operations that move elements without changing them: reshape, permute, index_select and basic indexing.
+"""Operations that move elements without changing them: reshape, permute and index_select.
 
 Their backward moves the gradient back the same way::
 
     y = x.reshape(s)            dx = dy.reshape(x.shape)
     y = x.transpose(axes)       dx = dy.transpose(inverse of axes)
     y = index_select(x, d, i)   dx = zeros(x.shape), then dx[.., i[j], ..] += dy[.., j, ..]   (along axis d)
-    y = x[1, 2:5]               one index_select per indexed axis, then a reshape that drops integer axes
+
+Indexing, ``x[key]``, is made of them (:mod:`nbcoll.tensors.ops.getitem`).
 
 Example::
 
-    y = getitem(x, (slice(None), 2))        # what x[:, 2] does
+    y = IndexSelect.apply(x, 1, index)      # what x.index_select(1, index) does
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nbcoll import memory
 from nbcoll.kernels import index as index_kernels
 from nbcoll.kernels.elementwise import binary, where
 from nbcoll.kernels.transpose import permute
-from nbcoll.tensors.arrays import broadcast_to, from_host, scalar
+from nbcoll.tensors.arrays import broadcast_to, scalar
 from nbcoll.tensors.function import Context, Function
 
 
@@ -110,46 +111,3 @@ class IndexSelect(Function):
         zeros = memory.zeros(ctx.x_shape, dy.dtype)
         scatter = index_kernels.scatter if ctx.unique else index_kernels.scatter_add
         return scatter(zeros, full_index, dy, ctx.axis), None, None
-
-
-def _expand_key(key: Any, ndim: int) -> list[Any]:
-    """The key as a list with one entry per axis of x, plus the ``None`` entries that insert new axes."""
-    key = list(key) if isinstance(key, tuple) else [key]
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(k is not None and k is not Ellipsis for k in key)
-    if used > ndim:
-        raise IndexError(f"too many indices: {used} given for a tensor of {ndim} dimensions")
-    fill = [slice(None)] * (ndim - used)
-    if Ellipsis in key:
-        at = next(i for i, k in enumerate(key) if k is Ellipsis)
-        return key[:at] + fill + key[at + 1 :]
-    return key + fill
-
-
-def getitem(x: Any, key: Any) -> Any:
-    """Basic indexing of a Tensor by integers, slices, ``...`` and ``None``; the result is a new Tensor."""
-    out_shape: list[int] = []
-    y, axis = x, 0
-    for k in _expand_key(key, x.ndim):
-        if k is None:
-            out_shape.append(1)
-            continue
-        size = x.shape[axis]
-        if isinstance(k, slice):
-            positions = range(*k.indices(size))
-            out_shape.append(len(positions))
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            if not -size <= int(k) < size:
-                raise IndexError(f"index {int(k)} is out of bounds for axis {axis} with size {size}")
-            positions = range(int(k) % size, int(k) % size + 1)
-        else:
-            raise TypeError(
-                f"index: only integers, slices, '...' and None are supported (basic indexing), got {k!r}; "
-                "use index_select or gather to pick elements by an index array"
-            )
-        if positions != range(size):
-            index = from_host(np.array(positions, dtype=np.int64))
-            y = IndexSelect.apply(y, axis, index, unique=True)
-        axis += 1
-    return Reshape.apply(y, tuple(out_shape))
