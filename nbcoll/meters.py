@@ -44,7 +44,12 @@ class AverageValueMeter:
         meter.value()                   # (2.0, 1.0)
 
     ``add(value, weight=n)`` counts ``value`` as ``n`` samples (a batch mean over ``n`` examples). The standard
-    deviation divides by ``count - 1``; it is NaN until the count exceeds 1, and the mean is NaN while empty.
+    deviation divides by ``count - 1`` (NumPy's ``ddof=1``); it is NaN until the count exceeds 1, and the mean is
+    NaN while empty.
+
+    The mean and the sum of squared deviations from it are updated as each value arrives (Welford's method,
+    weighted), rather than kept as a sum and a sum of squares: ``sum(x^2) - count * mean^2`` subtracts two
+    nearly equal numbers, and for values far from zero (1e9 + [0, 1, 2, 3]) it leaves rounding error only.
     """
 
     def __init__(self) -> None:
@@ -52,26 +57,28 @@ class AverageValueMeter:
 
     def reset(self) -> None:
         self.count = 0.0
-        self._sum = 0.0
-        self._sum_of_squares = 0.0
+        self._mean = 0.0
+        self._squared_deviations = 0.0  # sum over the samples of weight * (value - mean)^2
 
     def add(self, value: float, weight: float = 1.0) -> None:
         if not weight >= 0:
             raise ValueError(f"weight: must be >= 0, got {weight}")
+        if weight == 0:
+            return
         value = float(value)
         self.count += weight
-        self._sum += weight * value
-        self._sum_of_squares += weight * value * value
+        delta = value - self._mean
+        self._mean += delta * (weight / self.count)
+        # delta * (value - new mean) = delta^2 * (old count / new count): the weighted Welford update.
+        self._squared_deviations += weight * delta * (value - self._mean)
 
     def value(self) -> tuple[float, float]:
         """``(mean, std)``."""
         if self.count == 0:
             return math.nan, math.nan
-        mean = self._sum / self.count
         if self.count <= 1:
-            return mean, math.nan
-        variance = (self._sum_of_squares - self.count * mean * mean) / (self.count - 1)
-        return mean, math.sqrt(max(variance, 0.0))
+            return self._mean, math.nan
+        return self._mean, math.sqrt(max(self._squared_deviations, 0.0) / (self.count - 1))
 
 
 class TimeMeter:

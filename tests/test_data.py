@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nbcoll
-from nbcoll.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from nbcoll.data import DataLoader, Dataset, DistributedSampler, PrefetchIterator, TensorDataset, collate
 
 
 def prefetch_threads():
@@ -205,3 +205,116 @@ def test_distributed_sampler_epochs_and_loader():
     loader = DataLoader(dataset(10), batch_size=2, sampler=DistributedSampler(10, 2, 1, shuffle=False))
     assert [b[1].numpy().tolist() for b in loader] == [[1, 3], [5, 7], [9]]
     assert len(loader) == 3
+
+
+class StopsAt(Dataset):
+    """A dataset whose example ``bad`` raises StopIteration, from ``__getitem__`` or from ``get_batch``."""
+
+    def __init__(self, bad, in_get_batch=False):
+        self.bad, self.in_get_batch = bad, in_get_batch
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if i == self.bad and not self.in_get_batch:
+            raise StopIteration
+        return np.float32(i)
+
+    def get_batch(self, indices):
+        if self.in_get_batch and self.bad in indices:
+            raise StopIteration
+        return super().get_batch(indices)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("in_get_batch", [False, True])
+def test_stop_iteration_in_the_dataset_is_an_error_at_its_batch_not_the_end_of_the_epoch(prefetch, in_get_batch):
+    loader = DataLoader(StopsAt(bad=5, in_get_batch=in_get_batch), batch_size=2, prefetch=prefetch, device=False)
+    seen = []
+    with pytest.raises(RuntimeError, match=r"dataset: .*StopIteration.* batch 2 ") as info:
+        for batch in loader:
+            seen.append(batch.tolist())
+    assert seen == [[0, 1], [2, 3]]  # the batches before the bad one, then the error, not a shorter epoch
+    assert isinstance(info.value.__cause__, StopIteration)
+    assert not prefetch_threads()
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("bad", [0, 5, 9])
+def test_a_dataset_error_is_raised_at_its_batch_with_and_without_prefetch(prefetch, bad):
+    loader = DataLoader(FailsAt(bad=bad), batch_size=2, prefetch=prefetch, device=False)
+    seen = []
+    with pytest.raises(ValueError, match=f"example {bad} is unreadable"):
+        for batch in loader:
+            seen.append(batch.tolist())
+    assert len(seen) == bad // 2  # neither lost nor raised early
+    assert not prefetch_threads()
+
+
+def test_prefetch_iterator_turns_a_stop_iteration_of_make_into_an_error():
+    def make(i):
+        if i == 3:
+            raise StopIteration
+        return i
+
+    got = []
+    with pytest.raises(RuntimeError, match="StopIteration") as info:
+        for value in PrefetchIterator(make, range(6), depth=2):
+            got.append(value)
+    assert got == [0, 1, 2] and isinstance(info.value.__cause__, StopIteration)
+    assert not prefetch_threads()
+
+
+class Plain:
+    """Not an nbcoll Dataset: only ``len()`` and indexing, as a PyTorch map-style dataset."""
+
+    def __len__(self):
+        return 7
+
+    def __getitem__(self, i):
+        return np.full(2, i, np.float32), i
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_any_object_with_len_and_indexing_is_a_dataset(prefetch, shuffle):
+    def batches(data, device=False):
+        return list(DataLoader(data, batch_size=3, shuffle=shuffle, seed=4, prefetch=prefetch, device=device))
+
+    order = np.concatenate([b[0] for b in batches(TensorDataset(np.arange(7)))])  # the loader's order of 0..6
+
+    numbers = batches([10 * i for i in range(7)])
+    assert all(isinstance(b, np.ndarray) for b in numbers)
+    np.testing.assert_array_equal(np.concatenate(numbers), 10 * order)
+
+    arrays = batches([np.full((2, 2), i) for i in range(7)])
+    assert [b.shape for b in arrays] == [(3, 2, 2), (3, 2, 2), (1, 2, 2)]
+    np.testing.assert_array_equal(np.concatenate(arrays)[:, 0, 0], order)
+
+    pairs = batches([(np.float32(i), i % 2) for i in range(7)])
+    assert all(isinstance(b, tuple) and len(b) == 2 for b in pairs)
+    np.testing.assert_array_equal(np.concatenate([y for _, y in pairs]), order % 2)
+
+    dicts = batches([{"x": np.arange(3) + i, "y": i} for i in range(7)])
+    np.testing.assert_array_equal(np.concatenate([d["x"][:, 0] for d in dicts]), order)
+    np.testing.assert_array_equal(np.concatenate([d["y"] for d in dicts]), order)
+
+    plain = batches(Plain(), device=True)
+    assert isinstance(plain[0][0], nbcoll.Tensor) and plain[0][0].shape == (3, 2)
+    np.testing.assert_array_equal(np.concatenate([y.numpy() for _, y in plain]), order)
+
+
+def test_collate_follows_default_collate():
+    np.testing.assert_array_equal(collate([1, 2, 3]), [1, 2, 3])
+    lists = collate([[1, 2.0], [3, 4.0]])
+    assert isinstance(lists, list) and [b.tolist() for b in lists] == [[1, 3], [2.0, 4.0]]
+    assert collate(["a", "b"]) == ["a", "b"]  # strings stay a list, as default_collate leaves them
+    with pytest.raises(ValueError, match=r"items: every example must have as many fields as the first \(2\), got 3"):
+        collate([(1, 2), (1, 2, 3)])
+
+
+@pytest.mark.parametrize("bad", [iter(range(3)), 5, None, Plain])
+def test_an_object_without_len_and_indexing_is_refused(bad):
+    with pytest.raises(TypeError, match=r"dataset: expected .*len\(\) and indexing"):
+        DataLoader(bad)

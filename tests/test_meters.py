@@ -38,6 +38,38 @@ def test_average_value_meter():
     assert meter.count == 0
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e8, 1e9, -1e9])
+def test_average_value_meter_std_survives_a_large_offset(offset):
+    values = offset + np.array([0.0, 1.0, 2.0, 3.0])
+    meter = AverageValueMeter()
+    for v in values:
+        meter.add(v)
+    mean, std = meter.value()
+    # What is left is the rounding of values near 1e9 (ulp 1.2e-7), not the square of it (1e18's ulp is 128).
+    assert mean == pytest.approx(np.mean(values), rel=1e-15)
+    assert std == pytest.approx(np.std(values, ddof=1), rel=1e-6)  # 1.29..., not 1.63 or 0
+
+    weighted = AverageValueMeter()  # the same samples as weighted adds: value 0 once, 1 twice, 3 three times
+    for v, n in [(0.0, 1), (1.0, 2), (3.0, 3), (2.0, 0)]:
+        weighted.add(offset + v, weight=n)
+    samples = offset + np.array([0.0, 1, 1, 3, 3, 3])
+    assert weighted.count == 6
+    assert weighted.value() == pytest.approx((np.mean(samples), np.std(samples, ddof=1)), rel=1e-6)
+
+
+def test_average_value_meter_with_zero_and_one_values():
+    meter = AverageValueMeter()
+    meter.add(5.0, weight=0)  # weighs nothing: still empty
+    assert meter.count == 0 and all(math.isnan(v) for v in meter.value())
+    meter.add(1e9 + 0.5)
+    mean, std = meter.value()
+    assert mean == 1e9 + 0.5 and math.isnan(std)
+    meter.add(1e9 + 0.5)
+    assert meter.value() == (1e9 + 0.5, 0.0)
+    with pytest.raises(ValueError, match="weight: must be >= 0"):
+        meter.add(1.0, weight=-1)
+
+
 def test_time_meter_counts_running_time_only():
     timer = TimeMeter(unit=True)
     assert timer.value() == 0.0

@@ -200,6 +200,51 @@ def test_dropout_between_layers_only_in_training(rng):
         assert not np.allclose(rnn(x)[0].numpy(), a)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("num_layers, batch_first", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("given_state", [False, True])
+def test_an_empty_batch_gives_empty_outputs_and_states_and_a_backward(kind, num_layers, batch_first, given_state):
+    steps, features, hidden = 3, 2, 4
+    with nbcoll.use_backend("numpy"):
+        layer = make_layer(kind, features, hidden, num_layers=num_layers, batch_first=batch_first)
+        x = nbcoll.tensor(np.zeros((0, steps, features) if batch_first else (steps, 0, features)), requires_grad=True)
+        states = [nbcoll.tensor(np.zeros((num_layers, 0, hidden)), requires_grad=True) for _ in range(2)]
+        hx = (tuple(states) if kind == "lstm" else states[0]) if given_state else None
+        output, final = layer(x, hx)
+        assert output.shape == ((0, steps, hidden) if batch_first else (steps, 0, hidden))
+        finals = final if kind == "lstm" else (final,)
+        assert [f.shape for f in finals] == [(num_layers, 0, hidden)] * len(finals)
+        (output.sum() + sum(f.sum() for f in finals)).backward()
+        assert x.grad.shape == x.shape
+        for name, p in layer.named_parameters():  # nothing was summed: the gradients are zeros of every shape
+            assert p.grad is not None and p.grad.shape == p.shape, name
+            np.testing.assert_array_equal(p.grad.numpy(), 0)
+        if given_state:
+            assert all(s.grad.shape == (num_layers, 0, hidden) for s in states[: len(finals)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cell_takes_an_empty_batch(kind):
+    with nbcoll.use_backend("numpy"):
+        cell = make_cell(kind, 2, 3)
+        x = nbcoll.tensor(np.zeros((0, 2)), requires_grad=True)
+        out = cell(x)
+        outs = out if kind == "lstm" else (out,)
+        assert [o.shape for o in outs] == [(0, 3)] * len(outs)
+        sum(o.sum() for o in outs).backward()
+        assert x.grad.shape == (0, 2) and cell.weight_ih.grad.shape == cell.weight_ih.shape
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_an_empty_sequence_is_refused_as_pytorch_does(batch_first):
+    # PyTorch raises "Expected sequence length to be larger than 0 in RNN": there is no last state to return.
+    with nbcoll.use_backend("numpy"):
+        x = nbcoll.tensor(np.zeros((2, 0, 5) if batch_first else (0, 2, 5), np.float32))
+        for layer in (nn.RNN(5, 4, batch_first=batch_first), nn.LSTM(5, 4, batch_first=batch_first)):
+            with pytest.raises(ValueError, match=r"the sequence is empty \(input shape"):
+                layer(x)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input.
 

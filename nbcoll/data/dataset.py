@@ -19,19 +19,33 @@ from nbcoll.tensors import Tensor
 
 
 def collate(items: Sequence[Any]) -> Any:
-    """Stack a list of examples into a batch: tuples column by column, arrays and numbers with ``np.stack``.
+    """Stack a list of examples into a batch, field by field, as PyTorch's ``default_collate`` does.
 
-    ``collate([(x0, y0), (x1, y1)]) == (np.stack([x0, x1]), np.stack([y0, y1]))``
+    Numbers and arrays become one array stacked along a new first axis; tuples and lists become a tuple or list
+    of their fields collated (``[(x0, y0), (x1, y1)] -> (stack([x0, x1]), stack([y0, y1]))``); dicts a dict of
+    their values collated; strings stay a list.
 
     >>> import numpy as np
     >>> from nbcoll.data import collate
     >>> x, y = collate([(np.zeros(3), 0), (np.ones(3), 1)])
     >>> x.shape, y
     ((2, 3), array([0, 1]))
+    >>> collate([{"id": 7, "word": "a"}, {"id": 8, "word": "b"}])
+    {'id': array([7, 8]), 'word': ['a', 'b']}
     """
     first = items[0]
+    if isinstance(first, str | bytes):
+        return list(items)
     if isinstance(first, tuple | list):
-        return tuple(collate([item[k] for item in items]) for k in range(len(first)))
+        for item in items:
+            if len(item) != len(first):
+                raise ValueError(
+                    f"items: every example must have as many fields as the first ({len(first)}), got {len(item)}"
+                )
+        fields = [collate([item[k] for item in items]) for k in range(len(first))]
+        if isinstance(first, list):
+            return fields
+        return type(first)(*fields) if hasattr(first, "_fields") else tuple(fields)  # a namedtuple keeps its type
     if isinstance(first, dict):
         return {key: collate([item[key] for item in items]) for key in first}
     return np.stack([np.asarray(item) for item in items])

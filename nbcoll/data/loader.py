@@ -13,6 +13,13 @@ One epoch, in order::
     batches = order[0:B], order[B:2B], ...                (the last one shorter, or dropped with drop_last)
     for each batch: dataset.get_batch(indices) -> host arrays -> Tensors on the device
 
+The dataset may be an nbcoll :class:`Dataset`, whose ``get_batch`` fetches a batch at once, or any object with
+``len()`` and ``dataset[i]`` (a list, a NumPy array, a PyTorch-style map dataset), whose examples are read one
+by one and stacked by :func:`collate`. An error while preparing batch ``k`` is raised when the loop reaches
+batch ``k``, with or without prefetch. A ``StopIteration`` from the dataset is such an error too, a
+``RuntimeError`` naming the batch, never a silent early end of the epoch: an epoch ends after ``len(dataset)``
+examples.
+
 **Prefetch.** With ``prefetch=N`` a thread runs that loop ahead of the training step and keeps up to ``N``
 finished batches (already copied to the device) in a queue, so that reading and copying the next batch overlaps
 the current step (NumPy and the device copies release the GIL). The batches are the same, in the same order, as
@@ -31,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll.data.dataset import Dataset
+from nbcoll.data.dataset import Dataset, collate
 from nbcoll.seed import next_seed
 from nbcoll.tensors import Tensor
 
@@ -78,6 +85,7 @@ class DataLoader:
 
     ``shuffle`` draws a new order every epoch from ``(seed, epoch)``, so two loaders with one seed agree; with
     ``seed=None`` the seed is drawn once from nbcoll's generator, which ``nbcoll.manual_seed`` restarts.
+    ``dataset`` is a :class:`Dataset` or any object with ``len()`` and indexing (a list of examples, say).
     ``sampler`` (a :class:`DistributedSampler`, or any iterable of indices) replaces the loader's own order.
     ``device=False`` keeps batches as host NumPy arrays; otherwise they become Tensors. ``prefetch=N`` prepares
     ``N`` batches ahead in a background thread.
@@ -100,8 +108,11 @@ class DataLoader:
             raise ValueError(f"prefetch: expected an integer >= 0 (batches prepared ahead), got {prefetch!r}")
         if sampler is not None and shuffle:
             raise ValueError("shuffle: leave it False with a sampler; the sampler decides the order")
-        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"dataset: expected a Dataset (len() and indexing), got {type(dataset).__name__}")
+        # Looked up on the type, as len() and [] do: a class itself is not a dataset.
+        if not hasattr(type(dataset), "__len__") or not hasattr(type(dataset), "__getitem__"):
+            raise TypeError(
+                f"dataset: expected a Dataset or an object with len() and indexing, got {type(dataset).__name__}"
+            )
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, int(batch_size), shuffle, drop_last
         self.seed = next_seed() if seed is None else int(seed)
         self.sampler, self.prefetch, self.device = sampler, int(prefetch), device
@@ -139,17 +150,31 @@ class DataLoader:
         n = len(self.sampler) if self.sampler is not None else len(self.dataset)  # type: ignore[arg-type]
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
+    def _fetch(self, indices: np.ndarray) -> Any:
+        """The examples at ``indices`` as one batch of host arrays."""
+        if isinstance(self.dataset, Dataset):
+            return self.dataset.get_batch(indices)
+        return collate([self.dataset[int(i)] for i in indices])
+
+    def _make(self, job: tuple[int, np.ndarray]) -> Any:
+        """Batch ``k`` of the epoch, ready for the loop (on the device unless ``device=False``)."""
+        k, indices = job
+        try:
+            batch = self._fetch(indices)
+        except StopIteration as stop:
+            # Left alone it would end the epoch early (prefetch), or become PEP 479's anonymous RuntimeError.
+            raise RuntimeError(
+                f"dataset: raised StopIteration while preparing batch {k} (indices {indices.tolist()}); an epoch "
+                f"ends after len(dataset) examples, so a dataset must not signal an end with StopIteration"
+            ) from stop
+        return to_tensors(batch) if self.device else batch
+
     def __iter__(self) -> Iterator[Any]:
-        batches = self._batch_indices()
+        jobs = list(enumerate(self._batch_indices()))
         self.epoch += 1
-        finish = to_tensors if self.device else (lambda batch: batch)
-
-        def make(indices: np.ndarray) -> Any:
-            return finish(self.dataset.get_batch(indices))
-
         if self.prefetch == 0:
-            return (make(indices) for indices in batches)
-        return PrefetchIterator(make, batches, self.prefetch)
+            return (self._make(job) for job in jobs)
+        return PrefetchIterator(self._make, jobs, self.prefetch)
 
 
 class _Failure:
@@ -187,6 +212,10 @@ class _Worker:
                 if self.stop.is_set() or not self.put(self.make(item)):
                     return
             self.put(_DONE)
+        except StopIteration as stop:  # re-raised as it is, it would end the consumer's loop as if finished
+            error = RuntimeError("PrefetchIterator: make raised StopIteration while preparing an item")
+            error.__cause__ = stop
+            self.put(_Failure(error))
         except BaseException as error:  # everything reaches the consumer, which re-raises it
             self.put(_Failure(error))
 

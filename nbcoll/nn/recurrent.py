@@ -113,8 +113,9 @@ class _Recurrent(Module):
             weight_ih, weight_hh, bias_ih, bias_hh = self._layer_parameters(layer)
             input_parts = affine(inputs, weight_ih.T, bias_ih)  # (T, B, G * H): every step at once
             weight_hh_t, state, outputs = weight_hh.T, states[layer], []
+            width = input_parts.shape[-1]  # spelled out: an empty batch leaves -1 nothing to infer it from
             for gi in F.split(input_parts, steps, axis=0):
-                state = self._step(gi.reshape(batch, -1), state, weight_hh_t, bias_hh)
+                state = self._step(gi.reshape(batch, width), state, weight_hh_t, bias_hh)
                 outputs.append(state[0] if isinstance(state, tuple) else state)
             inputs = F.stack(outputs, axis=0)
             if layer < self.num_layers - 1:

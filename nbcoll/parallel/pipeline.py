@@ -8,8 +8,14 @@ forwards and backwards on each stage is the schedule (:mod:`.pipeline_schedule`:
 Two neighbours can both be sending to each other at once (1F1B's steady state: stage ``s`` sends an activation
 up while ``s + 1`` sends a gradient down). A send blocks until the peer takes the message, so each send is
 grouped with the receive of the next action (``comm.group()``): both progress together and neither waits for
-the other, Megatron's ``send_forward_recv_backward``. The shape of the activations travels once, in a small
-header before micro-batch 0, and all micro-batches share it.
+the other, Megatron's ``send_forward_recv_backward``. The shape and dtype of the activations travel once, in a
+small header before micro-batch 0, and all micro-batches share them.
+
+An activation may be integer (token ids that the next stage embeds). No gradient flows back through integers, so
+over such an edge the backward sends nothing, and the stage that produced the ids, knowing their dtype, expects
+nothing. A floating activation always gets its gradient back, zeros where the next stage's output does not
+depend on it (the next stage turns it into ids, say), so the two sides never have to agree on more than the
+dtype.
 
 Gradients accumulate in the stage's parameters over the micro-batches, each micro-batch's loss divided by their
 number, so one ``step`` gives the gradient of the mean loss over the whole batch, as one process would. A stage
@@ -45,11 +51,17 @@ if TYPE_CHECKING:
     from nbcoll.comm import Communicator
 
 HEADER_DIMS = 8
-DTYPES = (np.float16, np.float32, np.float64)  # the activation dtypes a header can name
+DTYPES = (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
+"""The activation dtypes a header can name (by index: new ones go at the end)."""
 
 
 def _host(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _carries_gradient(dtype: Any) -> bool:
+    """Whether a gradient comes back for an activation of ``dtype``: only floating ones can have one."""
+    return np.issubdtype(dtype, np.floating)
 
 
 class Pipeline:
@@ -107,8 +119,15 @@ class Pipeline:
     # -- messages --------------------------------------------------------------------------------------------
 
     def _send_header(self, x: Any) -> None:
+        dtype = np.dtype(x.dtype).type
+        if dtype not in DTYPES:
+            names = ", ".join(np.dtype(d).name for d in DTYPES)
+            raise TypeError(
+                f"stage {self.comm.rank}: an output of dtype {np.dtype(dtype).name} cannot be sent to the next "
+                f"stage; expected one of {names}"
+            )
         header = np.zeros(HEADER_DIMS + 2, np.int64)
-        header[0], header[1] = x.ndim, DTYPES.index(np.dtype(x.dtype).type)
+        header[0], header[1] = x.ndim, DTYPES.index(dtype)
         header[2 : 2 + x.ndim] = x.shape
         self.comm.send(memory.to_device(header), self.comm.rank + 1)
 
@@ -123,7 +142,7 @@ class Pipeline:
         kind, i = action
         if kind == "F" and not self.first:
             return memory.empty(*self.activation), self.comm.rank - 1
-        if kind == "B" and not self.last:
+        if kind == "B" and not self.last and _carries_gradient(output_shapes[i][1]):
             return memory.empty(*output_shapes[i]), self.comm.rank + 1
         return None
 
@@ -180,7 +199,10 @@ class Pipeline:
         for n, (kind, i) in enumerate(self.actions):
             outgoing = None
             if kind == "F":
-                x = Tensor(micro_inputs[i]) if self.first else Tensor(incoming[0], requires_grad=True)
+                if self.first:
+                    x = Tensor(micro_inputs[i])
+                else:
+                    x = Tensor(incoming[0], requires_grad=_carries_gradient(incoming[0].dtype))
                 y = self.stage(x)
                 if self.last:
                     y = loss_fn(y, Tensor(micro_targets[i])) * (1.0 / self.chunks)
@@ -194,10 +216,12 @@ class Pipeline:
                 held += 1
             else:
                 x, y = saved.pop(i)
-                with self._gradient_sync(final=n == len(self.actions) - 1):
-                    y.backward(None if self.last else Tensor(incoming[0]))
-                if not self.first:
-                    outgoing = (copy_kernels.contiguous(x.grad.data), self.comm.rank - 1)
+                if y.requires_grad:  # not so for ids: nothing before them is differentiable through them
+                    with self._gradient_sync(final=n == len(self.actions) - 1):
+                        y.backward(None if self.last else Tensor(incoming[0]))
+                if x.requires_grad:  # a floating input: the previous stage waits for its gradient
+                    grad = memory.zeros(x.shape, x.dtype) if x.grad is None else copy_kernels.contiguous(x.grad.data)
+                    outgoing = (grad, self.comm.rank - 1)
                 held -= 1
             self.actions_run.append((kind, i))
             self.peak_in_flight = max(self.peak_in_flight, held)
