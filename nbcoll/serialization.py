@@ -26,7 +26,8 @@ object arrays, and anything that is not a zip archive with the metadata member, 
 **Atomic write.** The checkpoint is written to a temporary file in the same directory, flushed to disk with
 ``fsync``, then renamed over ``path`` with ``os.replace``, which is atomic on POSIX: a reader sees the old file or
 the new one, never half of one. A crash mid-save leaves the previous checkpoint intact (and, for a crash that kills
-the process, a ``.<name>.*.tmp`` file beside it, which is safe to delete).
+the process, a ``.<name>.*.tmp`` file beside it, which is safe to delete). A new file gets the mode the umask
+gives (``0666 & ~umask``, as ``open`` would, 0644 under the usual umask 022); a replaced file keeps its mode.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
+import secrets
+import stat
 import zipfile
 from typing import Any
 
@@ -169,8 +171,9 @@ def save(obj: Any, path: PathLike) -> None:
     arrays = {**encoder.arrays, METADATA_MEMBER: np.frombuffer(metadata.encode("utf-8"), dtype=np.uint8)}
 
     directory, name = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    fd, tmp = _create_temporary(directory, name)
     try:
+        _keep_mode(fd, path)
         with os.fdopen(fd, "wb") as file:
             _write_npz(file, arrays)
             file.flush()
@@ -181,6 +184,30 @@ def save(obj: Any, path: PathLike) -> None:
             os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new ``.<name>.*.tmp`` file beside the checkpoint, created with mode 0666 for the kernel to apply the umask.
+
+    ``tempfile.mkstemp`` would give 0600 whatever the umask; reading the umask instead (``os.umask`` sets it to
+    read it) would race with other threads creating files.
+    """
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"path: could not create a temporary file beside {os.path.join(directory, name)!r}")
+
+
+def _keep_mode(fd: int, path: str) -> None:
+    """Give the temporary file the mode of the file it will replace, if there is one."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, mode)
 
 
 def _fsync_directory(directory: str) -> None:
@@ -215,6 +242,11 @@ def load(path: PathLike) -> Any:
     path = os.fspath(path)
     with open(path, "rb") as file:
         data = file.read()
+    return _load_bytes(data, path)
+
+
+def _load_bytes(data: bytes, path: str) -> Any:
+    """:func:`load` of a file's bytes already read, so a caller can check a digest of exactly what is loaded."""
     if not data.startswith(_ZIP_MAGIC):
         raise CheckpointError(f"{path}: not an nbcoll checkpoint (not an npz archive; pickles are never loaded)")
     try:

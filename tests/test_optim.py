@@ -117,8 +117,8 @@ def test_bad_use_gets_clear_errors():
         optim.Adam([p], betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="more than one place"):
         optim.SGD([p, p])
-    with pytest.raises(ValueError, match="require grad"):
-        optim.SGD([nbcoll.tensor([1.0])])
+    with pytest.raises(ValueError, match=r"params\[0\]: expected a leaf tensor"):
+        optim.SGD([nbcoll.tensor([1.0], requires_grad=True) * 2])
     with pytest.raises(TypeError, match=r"params\[1\]: expected a Tensor"):
         optim.SGD([p, np.zeros(2)])
 
@@ -227,3 +227,67 @@ def test_optimizer_and_scheduler_state_survive_a_checkpoint_file(tmp_path, rng):
         other_sched.step()
     for p, q in zip(params, twin, strict=True):
         np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: optim.Adam(ps, lr=0.1)])
+def test_frozen_parameters_and_parameters_without_grad_are_skipped(make):
+    """Fine-tuning: model.parameters() with some frozen; they get no state and do not move, as in PyTorch."""
+    frozen = nbcoll.tensor([1.0, 2.0])  # requires_grad=False
+    head, sometimes = nbcoll.tensor([3.0], requires_grad=True), nbcoll.tensor([4.0], requires_grad=True)
+    opt = make([frozen, head, sometimes])
+    for step in range(3):
+        head.grad = nbcoll.tensor([1.0])
+        sometimes.grad = nbcoll.tensor([1.0]) if step == 1 else None
+        opt.step()
+    np.testing.assert_array_equal(frozen.numpy(), [1.0, 2.0])
+    assert frozen not in opt.state and head.numpy()[0] < 3.0
+    assert opt.state_dict()["state"].keys() == {1, 2}
+    if isinstance(opt, optim.Adam):  # each parameter counts its own steps
+        assert opt.state[head]["step"] == 3 and opt.state[sometimes]["step"] == 1
+
+
+SCHEDULERS = [
+    lambda opt: optim.StepLR(opt, step_size=2, gamma=0.5),
+    lambda opt: optim.CosineWarmupLR(opt, warmup_steps=2, total_steps=6),
+]
+
+
+@pytest.mark.parametrize("make", SCHEDULERS, ids=["StepLR", "CosineWarmupLR"])
+def test_schedulers_keep_going_after_add_param_group(make):
+    """The constructed groups keep their schedule; a group added later starts at its own lr (see LRScheduler)."""
+    p, q = nbcoll.tensor([1.0], requires_grad=True), nbcoll.tensor([1.0], requires_grad=True)
+    opt, reference = optim.SGD([p], lr=1.0), optim.SGD([nbcoll.tensor([1.0], requires_grad=True)], lr=1.0)
+    sched, reference_sched = make(opt), make(reference)
+    sched.step()
+    reference_sched.step()
+    opt.add_param_group({"params": [q], "lr": 0.4})  # at epoch 1
+    lrs = []
+    for _ in range(6):
+        sched.step()
+        reference_sched.step()
+        lrs.append(sched.get_last_lr())
+        assert lrs[-1][0] == reference_sched.get_last_lr()[0]
+    assert "initial_lr" not in opt.param_groups[1]  # PyTorch sets it only for the groups it was built with
+    if isinstance(sched, optim.StepLR):  # PyTorch's StepLR multiplies every group's lr at each boundary
+        assert [lr[1] for lr in lrs] == [0.2, 0.2, 0.1, 0.1, 0.05, 0.05]  # epochs 2 to 7
+    else:  # a closed-form schedule has no base for the new group: PyTorch leaves its lr alone
+        assert [lr[1] for lr in lrs] == [0.4] * 6
+    resumed = make(optim.SGD([nbcoll.tensor([1.0], requires_grad=True)], lr=1.0))
+    resumed.optimizer.add_param_group({"params": [nbcoll.tensor([1.0], requires_grad=True)], "lr": lrs[-1][1]})
+    resumed.load_state_dict(sched.state_dict())
+    assert resumed.get_last_lr() == sched.get_last_lr()
+
+
+def test_schedulers_accept_any_optimizer_with_param_groups():
+    class Wrapper:  # like ZeroRedundancyOptimizer: not an Optimizer, but it has param_groups
+        def __init__(self, inner):
+            self.param_groups = inner.param_groups
+
+    opt = Wrapper(optim.SGD([nbcoll.tensor([1.0], requires_grad=True)], lr=1.0))
+    sched = optim.StepLR(opt, step_size=1, gamma=0.5)
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.5
+    with pytest.raises(TypeError, match="optimizer: expected an optimizer with param_groups"):
+        optim.StepLR(object(), step_size=1)
+    with pytest.raises(TypeError, match="optimizer: expected an optimizer with param_groups"):
+        optim.StepLR(optim.SGD([nbcoll.tensor([1.0], requires_grad=True)]).param_groups, step_size=1)

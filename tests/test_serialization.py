@@ -3,6 +3,7 @@
 import math
 import os
 import pickle
+import stat
 import subprocess
 import sys
 import textwrap
@@ -187,3 +188,27 @@ def test_a_process_killed_mid_save_leaves_the_old_checkpoint(tmp_path):
     assert nbcoll.load(path) == {"epoch": 1}
     leftovers = [name for name in os.listdir(tmp_path) if name != "ckpt.npz"]
     assert leftovers and all(name.startswith(".ckpt.npz.") and name.endswith(".tmp") for name in leftovers)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_new_file_gets_the_mode_the_umask_gives(tmp_path, umask):
+    path = tmp_path / "ckpt.npz"
+    old = os.umask(umask)
+    try:
+        nbcoll.save({"epoch": 1}, path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+
+
+def test_replacing_a_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "ckpt.npz"
+    nbcoll.save({"epoch": 1}, path)
+    os.chmod(path, 0o640)
+    old = os.umask(0o077)
+    try:
+        nbcoll.save({"epoch": 2}, path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640 and nbcoll.load(path) == {"epoch": 2}
+    assert os.listdir(tmp_path) == ["ckpt.npz"]

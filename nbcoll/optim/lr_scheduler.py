@@ -4,14 +4,19 @@ Each scheduler remembers the learning rate each group started with (``initial_lr
 sets ``group["lr"] = lr_at(initial_lr, epoch)`` from a closed formula, so a schedule restored from a checkpoint
 continues exactly where it stopped. As in PyTorch, constructing a scheduler applies epoch 0, and ``step()``
 is called once per epoch (or per batch), after ``optimizer.step()``.
+
+Any optimizer-like object with ``param_groups`` (a list of dicts with an ``"lr"``) can be scheduled, such as
+:class:`~nbcoll.parallel.zero.ZeroRedundancyOptimizer`. A group added with ``add_param_group`` after the scheduler
+was built is treated as PyTorch treats it: it gets no ``initial_lr`` and starts from the ``lr`` it was added with;
+:class:`StepLR` multiplies it by ``gamma`` at each following boundary (PyTorch's StepLR scales every group's
+current ``lr``), while a closed-form schedule such as :class:`CosineWarmupLR` has no base rate for it and leaves its
+``lr`` alone (as PyTorch's closed-form and lambda schedules do).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
-
-from nbcoll.optim.optimizer import Optimizer
 
 
 class LRScheduler:
@@ -30,9 +35,13 @@ class LRScheduler:
         [0.1]
     """
 
-    def __init__(self, optimizer: Optimizer) -> None:
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"optimizer: expected an nbcoll.optim.Optimizer, got {type(optimizer).__name__}")
+    def __init__(self, optimizer: Any) -> None:
+        groups = getattr(optimizer, "param_groups", None)
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and "lr" in g for g in groups):
+            raise TypeError(
+                "optimizer: expected an optimizer with param_groups (a list of dicts with an 'lr'), "
+                f"got {type(optimizer).__name__}"
+            )
         self.optimizer = optimizer
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
@@ -61,8 +70,19 @@ class LRScheduler:
         0.5
         """
         self.last_epoch += 1
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+        self._set_lrs()
+
+    def _set_lrs(self) -> None:
+        """The schedule for the groups the scheduler was built with; :meth:`_added_group_lr` for later ones."""
+        groups = self.optimizer.param_groups
+        for group, base in zip(groups, self.base_lrs, strict=False):  # groups may have been added since
             group["lr"] = self.lr_at(base, self.last_epoch)
+        for group in groups[len(self.base_lrs) :]:
+            group["lr"] = self._added_group_lr(group["lr"], self.last_epoch)
+
+    def _added_group_lr(self, lr: float, epoch: int) -> float:
+        """The lr at ``epoch`` of a group added after construction, whose lr was ``lr``: unchanged by default."""
+        return lr
 
     def get_last_lr(self) -> list[float]:
         """The learning rate of every group, as last set.
@@ -96,7 +116,8 @@ class LRScheduler:
         [0.25]
         """
         vars(self).update({k: v for k, v in state_dict.items() if k != "optimizer"})
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+        groups = self.optimizer.param_groups
+        for group, base in zip(groups, self.base_lrs, strict=False):  # added groups keep the optimizer's lr
             group["lr"] = self.lr_at(base, self.last_epoch)
 
 
@@ -114,7 +135,7 @@ class StepLR(LRScheduler):
         (1.0, 0.1)
     """
 
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1) -> None:
+    def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1) -> None:
         if not isinstance(step_size, int) or step_size < 1:
             raise ValueError(f"step_size: expected a positive integer, got {step_size!r}")
         self.step_size, self.gamma = step_size, gamma
@@ -122,6 +143,9 @@ class StepLR(LRScheduler):
 
     def lr_at(self, base_lr: float, epoch: int) -> float:
         return base_lr * self.gamma ** (epoch // self.step_size)
+
+    def _added_group_lr(self, lr: float, epoch: int) -> float:
+        return lr * self.gamma if epoch > 0 and epoch % self.step_size == 0 else lr
 
 
 class CosineWarmupLR(LRScheduler):
@@ -149,7 +173,7 @@ class CosineWarmupLR(LRScheduler):
     The warm-up never gives a zero learning rate: the first step already moves the parameters.
     """
 
-    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> None:
+    def __init__(self, optimizer: Any, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> None:
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps: expected an integer >= 0, got {warmup_steps!r}")
         if not isinstance(total_steps, int) or total_steps <= warmup_steps:

@@ -85,8 +85,10 @@ class Optimizer:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise TypeError(f"params[{i}]: expected a Tensor, got {type(p).__name__}")
-            if not p.requires_grad or not p.is_leaf:
-                raise ValueError(f"params[{i}]: the optimizer updates leaf tensors that require grad (parameters)")
+            # Frozen parameters (requires_grad False) are accepted, as in PyTorch: they never get a gradient, so
+            # step() skips them, and model.parameters() of a partly frozen model can be passed as it is.
+            if not p.is_leaf:
+                raise ValueError(f"params[{i}]: expected a leaf tensor (a parameter), got the result of an operation")
             if id(p) in seen:
                 raise ValueError(f"params[{i}]: this parameter appears in more than one place")
             seen.add(id(p))
@@ -125,6 +127,9 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient, one fused kernel launch per parameter.
+
+        A parameter without a gradient (frozen, or unused by this step's loss) is skipped: its state is neither
+        created nor advanced, so Adam's step count is per parameter, as in PyTorch.
 
         >>> import nbcoll
         >>> from nbcoll import nn, optim

@@ -27,12 +27,25 @@ Example::
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step()                                          # reduce-scatter, update, all-gather
+
+Checkpoints follow PyTorch: ``consolidate_state_dict(to=0)`` (on every rank) gathers the shards' optimizer state to
+rank 0, where ``state_dict()`` gives it as a plain optimizer over the same parameters would have it (one group,
+the state cut back into each parameter's shape); ``load_state_dict`` takes such a dict on every rank, from a ZeRO
+run on any rank count or from a plain optimizer, and keeps this rank's shard of it::
+
+    optimizer.consolidate_state_dict(to=0)
+    if comm.rank == 0:
+        nbcoll.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "ckpt.npz")
+    ...
+    optimizer.load_state_dict(nbcoll.load("ckpt.npz")["optimizer"])           # on every rank
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
@@ -91,6 +104,7 @@ class ZeroRedundancyOptimizer:
         # Stage 2 keeps its averaged gradient shard between steps; stage 1 needs one only during step().
         self.grad_shard = memory.zeros(self.shard_size, dtype) if stage == 2 else None
         self.optimizer = optimizer_class([self.shard], **opt_kwargs)
+        self._consolidated: dict[str, Any] | None = None  # on the rank consolidate_state_dict gathered to
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -148,6 +162,7 @@ class ZeroRedundancyOptimizer:
         else:
             grad_shard = self._reduce_scatter_gradients()
         self.shard.grad = Tensor._from_array(grad_shard)
+        self._consolidated = None  # it would describe the state before this step
         self.optimizer.step()
         if self.stage == 1:
             self.shard.grad = None  # the full gradients stay with DDP's buckets; the shard's copy is not kept
@@ -178,12 +193,143 @@ class ZeroRedundancyOptimizer:
         self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
         return self.grad_shard
 
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Collective: gather every rank's shard of the optimizer state to rank ``to``, for :meth:`state_dict`.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> model = nn.Linear(2, 1)
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.Adam, comm, lr=0.1)
+        >>> model(nbcoll.tensor([[1.0, 2.0]])).sum().backward()
+        >>> optimizer.step()
+        >>> optimizer.consolidate_state_dict(to=0)
+        >>> sorted(optimizer.state_dict()["state"][0])     # on rank 0: the weight's state, in the weight's shape
+        ['exp_avg', 'exp_avg_sq', 'step']
+        >>> comm.destroy()
+        """
+        if isinstance(to, bool) or not isinstance(to, int | np.integer) or not 0 <= to < self.comm.size:
+            raise ValueError(f"to: expected a rank in [0, {self.comm.size}), got {to!r}")
+        local = self.optimizer.state_dict()
+        here = self.comm.rank == to
+        whole: dict[str, Any] = {}
+        # Every rank has stepped as often as the others, so each holds the same entries in the same order.
+        for name, value in local["state"].get(0, {}).items():
+            if isinstance(value, np.ndarray):
+                gathered = memory.zeros(self.shard_size * self.comm.size, value.dtype) if here else None
+                self.comm.gather(memory.to_device(value), gathered, root=to)
+                value = memory.to_host(gathered)[: self.total] if here else None
+            whole[name] = value  # numbers (step counts) are the same on every rank
+        self._consolidated = None
+        if here:
+            state = {}
+            if whole:  # nothing before the first step, as for a plain optimizer
+                for i, (p, offset) in enumerate(zip(self.params, self.offsets, strict=True)):
+                    state[i] = {name: _cut(value, offset, p.shape) for name, value in whole.items()}
+            settings = {k: v for k, v in local["param_groups"][0].items() if k != "params"}
+            groups = [{**settings, "params": list(range(len(self.params)))}]
+            self._consolidated = {"state": state, "param_groups": groups}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The whole optimizer state as a plain optimizer over the same parameters has it, on the rank that
+        :meth:`consolidate_state_dict` gathered to (until the next :meth:`step`, which makes it out of date).
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> model = nn.Linear(3, 2)
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.SGD, comm, lr=0.1, momentum=0.9)
+        >>> model(nbcoll.tensor([[1.0, 2.0, 3.0]])).sum().backward()
+        >>> optimizer.step()
+        >>> optimizer.consolidate_state_dict(to=0)
+        >>> state = optimizer.state_dict()
+        >>> state["state"][0]["momentum_buffer"].shape, state["param_groups"][0]["params"]
+        ((2, 3), [0, 1])
+        >>> plain = nbcoll.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1, momentum=0.9)
+        >>> plain.load_state_dict(state)                 # the same layout as a plain optimizer's
+        >>> comm.destroy()
+        """
+        if self._consolidated is None:
+            raise RuntimeError(
+                f"state_dict: rank {self.comm.rank} holds no consolidated state; call "
+                f"consolidate_state_dict(to={self.comm.rank}) on every rank first, after the last step()"
+            )
+        return self._consolidated
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep this rank's shard of a whole optimizer state (from :meth:`state_dict` or a plain optimizer's).
+
+        Call it on every rank with the same dict; the rank count may differ from the one that saved it.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import ZeroRedundancyOptimizer
+        >>> comm = nbcoll.init()
+        >>> model = nn.Linear(2, 1)
+        >>> plain = nbcoll.optim.Adam(model.parameters(), lr=0.1)
+        >>> model(nbcoll.tensor([[1.0, 2.0]])).sum().backward()
+        >>> plain.step()
+        >>> optimizer = ZeroRedundancyOptimizer(model.parameters(), nbcoll.optim.Adam, comm, lr=0.5)
+        >>> optimizer.load_state_dict(plain.state_dict())
+        >>> optimizer.param_groups[0]["lr"], optimizer.optimizer.state[optimizer.shard]["step"]
+        (0.1, 1)
+        >>> comm.destroy()
+        """
+        groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        if not isinstance(groups, list) or not isinstance(state_dict.get("state"), dict):
+            raise ValueError("state_dict: expected a dict with 'state' and 'param_groups', from state_dict()")
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            sizes = [len(g["params"]) for g in groups]
+            raise ValueError(
+                f"state_dict: expected one parameter group of {len(self.params)} parameters (this optimizer's), "
+                f"got groups of {sizes}"
+            )
+        saved = [state_dict["state"].get(int(i)) or {} for i in groups[0]["params"]]
+        names = list(dict.fromkeys(name for entry in saved for name in entry))
+        shard_state = {name: self._shard_of(saved, name) for name in names}
+        settings = {k: v for k, v in groups[0].items() if k != "params"}
+        inner = {"state": {0: shard_state} if shard_state else {}, "param_groups": [{**settings, "params": [0]}]}
+        self.optimizer.load_state_dict(inner)
+        self._consolidated = None
+
+    def _shard_of(self, saved: list[dict[str, Any]], name: str) -> Any:
+        """This rank's part of state entry ``name`` of every parameter: a shard of the flat layout, or a number."""
+        values = [entry[name] for entry in saved if name in entry]
+        if not any(isinstance(v, np.ndarray | Tensor) for v in values):
+            if len({repr(v) for v in values}) > 1:  # the shard is one tensor: its parameters step together
+                raise ValueError(f"state_dict: state entry {name!r} differs between parameters: {values}")
+            return values[0]
+        start, stop = self.shard_range
+        shard = np.zeros(self.shard_size, self.params[0].dtype)  # a parameter without state: zeros, never stepped
+        for j, (entry, p, offset) in enumerate(zip(saved, self.params, self.offsets, strict=True)):
+            if name not in entry:
+                continue
+            value = entry[name].numpy() if isinstance(entry[name], Tensor) else np.asarray(entry[name])
+            if value.shape != p.shape:
+                raise ValueError(f"state_dict: state[{j}][{name!r}]: expected shape {p.shape}, got {value.shape}")
+            lo, hi = max(start, offset), min(stop, offset + p.size)
+            if lo < hi:
+                shard[lo - start : hi - start] = value.reshape(p.size)[lo - offset : hi - offset]
+        return shard
+
     def __repr__(self) -> str:
         start, stop = self.shard_range
         return (
             f"ZeroRedundancyOptimizer(stage={self.stage}, rank {self.comm.rank} of {self.comm.size} updates "
             f"[{start}, {stop}) of {self.total} elements, {self.optimizer!r})"
         )
+
+
+def _cut(value: Any, offset: int, shape: tuple[int, ...]) -> Any:
+    """One parameter's part of a flat state array, in the parameter's shape; numbers stay as they are."""
+    if not isinstance(value, np.ndarray):
+        return value
+    size = int(np.prod(shape, dtype=np.int64))
+    return value[offset : offset + size].reshape(shape).copy()
 
 
 def _check_params(params: Iterable[Tensor]) -> list[Tensor]:
