@@ -15,11 +15,12 @@ The lifetime of a name in ``/dev/shm``, and how nothing leaks:
 3. All agree that everyone has attached (the caller's barrier), then the owner removes the name at once
    (:meth:`IpcBuffer.unlink`). From then on the memory lives only as long as the processes that map it: even
    ``SIGKILL`` of every process leaks nothing. :func:`share` does steps 1-3 over an MPI communicator.
-4. Until step 3, the owner unlinks its names when it closes a buffer, when the buffer is garbage-collected, at
-   interpreter exit, and on ``SIGTERM`` (Python runs the handler between bytecodes, so not while the process is
-   blocked in a C call such as an MPI wait: the ``SIGKILL`` that launchers send next is why step 3 matters).
-   A process killed outright before step 3 leaves its names behind; :func:`~nbcoll.shm_names.cleanup_stale`
-   removes those whose creator is dead (the creator's pid is part of every name).
+4. Until step 3, the owner unlinks its names when it closes a buffer, when the buffer is garbage-collected and
+   at interpreter exit; if it dies first, Python's resource tracker (a process of its own, which knows only the
+   owner's names: peers map without telling it) unlinks them. A whole session killed before step 3, tracker
+   included, leaves its names behind; :func:`~nbcoll.shm_names.cleanup_stale` removes those whose creator is
+   dead (the creator's pid is part of every name). No signal handler is involved: ``SIGTERM`` ends a process
+   at once, even one blocked in a C call.
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ class IpcBuffer:
     ``array`` is a device array of the current backend (a NumPy array on ``numpy`` or with ``host=True``).
     """
 
-    def __init__(self, handle: IpcHandleInfo, array: Any, shm: SharedMemory | None, owner: bool, cuda_mapping: Any):
-        """Use :meth:`create` or :meth:`open`; ``cuda_mapping`` is the opened CUDA IPC mapping of a peer."""
+    def __init__(self, handle: IpcHandleInfo, array: Any, shm: Any, owner: bool, cuda_mapping: Any):
+        """Use :meth:`create` or :meth:`open`; ``shm`` is the segment (``SharedMemory`` for its owner, an
+        :class:`~nbcoll.shm_names.AttachedSegment` for a peer), ``cuda_mapping`` a peer's opened CUDA IPC mapping."""
         self._handle = handle
         self._array = array
         self._shm = shm

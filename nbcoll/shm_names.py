@@ -1,10 +1,16 @@
-"""Names in ``/dev/shm`` and their lifetime: each creator unlinks its own, and the dead's are swept up.
+"""Names in ``/dev/shm`` and their lifetime: a name lives only until every peer has mapped its segment.
 
 A name is ``nbcoll_<pid>_<counter>[_tag]``: the creator's pid is part of it, so :func:`cleanup_stale` can tell
-which names a dead process left behind, and :func:`unlink_names_of` can remove those of one peer that died. A
-process that created a segment (:func:`track_created`) unlinks its name when the buffer is closed or collected
-(:func:`release`), at interpreter exit, and on ``SIGTERM``. A process that only opens a segment maps it with
-:func:`attach`, which keeps Python's resource tracker from unlinking the name under its owner.
+which names a dead process left behind, and :func:`unlink_names_of` can remove those of one peer that died.
+Every segment nbcoll shares is unlinked by its creator as soon as all its peers have mapped it (the mapping, not
+the name, keeps the memory alive), so from then on no death, ``SIGKILL`` included, can leave anything behind.
+Until then, a process that created a segment (:func:`track_created`) unlinks its name when the buffer is closed
+or collected (:func:`release`) and at interpreter exit; Python's resource tracker, a process of its own,
+unlinks what a creator that died left registered. nbcoll installs no signal handler: ``SIGTERM`` ends a rank
+at once, even one blocked in a C call (an MPI wait, a long NumPy call), as it would without nbcoll.
+
+A process that only opens a segment maps it with :func:`attach`, which never tells the resource tracker about
+it: a registered name would be unlinked from under its owner when this process exits.
 :mod:`nbcoll.ipc_memory` builds its buffers on these.
 
 Example::
@@ -18,13 +24,14 @@ Example::
 
 from __future__ import annotations
 
+import _posixshmem  # what SharedMemory opens segments with; in the standard library since Python 3.8
 import atexit
 import gc
 import itertools
+import mmap
 import os
 import re
 import signal
-import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -39,10 +46,8 @@ MAX_NAME_LENGTH = 30
 SHM_DIR = "/dev/shm"
 
 _counter = itertools.count()
-_linked_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while this thread holds it
+_linked_lock = threading.Lock()
 _linked: dict[str, SharedMemory] = {}  # names this process created and has not unlinked yet
-_previous_sigterm_handler: Any = None
-_sigterm_handler_installed = False
 
 
 def new_name(tag: str) -> str:
@@ -78,57 +83,52 @@ def _unlink_all_created_here() -> None:
         unlink(shm)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """Unlink this process's names, then do what SIGTERM would have done without this handler."""
-    _unlink_all_created_here()
-    if callable(_previous_sigterm_handler):
-        _previous_sigterm_handler(signum, frame)
-        return
-    # Die of SIGTERM itself, so that the parent sees the real cause of death.
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _install_sigterm_handler() -> None:
-    """Once per process, from the main thread only (Python allows no other), unless SIGTERM is ignored."""
-    global _previous_sigterm_handler, _sigterm_handler_installed
-    if _sigterm_handler_installed or threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous in (signal.SIG_IGN, None):  # None: a handler installed from C; leave it alone
-        return
-    _previous_sigterm_handler = previous
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    _sigterm_handler_installed = True
-
-
 atexit.register(_unlink_all_created_here)
 
 
-_attach_lock = threading.Lock()
+class AttachedSegment:
+    """A peer's mapping of a segment that another process created: ``name``, ``buf`` and ``close()`` as
+    :class:`~multiprocessing.shared_memory.SharedMemory` has them, and nothing else.
 
-
-def attach(name: str) -> SharedMemory:
-    """Map an existing segment without registering it with this process's resource tracker.
-
-    A registered name is unlinked by the tracker when this process exits, from under its owner and the other
-    peers. Python 3.13 says so with ``track=False``. Before, every attach registers; unregistering afterwards
-    is not enough, because the tracker may be shared (with the owner itself, or with a multiprocessing parent),
-    and would then forget the owner's own registration. So registration is switched off around the attach.
+    ``SharedMemory(name=...)`` registers every segment it opens with Python's resource tracker (before Python
+    3.13, which added ``track=False``), and the tracker unlinks registered names when the process exits, from
+    under the owner and the other peers. Unregistering afterwards is no cure: the tracker may be shared (with the
+    owner itself, or with a multiprocessing parent) and would then forget the owner's own registration. So a
+    peer maps the segment itself, as ``SharedMemory`` does, and the tracker never hears of it.
     """
-    if sys.version_info >= (3, 13):
-        return SharedMemory(name=name, track=False)
-    with _attach_lock:
-        register = resource_tracker.register
-        resource_tracker.register = _register_nothing
+
+    def __init__(self, name: str) -> None:
+        # shm_open, as SharedMemory calls it (also where there is no /dev/shm directory to open a path in).
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         try:
-            return SharedMemory(name=name)
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
-            resource_tracker.register = register
+            os.close(fd)  # the mapping keeps the memory; the descriptor is not needed any more
+        self._fd = -1
+        self._buf: memoryview | None = memoryview(self._mmap)
+        self.name = name
+
+    @property
+    def buf(self) -> memoryview:
+        return self._buf
+
+    @property
+    def size(self) -> int:
+        return len(self._mmap) if self._mmap is not None else 0
+
+    def close(self) -> None:
+        """Unmap; raises ``BufferError`` while arrays still view the memory, as ``SharedMemory.close`` does."""
+        if self._buf is not None:
+            self._buf.release()
+            self._buf = None
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
 
 
-def _register_nothing(name: str, rtype: str) -> None:
-    pass
+def attach(name: str) -> AttachedSegment:
+    """Map an existing segment, without telling this process's resource tracker (see :class:`AttachedSegment`)."""
+    return AttachedSegment(name)
 
 
 def start_resource_tracker() -> None:
@@ -181,7 +181,7 @@ def _close_mapping(shm: SharedMemory) -> None:
         shm._fd = -1
 
 
-def release(shm: SharedMemory | None, owner_pid: int | None, cuda_mapping: Any) -> None:
+def release(shm: Any, owner_pid: int | None, cuda_mapping: Any) -> None:
     """What closing a buffer does; also run when the buffer is garbage-collected and at interpreter exit."""
     if shm is not None:
         if owner_pid == os.getpid():  # never in a forked child, which shares the owner's objects
@@ -192,10 +192,9 @@ def release(shm: SharedMemory | None, owner_pid: int | None, cuda_mapping: Any) 
 
 
 def track_created(shm: SharedMemory) -> None:
-    """Remember a segment this process just created: its name is unlinked on close, at exit and on SIGTERM."""
+    """Remember a segment this process just created: its name is unlinked on close and at exit, if not before."""
     with _linked_lock:
         _linked[shm.name] = shm
-    _install_sigterm_handler()
 
 
 def _process_alive(pid: int) -> bool:

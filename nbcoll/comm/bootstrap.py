@@ -4,7 +4,7 @@ Every step is collective over the MPI communicator given, and over nothing else 
 run it among the survivors only):
 
 0. wait, polling, until every rank has arrived (:func:`rendezvous`): the MPI calls below block inside MPI, where
-   neither ``NBCOLL_TIMEOUT`` nor a ``SIGTERM`` handler could end the wait for a rank that never comes;
+   ``NBCOLL_TIMEOUT`` could not end the wait for a rank that never comes;
 1. duplicate the MPI communicator: ``data`` carries chunks (one duplicate per channel, so that the chunks of
    two channels between the same ranks never match each other's receives), ``ctrl`` carries abort messages and
    the collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;

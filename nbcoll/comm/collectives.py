@@ -36,6 +36,7 @@ from nbcoll import memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.check import Signature
 from nbcoll.comm.collective_checks import CollectiveChecks, _address_range, _dtype_name, _nbytes
+from nbcoll.comm.deferred import DeferredCollective
 from nbcoll.comm.work import Work
 from nbcoll.kernels import combine as combine_kernels
 
@@ -75,7 +76,9 @@ class Collectives(CollectiveChecks):
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        key, replay = self.engine.replays.find("all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth)
+        key, replay = self.engine.replays.find(
+            "all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
+        )
         if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_reduce") as seq:
@@ -112,7 +115,9 @@ class Collectives(CollectiveChecks):
         array([0., 0., 0.], dtype=float32)
         >>> comm.destroy()
         """
-        key, replay = self.engine.replays.find("broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth)
+        key, replay = self.engine.replays.find(
+            "broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth or self.engine.later
+        )
         if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("broadcast") as seq:
@@ -189,7 +194,9 @@ class Collectives(CollectiveChecks):
         array([0, 0], dtype=int32)
         >>> comm.destroy()
         """
-        key, replay = self.engine.replays.find("all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
+        key, replay = self.engine.replays.find(
+            "all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth or self.engine.later
+        )
         if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_gather") as seq:
@@ -226,7 +233,7 @@ class Collectives(CollectiveChecks):
         >>> comm.destroy()
         """
         key, replay = self.engine.replays.find(
-            "reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth
+            "reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
         )
         if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
@@ -265,7 +272,9 @@ class Collectives(CollectiveChecks):
         array([0], dtype=int32)
         >>> comm.destroy()
         """
-        key, replay = self.engine.replays.find("all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth)
+        key, replay = self.engine.replays.find(
+            "all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth or self.engine.later
+        )
         if replay is not None:
             return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_to_all") as seq:
@@ -327,7 +336,9 @@ class Collectives(CollectiveChecks):
         collective = name
         algo = algo or self.engine.choose(collective, nbytes)
         algorithms.check_algo(collective, algo)
-        return tuner.estimate(collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.link_model())
+        return tuner.estimate(
+            collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.choice.link_model()
+        )
 
     # -- running ------------------------------------------------------------------------------------------------
 
@@ -350,12 +361,14 @@ class Collectives(CollectiveChecks):
 
         ``keep`` is ``(key, sendbuf, recvbuf)`` of a call whose plan may be kept for replay once it has run.
         """
-        coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op)
+        queued = not self._group.depth  # a group's calls are bound now, and run at its end
+        coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op, queued=queued)
         if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
             self.engine.mark_run(seq)
             self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
             if keep is not None and coll.replayable is not None:
-                self.engine.replays.keep(keep[0], coll, keep[1], keep[2], result)
+                planned = coll.op if isinstance(coll, DeferredCollective) else coll  # bound in its turn: coll.op
+                self.engine.replays.keep(keep[0], planned, keep[1], keep[2], result)
             return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:

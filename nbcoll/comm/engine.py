@@ -4,8 +4,9 @@ Each :class:`~nbcoll.comm.communicator.Communicator` owns one :class:`Engine`, w
 from one collective call to the next:
 
 * the call numbers, and the refusals of calls whose arguments failed here (:mod:`nbcoll.comm.refusal`);
-* the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model;
-* the tracer (``NBCOLL_TRACE``), the direct windows of the one-shot algorithms and their LL buffers;
+* the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model (:mod:`nbcoll.comm.algorithm_choice`);
+* the tracer (``NBCOLL_TRACE``), the direct windows of the one-shot algorithms and their LL buffers, set up by
+  the first call that needs them, in its turn in the queue (:mod:`nbcoll.comm.deferred`);
 * the plans of small calls kept for replay (:mod:`nbcoll.comm.replay`);
 * the progress queue every operation runs through (:mod:`nbcoll.comm.progress`).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,12 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import backend, memory
+from nbcoll import memory
 from nbcoll.comm import algorithms, tuner
+from nbcoll.comm.algorithm_choice import AlgorithmChoice
 from nbcoll.comm.algorithms import direct
 from nbcoll.comm.algorithms.common import Context, single_rank
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
+from nbcoll.comm.deferred import DeferredCollective
 from nbcoll.comm.errors import CommAbortedError, CommError
 from nbcoll.comm.ll import LLBuffers, buffer_bytes
 from nbcoll.comm.primitives import Step
@@ -67,17 +71,17 @@ class Engine:
         self.comm = comm
         config = comm.config
         self.refusals = Refusals(comm._wiring.ctrl, config.timeout)
-        self.allowed = algorithms.parse_algo_setting(config.algo)
+        self.choice = AlgorithmChoice(comm)
         self.checking = config.check
         self.tracer = Tracer(Path(config.trace) / f"rank{comm.rank}.jsonl" if config.trace else None, comm.rank)
         self.progress = Progress(comm.watchdog.drive, comm._check_usable, f"nbcoll-progress-rank{comm.rank}")
-        self._link_models: dict[str, tuner.LinkModel] = {}
-        self._choices: dict[tuple[str, str, int], str] = {}  # (backend, collective, bytes) -> the tuner's choice
         self._windows: DirectWindows | None = None
         self._windows_made = False
         self._windows_failed: str | None = None
         self._ll: LLBuffers | None = None
         self._ll_made = False
+        self.later: DeferredCollective | None = None  # the last plan left to the queue (see plan)
+        self._later_lock = threading.Lock()  # set here, cleared by the queue's thread once that plan is bound
         self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
         streams = stream_copy.on_host()  # host arrays, on an x86-64 CPU
         self._stream_bytes = config.stream_bytes if streams else 0
@@ -186,50 +190,11 @@ class Engine:
             )
             work._finish(error)
 
-    # -- choosing an algorithm ----------------------------------------------------------------------------------
-
-    def link_model(self) -> tuner.LinkModel:
-        """The slowest link of the whole communicator, with rank 0's calibration: the same on every rank.
-
-        A rank that modelled only its own links would choose differently from a rank with faster ones (ranks
-        0-1 sharing a node, rank 2 alone), and the collective would hang with each running another algorithm.
-        """
-        current = backend.get_backend()
-        if current not in self._link_models:
-            comm = self.comm
-            models = comm._wiring.link_models.get(current) or tuner.default_models(current)
-            transports = comm.topology.transports() or {"ipc"}
-            on_ipc = transports == {"ipc"}  # direct reads peers in place
-            windows = direct.window_bytes(comm.config.buffsize, comm.size) if on_ipc else 0
-            ll_bytes = comm.config.ll_bytes if windows else 0
-            self._link_models[current] = dataclasses.replace(
-                tuner.slowest(models, transports),
-                window_bytes=windows,
-                channels=comm.config.nchannels,
-                ll_bytes=ll_bytes,
-            )
-        return self._link_models[current]
+    # -- choosing an algorithm (nbcoll.comm.algorithm_choice) ----------------------------------------------------
 
     def choose(self, collective: str, nbytes: int) -> str:
-        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank.
-
-        Remembered per size: a training loop asks for the same few sizes on every step, and the answer depends
-        only on settings read once.
-        """
-        key = (backend.get_backend(), collective, nbytes)
-        if key not in self._choices:
-            self._choices[key] = self._choose(collective, nbytes)
-        return self._choices[key]
-
-    def _choose(self, collective: str, nbytes: int) -> str:
-        allowed = [a for a in algorithms.ALGORITHMS[collective] if a in self.allowed[collective]]
-        if not allowed:
-            raise ValueError(
-                f"NBCOLL_ALGO: excludes every algorithm of {collective} "
-                f"({', '.join(algorithms.ALGORITHMS[collective])})"
-            )
-        comm = self.comm
-        return tuner.choose(collective, allowed, nbytes, comm.size, comm.config.chunk_bytes, self.link_model())
+        """The algorithm ``NBCOLL_ALGO`` allows and the tuner predicts fastest for ``nbytes`` per rank."""
+        return self.choice.choose(collective, nbytes)
 
     # -- planning: one call -> one collective operation ---------------------------------------------------------
 
@@ -244,11 +209,14 @@ class Engine:
         nbytes: int,
         single: list[tuple[Any, Any]],
         op: Any = None,
-    ) -> CollectiveOp:
+        queued: bool = False,
+    ) -> CollectiveOp | DeferredCollective:
         """Choose the algorithm, compare the call across ranks (``NBCOLL_CHECK``), and bind this rank's program.
 
         ``build(algorithm, ctx)`` calls the algorithm with the checked buffers; ``single`` lists the (input,
-        output) pairs that a communicator of one rank copies instead.
+        output) pairs that a communicator of one rank copies instead. ``queued``: the call goes to the progress
+        queue as it is (not into a group), so a plan that must first set memory up with the peers, or that comes
+        behind such a plan, is bound there, in its turn (a :class:`DeferredCollective`).
         """
         comm = self.comm
         if algo is not None:
@@ -261,6 +229,35 @@ class Engine:
             except Exception:
                 self.refusals.skipped(seq)  # every rank raises here: none runs the call
                 raise
+        record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
+        bind = functools.partial(self._bind, seq, name, algo, signature, build, nbytes, single, op, record)
+        later = self.later
+        behind = later is not None and later.pending()
+        if queued and (behind or self._sets_up(name, algo, nbytes)):
+            with self._later_lock:
+                self.later = DeferredCollective(f"{name} #{seq} ({algo})", record, bind, self.progress, self._settled)
+            return self.later
+        if behind:  # a call of a group, bound here: the plans queued before it number their rounds first
+            self.progress.quiesce()
+        self._settled(later)  # (one the queue dropped unplanned, when cancelled)
+        return bind()
+
+    def _settled(self, later: DeferredCollective | None) -> None:
+        """``later`` numbers no more rounds: unless a newer plan was left to the queue, calls may replay again."""
+        with self._later_lock:
+            if self.later is later:
+                self.later = None
+
+    def _sets_up(self, name: str, algo: str, nbytes: int) -> bool:
+        """Whether a plan of ``name`` via ``algo`` would first set the LL buffers or the windows up."""
+        if algo != "direct" or name not in tuner.ONE_SHOT:
+            return False
+        return not (self._ll_made if self._fits_ll(name, nbytes) else self._windows_made)
+
+    def _bind(self, seq: int, name: str, algo: str, signature: Signature, build: Callable, nbytes: int,
+              single: list[tuple[Any, Any]], op: Any, record: Any) -> CollectiveOp:  # fmt: skip
+        """The plan of a checked call: its path (LL, windows or FIFOs), its contexts and its steps."""
+        comm = self.comm
         dtype = _dtype_named(signature.dtype)
         post = None
         if op is not None and combine_kernels.parse_op(op) == "avg":
@@ -271,11 +268,11 @@ class Engine:
         ll = windows = None
         if algo == "direct" and name in tuner.ONE_SHOT:
             fits_ll = self._fits_ll(name, nbytes)
-            set_up = self._ll_made if fits_ll else self._windows_made
             # The first one-shot call sets the LL buffers or the windows up, with every peer: a refusal is heard there.
-            with contextlib.nullcontext() if set_up else self.refusals.setting_up(seq):
-                ll = self.ll_buffers() if fits_ll else None
-                windows = self.direct_windows() if ll is None else None
+            with self.refusals.setting_up(seq) if self._sets_up(name, algo, nbytes) else contextlib.nullcontext():
+                call = f"{name} #{seq} ({algo})"
+                ll = self.ll_buffers(call) if fits_ll else None
+                windows = self.direct_windows(call) if ll is None else None
         ctx = Context(
             rank=comm.rank,
             nranks=comm.size,
@@ -304,7 +301,6 @@ class Engine:
         if (ll is not None or ctx.windows is not None) and len(channels) == 1:  # one-shot rounds, numbered now:
             steps = list(channels[0])  # the steps are known now, and can be replayed
             channels = [iter(steps)]
-        record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
         if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
             comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
         coll = CollectiveOp(name, algo, channels, record, self.tracer, seq)
@@ -321,7 +317,7 @@ class Engine:
         segments = self.comm.size if name in ("all_to_all", "reduce_scatter") else 1
         return 0 < segments * -(-nbytes // 4) * 4 <= self.comm.config.ll_bytes
 
-    def direct_windows(self) -> DirectWindows | None:
+    def direct_windows(self, call: str = "") -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
 
         Making them is collective, like the one-shot collective that asks for them: every rank gets here.
@@ -333,21 +329,22 @@ class Engine:
             )
         if not self._windows_made:
             config = self.comm.config
-            self._windows = self._map_windows(direct.window_bytes(config.buffsize, self.comm.size), config.cma_bytes)
+            nbytes = direct.window_bytes(config.buffsize, self.comm.size)
+            self._windows = self._map_windows(nbytes, config.cma_bytes, call)
             self._windows_made = True
         return self._windows
 
-    def _map_windows(self, nbytes: int, cma_bytes: int | None = None) -> DirectWindows | None:
+    def _map_windows(self, nbytes: int, cma_bytes: int | None = None, call: str = "") -> DirectWindows | None:
         """Collective: windows of ``nbytes`` every rank maps, or ``None`` unless every peer is on ipc. A failure is
         remembered, so that every later one-shot collective on this communicator says why it cannot run.
-        ``cma_bytes``: see :class:`DirectWindows` (the LL buffers pass ``None``)."""
+        ``cma_bytes``: see :class:`DirectWindows` (the LL buffers pass ``None``); ``call``: the call they are for."""
         comm = self.comm
         peers = [p for p in range(comm.size) if p != comm.rank]
         if not peers or any(comm.transport_to(p) != "ipc" for p in peers):
             return None
         wiring = comm._wiring
         try:
-            return DirectWindows(wiring.ctrl, nbytes, comm.watchdog.drive, comm.recorder, wiring.uid, cma_bytes)
+            return DirectWindows(wiring.ctrl, nbytes, comm.watchdog.drive, comm.recorder, wiring.uid, cma_bytes, call)
         except BaseException as exc:
             self._windows_failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             raise
@@ -355,27 +352,34 @@ class Engine:
     def alloc(self, count: int, dtype: Any) -> Any:
         """Collective: a buffer every peer maps (:meth:`DirectWindows.alloc`), or plain device memory when some
         peer is on another node (no IPC reaches it: the FIFOs carry its data either way)."""
-        windows = self.direct_windows()
+        self._after_queued_plans()
+        windows = self.direct_windows("comm.alloc")
         return memory.empty(count, dtype) if windows is None else windows.alloc(count, dtype)
 
     def free(self, array: Any) -> None:
         """Let go of a buffer from :meth:`alloc` (local; see :meth:`DirectWindows.free`)."""
+        self._after_queued_plans()
         windows = self.direct_windows()
         if windows is not None:
             self.replays.clear()  # a kept plan may lend the buffer that is freed here
             windows.free(array)
 
-    def ll_buffers(self) -> LLBuffers | None:
+    def _after_queued_plans(self) -> None:
+        """Wait for the plans left to the queue: they may be setting the windows up on its thread right now."""
+        if self.later is not None and self.later.pending():
+            self.progress.quiesce()
+
+    def ll_buffers(self, call: str = "") -> LLBuffers | None:
         """The LL buffers, made at the first small one-shot collective; ``None`` unless every peer is on ipc.
 
         They are windows of their own (:class:`DirectWindows`, set up the same collective way), so an LL round and
         a window round never share memory or round numbers.
         """
         if self._windows_failed is not None:
-            return self.direct_windows()  # raises: the communicator cannot set windows up
+            return self.direct_windows(call)  # raises: the communicator cannot set windows up
         if not self._ll_made:
             config = self.comm.config
-            windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps))
+            windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps), call=call)
             self._ll = (
                 None
                 if windows is None

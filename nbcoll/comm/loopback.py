@@ -9,8 +9,10 @@ Settings that shape the wiring work too: ``CommConfig(transport="mpi")`` moves e
 transport's staged, synchronous sends (here between threads), and ``ranks_per_node=2`` pretends nodes.
 
 Each :meth:`Loopback.run` calls a function on every rank at once, one thread per rank, and returns the results in
-rank order. When one rank raises, the others are released at once (its communicator is aborted, and any wait
-inside the wiring ends), and ``run`` raises that first error, with the others' errors as notes.
+rank order. Each rank draws its random numbers (parameters, dropout masks) from a copy of the caller's generator
+(:func:`nbcoll.seed.rank_state`), as each process under ``mpiexec`` draws from its own. When one rank raises, the
+others are released at once (its communicator is aborted, and any wait inside the wiring ends), and ``run``
+raises that first error, with the others' errors as notes.
 
 Example (each call runs on every rank; ``comm.rank`` tells them apart)::
 
@@ -42,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nbcoll import backend
+from nbcoll import backend, seed
 from nbcoll.comm.communicator import Communicator
 from nbcoll.comm.config import CommConfig
 from nbcoll.comm.errors import CommAbortedError, CommTimeoutError
@@ -130,10 +132,14 @@ class Loopback:
     def _on_every_rank(self, call: Callable[[Any, int], Any], what: str) -> list[Any]:
         results: list[Any] = [None] * self.size
         errors: list[tuple[float, int, BaseException]] = []
+        # Each rank draws from its own copy of the caller's generator, as each process of an MPI job draws from
+        # its own: the same seed gives every rank the same parameters, whatever order the threads run in.
+        start = seed.snapshot()
 
         def body(rank: int) -> None:
             try:
-                results[rank] = call(self.comms[rank], rank)
+                with seed.rank_state(start):
+                    results[rank] = call(self.comms[rank], rank)
             except BaseException as exc:
                 errors.append((time.monotonic(), rank, exc))
                 self._release_others(rank, exc)

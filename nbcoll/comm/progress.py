@@ -4,7 +4,9 @@ Every operation of a communicator (collectives, groups, sends and receives, sync
 :class:`Progress`, strictly in issue order, because every rank must use its connections in the same order and two
 operations must never share a connection at once. A synchronous call with nothing in flight runs on the caller's
 thread, with no hand-over; anything else waits its turn on a background thread, which is what lets
-``comm.all_reduce(x, async_op=True)`` return at once (:mod:`nbcoll.comm.work`).
+``comm.all_reduce(x, async_op=True)`` return at once (:mod:`nbcoll.comm.work`). An operation that is planned
+only in its turn (:mod:`nbcoll.comm.deferred`, a communicator's first one-shot call) is planned by the thread that
+runs its batch, just before the batch runs, so that what the plan sets up with the peers happens in issue order.
 
 Example::
 
@@ -72,7 +74,7 @@ class Progress:
         try:  # on this thread: the caller's buffers go straight to the watchdog's loop
             if not checked:
                 self._check()
-            self._drive(ops)
+            self._drive(_prepared(ops))
         except BaseException as exc:
             error = exc
         self._finish(works, error)
@@ -115,10 +117,15 @@ class Progress:
             error = None
             try:
                 self._check()
-                self._drive(ops)
+                self._drive(_prepared(ops))
             except BaseException as exc:  # handed to every waiting caller
                 error = exc
             self._finish(works, error)
+
+    def active(self) -> bool:
+        """Whether a batch is queued or running."""
+        with self._mutex:
+            return self._busy or bool(self._queue)
 
     def quiesce(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or running; return whether that happened within ``timeout``."""
@@ -143,3 +150,8 @@ class Progress:
                     record.finish("cancelled")
             for work in works:
                 work._finish(error)
+
+
+def _prepared(ops: list[Any]) -> list[Any]:
+    """``ops`` with each that is planned in its turn (it has ``prepare()``) replaced by the operation it plans."""
+    return [op.prepare() if hasattr(op, "prepare") else op for op in ops]

@@ -62,12 +62,13 @@ peers would read the sum instead of the input. All waits are steps, so the commu
 like every other wait. Windows need every rank on one machine with the ipc transport; elsewhere the direct
 algorithms use FIFOs.
 
-Setting the windows up, and each ``alloc``, is collective too, and bounded the same way: each rank creates its
+Setting the windows up, and each ``alloc``, is collective too, and bounded the same way: once every rank has
+arrived (so that a rank never holds a name in ``/dev/shm`` while it waits for a peer), each rank creates its
 buffer (rank 0 also the flags), the handles go to every peer in non-blocking messages that the watchdog polls
 (timeout, abort, dead peer), each rank maps the others' buffers, a second exchange says everyone has, and only
 then does each owner remove its names from ``/dev/shm``. A failure anywhere (a rank that never comes, one that
 dies, an error while mapping) closes whatever was made, and so unlinks every name at once: nothing waits inside
-MPI, where neither the timeout nor a ``SIGTERM`` handler could run.
+MPI, where the timeout could not end it.
 
 Example::
 
@@ -117,13 +118,14 @@ class DirectWindows:
 
     def __init__(
         self, mpi_comm: Any, nbytes: int, drive: Callable[[list[Any]], None], recorder: FlightRecorder, uid: int = 0,
-        cma_bytes: int | None = None,
+        cma_bytes: int | None = None, call: str = "",
     ) -> None:  # fmt: skip
         """Collective over ``mpi_comm``; ``drive([op])`` runs an operation to its end under the watchdog.
 
         ``uid`` is the communicator's own number: a message that lacks it was meant for an earlier communicator.
         ``cma_bytes``: lend unregistered inputs of copy collectives of at least so many bytes by address (0: never);
-        ``None`` (the LL buffers) does not even ask whether the peers could be read so.
+        ``None`` (the LL buffers) does not even ask whether the peers could be read so. ``call``: the collective
+        call that sets them up, named by the errors of the set-up.
         """
         self.mpi_comm, self.uid, self.drive, self.recorder = mpi_comm, uid, drive, recorder
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
@@ -139,7 +141,7 @@ class DirectWindows:
                 made[1].array[LENT] = -1  # nothing lent yet
             return made
 
-        mapped = self._map_everywhere(make, "handles")
+        mapped = self._map_everywhere(make, "handles", call)
         self.windows = [mapped[p][0] for p in range(self.nranks)]
         self.flags = mapped[0][1]
         self.posted, self.done = self.flags.array[POSTED], self.flags.array[DONE]
@@ -152,7 +154,7 @@ class DirectWindows:
         self.pids: list[int] | None = None  # every rank's process, when each may read the others' memory (CMA)
         if cma_bytes is not None:
             try:
-                self.pids = self._probe_cross_memory()
+                self.pids = self._probe_cross_memory(call)
             except BaseException:
                 self.close()
                 raise
@@ -169,7 +171,11 @@ class DirectWindows:
         dt = np.dtype(dtype)
         nbytes = max(8, count * dt.itemsize)
         k = len(self.registered)
-        mapped = self._map_everywhere(lambda: [self.memory.create(nbytes, np.uint8, tag=f"reg{k}")], f"reg{k}")
+
+        def make() -> list[IpcBuffer]:
+            return [self.memory.create(nbytes, np.uint8, tag=f"reg{k}")]
+
+        mapped = self._map_everywhere(make, f"reg{k}", "comm.alloc")
         self.registered.append([mapped[p][0] for p in range(self.nranks)])
         view = self.registered[k][self.rank].array[: count * dt.itemsize].view(dt)
         if view.size == 0:
@@ -225,7 +231,7 @@ class DirectWindows:
         copy, by the kernel, out of ``rank``'s process (:mod:`nbcoll.comm.transport.cross_memory`)."""
         cross_memory.read(self.pids[rank], int(self.lent_at[rank]) + first_byte, into)
 
-    def _probe_cross_memory(self) -> list[int] | None:
+    def _probe_cross_memory(self, call: str = "") -> list[int] | None:
         """Collective: every rank's pid if every rank can read a probe array out of every peer's process, else
         ``None``. Each rank offers its pid and its probe's address (or nothing: not on the host, or no
         ``process_vm_readv``, or ``cma_bytes`` 0 on that rank), reads every peer's probe, and says whether all
@@ -233,11 +239,11 @@ class DirectWindows:
         probe = np.arange(8, dtype=np.int64) + 1000 * self.rank
         on_host = backend.get_backend() != "cuda" and cross_memory.available() and self.cma_bytes > 0
         offer = (os.getpid(), memory.address_range(probe)[0]) if on_host else None
-        offers = _exchange(self.mpi_comm, self.uid, offer, "cma", self.drive, self.recorder)
+        offers = _exchange(self.mpi_comm, self.uid, offer, "cma", self.drive, self.recorder, call)
         readable = all(o is not None for o in offers) and all(
             cross_memory.probe(*offers[p], np.arange(8, dtype=np.int64) + 1000 * p)
             for p in range(self.nranks) if p != self.rank)  # fmt: skip
-        verdicts = _exchange(self.mpi_comm, self.uid, readable, "cma-read", self.drive, self.recorder)
+        verdicts = _exchange(self.mpi_comm, self.uid, readable, "cma-read", self.drive, self.recorder, call)
         return [o[0] for o in offers] if all(verdicts) else None
 
     def lent_view(self, rank: int, first_byte: int, nbytes: int, dtype: Any) -> Any:
@@ -278,23 +284,26 @@ class DirectWindows:
         """The step that waits until no peer reads what ``prims`` lent (:class:`Release`)."""
         return Release(self, prims)
 
-    def _map_everywhere(self, make: Callable[[], list[IpcBuffer]], what: str) -> list[list[IpcBuffer]]:
+    def _map_everywhere(self, make: Callable[[], list[IpcBuffer]], what: str, call: str) -> list[list[IpcBuffer]]:
         """Each rank creates ``make()``; returns every rank's buffers as mapped here, once every rank has them.
 
-        The handles go to every peer in non-blocking messages the watchdog polls, each rank maps the others'
-        buffers, a second exchange says everyone has, and only then does each owner remove its names. A failure
-        anywhere closes whatever was made, and so unlinks every name at once.
+        Nothing is created before every rank has arrived, so a rank killed while it waits for a peer that never
+        comes has no name in ``/dev/shm``. The handles go to every peer in non-blocking messages the watchdog
+        polls, each rank maps the others' buffers, a second exchange says everyone has, and only then does each
+        owner remove its names. A failure anywhere closes whatever was made, and so unlinks every name at once.
         """
         own: list[IpcBuffer] = []  # created here: unlinked once every peer has them mapped
         mapped: dict[int, list[IpcBuffer]] = {}
         exchange = (self.mpi_comm, self.uid)
+        drive = (self.drive, self.recorder, call)
+        _exchange(*exchange, True, f"{what}-arrived", *drive)
         try:
             problem = ""
             try:
                 own = make()
             except Exception as exc:
                 problem = f"rank {self.rank} could not create its buffer: {exc!r}"
-            handles = _exchange(*exchange, problem or [b.handle for b in own], what, self.drive, self.recorder)
+            handles = _exchange(*exchange, problem or [b.handle for b in own], what, *drive)
             problems = [h for h in handles if isinstance(h, str)]
             if not problems:
                 try:
@@ -305,7 +314,7 @@ class DirectWindows:
                 except Exception as exc:
                     problem = f"rank {self.rank} could not map a peer's buffer: {exc!r}"
             # Every rank has mapped every buffer: the names can go.
-            done = _exchange(*exchange, problem, f"{what}-mapped", self.drive, self.recorder)
+            done = _exchange(*exchange, problem, f"{what}-mapped", *drive)
             problems += [s for s in done if s]
             for buffer in own:
                 buffer.unlink()
@@ -326,9 +335,11 @@ class DirectWindows:
             buffer.close()
 
 
-def _exchange(mpi_comm: Any, uid: int, value: Any, what: str, drive: Callable, recorder: FlightRecorder) -> list:
-    """Every rank's ``value``, in rank order, exchanged in messages that the watchdog polls."""
-    op = _Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what))
+def _exchange(
+    mpi_comm: Any, uid: int, value: Any, what: str, drive: Callable, recorder: FlightRecorder, call: str = ""
+) -> list:
+    """Every rank's ``value``, in rank order, exchanged in messages that the watchdog polls (for ``call``)."""
+    op = _Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what), call)
     drive([op])
     return [op.values[p] for p in range(op.nranks)]
 
@@ -341,8 +352,8 @@ class _Exchange:
 
     kind = "collective"
 
-    def __init__(self, mpi_comm: Any, uid: int, value: Any, what: str, record: OperationRecord) -> None:
-        self.mpi_comm, self.uid, self.what, self.record = mpi_comm, uid, what, record
+    def __init__(self, mpi_comm: Any, uid: int, value: Any, what: str, record: OperationRecord, call: str = "") -> None:
+        self.mpi_comm, self.uid, self.what, self.record, self.call = mpi_comm, uid, what, record, call
         self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
         self.others = [p for p in range(self.nranks) if p != self.rank]
         self.values: dict[int, Any] = {self.rank: value}
@@ -378,7 +389,7 @@ class _Exchange:
         return moved
 
     def headline(self) -> str:
-        return f"direct window setup ({self.what})"
+        return f"direct window setup ({self.what})" + (f" for {self.call}" if self.call else "")
 
     def describe(self) -> str:
         return f"{self.headline()}: heard from {len(self.values)} of {self.nranks} ranks"

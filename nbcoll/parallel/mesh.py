@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,13 +82,19 @@ class DeviceMesh:
         {'pp': 0, 'dp': 0, 'ep': 0, 'tp': 0}
         >>> mesh.destroy(); comm.destroy()
         """
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < self.world.size:
+            raise ValueError(f"rank: expected an int in [0, {self.world.size}) (the ranks of this mesh), got {rank!r}")
+        rank = int(rank)
         coords = {}
         for dim in reversed(DIMS):
             rank, coords[dim] = divmod(rank, self.shape[dim])
         return {dim: coords[dim] for dim in DIMS}
 
     def rank_of(self, **coords: int) -> int:
-        """The rank at ``coords`` (missing dimensions are 0): ``mesh.rank_of(dp=1, tp=0)``.
+        """The rank at ``coords``: ``mesh.rank_of(dp=1, tp=0)``, one coordinate per dimension of more than one rank.
+
+        A dimension of size 1 may be left out (its only coordinate is 0); any other coordinate must be given, and
+        be on the mesh: a ``ValueError`` names the one that is not.
 
         >>> import nbcoll
         >>> from nbcoll.parallel import DeviceMesh
@@ -97,9 +104,23 @@ class DeviceMesh:
         0
         >>> mesh.destroy(); comm.destroy()
         """
+        for dim, at in coords.items():  # what was given first, then what is missing
+            if dim not in self.shape:
+                raise ValueError(f"{dim}: not a mesh dimension; expected some of {', '.join(DIMS)}")
+            size = self.shape[dim]
+            if isinstance(at, bool) or not isinstance(at, numbers.Integral) or not 0 <= at < size:
+                raise ValueError(
+                    f"{dim}: expected a coordinate in [0, {size}) (the {dim} dimension's ranks), got {at!r}"
+                )
+        missing = [dim for dim in DIMS if dim not in coords and self.shape[dim] > 1]
+        if missing:
+            dim = missing[0]
+            raise ValueError(
+                f"{dim}: missing; expected a coordinate in [0, {self.shape[dim]}) (the {dim} dimension's ranks)"
+            )
         rank = 0
         for dim in DIMS:
-            rank = rank * self.shape[dim] + coords.get(dim, 0)
+            rank = rank * self.shape[dim] + int(coords.get(dim, 0))
         return rank
 
     def __getitem__(self, dim: str) -> Communicator:

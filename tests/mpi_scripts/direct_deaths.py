@@ -128,7 +128,7 @@ CASES = {
     "window_setup_dies_once_mapped": Case(
         "all_gather", "staged", ONE_ROUND, 0, warm=False, in_setup="handles-mapped", says=("handles-mapped",)
     ),
-    "registration_never_comes": Case("all_gather", "registered", ONE_ROUND, -2, warm=False, says=("setup (reg0)",)),
+    "registration_never_comes": Case("all_gather", "registered", ONE_ROUND, -2, warm=False, says=("setup (reg0",)),
     # Alive but silent: only the timeout ends the wait, and it names the rank that is late.
     "registered_all_reduce_stops_mid_rounds": Case("all_reduce", "registered", ROUNDS, 3, stop=True, expect="timeout"),
     "registered_all_gather_reader_stops_before_release": Case(
