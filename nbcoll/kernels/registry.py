@@ -39,7 +39,7 @@ class KernelEntry:
 
         >>> from nbcoll.kernels import all_kernels
         >>> all_kernels()[0].py_func.__name__
-        'batched_copy_kernel'
+        'ring_all_reduce_kernel'
         """
         return self.dispatcher.py_func
 
@@ -96,7 +96,7 @@ def all_kernels() -> list[KernelEntry]:
     >>> from nbcoll.kernels import all_kernels
     >>> kernels = all_kernels()                # imports every module of nbcoll first
     >>> len(kernels) > 50, kernels[0].name
-    (True, 'kernels.batched_copy.batched_copy_kernel')
+    (True, 'comm.algorithms.ring_device.ring_all_reduce_kernel')
     """
     import_all_modules()
     return [_REGISTRY[key] for key in sorted(_REGISTRY)]

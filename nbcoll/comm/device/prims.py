@@ -1,0 +1,392 @@
+"""NCCL's simple-protocol primitives (``src/device/prims_simple.h``) as Numba CUDA device functions.
+
+A connection from a sender to a receiver is a FIFO of ``steps`` slots of ``slot_elems`` elements in the
+receiver's memory and two counters that only grow and are never reset, so a second call (or a replayed graph)
+simply carries on counting::
+
+    tail   written only by the sender:   how many steps it has posted into the receiver's FIFO
+    head   written only by the receiver: how many steps it has consumed (each one frees its slot again)
+
+Step ``s`` lives in slot ``s % steps``. The sender of step ``s`` waits for ``head >= s + 1 - steps`` (a free slot),
+the receiver of step ``s`` for ``tail >= s + 1`` (the chunk is there). Each rank is a group of threads; one
+thread of the group polls, and a barrier of the group publishes what it saw, as NCCL does. Data are written
+before the counter that announces them: the group's barrier, then a fence of the connection's scope, then the
+store (NCCL's ``postPeer``: ``fence.acq_rel.sys`` then ``st.relaxed.sys``). The fence is cumulative: it orders
+every write the barrier made this thread see, the other threads' slot writes included.
+
+The functions, and what they are in NCCL:
+
+============================= ========================================================================
+``load_volatile``             the spin's load of ``waitPeer`` (``ld.volatile.global``, ``op128.h``)
+``store_volatile``            the counter store of ``postPeer`` (``st.volatile.global``)
+``fence``                     ``__threadfence()`` (one GPU) or ``__threadfence_system()`` (several GPUs or
+                              host-mapped memory): the connection's scope, :data:`SCOPE_GPU` or
+                              :data:`SCOPE_SYSTEM`, an argument of every kernel
+``group_sync``                ``barrier()``: ``barrier.sync 1 + group, nthreads``, a named barrier per rank
+``wait_peer``                 ``waitPeer``: one thread spins on a counter, checks the abort word every
+                              ``spins_before_check`` spins (``NCCL_SPINS_BEFORE_CHECK_ABORT``) and gives up
+                              when it is set
+``post_peer``                 ``postPeer``: fence, then store the counter
+``generic_op``                ``genericOp``: wait, move one chunk (receive, fold, copy out, send), post
+``send`` ... ``copy_send``    ``send``, ``recv``, ``recvReduceSend``, ``recvCopySend``, ``recvReduceCopy``,
+                              ``recvReduceCopySend``, ``copySend``: ``genericOp`` with their flags
+============================= ========================================================================
+
+numba-cuda has no volatile or acquire load: its cache-hint loads are inline assembly without side effects, which
+the compiler may hoist out of a spin. On a GPU the leaves are therefore intrinsics emitting inline PTX marked
+with side effects and a memory clobber (:func:`_ld_volatile`, :func:`_st_volatile`, :func:`_bar_sync`). The
+simulator has no inline PTX, so there the same device functions get plain loads and stores (Python threads see
+each other's writes), a barrier of atomics in shared memory, and a spin that lets the other Python threads run.
+Which leaves are used is decided once, at import, from the device backend.
+
+A rank's primitives are one tuple, built once by the kernel (NCCL's ``Primitives`` constructor)::
+
+    prims = (fifo, tail, head, abort, sync, state, ids)
+    fifo   [channel, rank, slot, i]   every rank's incoming FIFO: what its "prev" sends it
+    tail   [counter_at(c, r, n)]      steps posted into rank r's FIFO of channel c (by its prev)
+    head   [counter_at(c, r, n)]      steps rank r has consumed from that FIFO
+    abort  [0]                        set by the host: stop spinning and return a failure code
+    sync   shared, SYNC_WORDS per group: the group's barrier and the status its poller publishes
+    state  [sent, received, code, steps]: this thread's copy of the rank's step counts (all threads keep them
+                                      alike), its sticky failure code, and the steps it has started
+    ids    (channel, rank, next, thread in group, threads in group, group, op, scope, spins_before_check)
+
+Once a primitive fails (``state[CODE] != OK``) every later one does nothing, so a kernel reads as the schedule
+alone and still returns when a peer never comes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from llvmlite import ir
+from numba import cuda, int32, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from nbcoll import backend
+
+# What a primitive does (NCCL's genericOp template arguments); a primitive's name lists its flags.
+RECV, REDUCE, COPY, SEND = 1, 2, 4, 8
+
+# The reduction ops, as kernel arguments.
+OP_SUM, OP_PROD, OP_MAX, OP_MIN = 0, 1, 2, 3
+OPS = {"sum": OP_SUM, "prod": OP_PROD, "max": OP_MAX, "min": OP_MIN}
+
+# Scopes of a connection: which fence orders the data before the counter.
+SCOPE_GPU, SCOPE_SYSTEM = 0, 1
+SCOPES = {"gpu": SCOPE_GPU, "system": SCOPE_SYSTEM}
+
+# Status codes a rank ends with (status[channel, rank, 0]); the host writes RUNNING before a launch, so a rank
+# whose group never ran still says so afterwards.
+RUNNING, OK, ABORTED_RECV, ABORTED_SEND = -1, 0, 1, 2
+
+SPINS_BEFORE_CHECK_ABORT = 10_000
+"""Spins between two reads of the abort word (NCCL's ``NCCL_SPINS_BEFORE_CHECK_ABORT``)."""
+
+COUNTER_STRIDE = 16
+"""int64 words from one counter to the next (128 bytes): two counters never share a cache line."""
+
+MAX_GROUPS = 15
+"""Ranks in one block: named barriers 1 to 15 (barrier 0 is ``syncthreads``)."""
+
+SYNC_WORDS = 3
+"""Shared int32 words per group: barrier arrivals, barrier generation (simulator only), published status."""
+_ARRIVED, _GENERATION, _STATUS = 0, 1, 2
+
+# Indices into a rank's state array.
+SENT, RECEIVED, CODE, STEPS = 0, 1, 2, 3
+STATE_WORDS = 4
+
+
+def counter_at(channel: int, rank: int, nranks: int) -> int:
+    """Where rank ``rank``'s counter of channel ``channel`` is in a flat head or tail array.
+
+    >>> counter_at(1, 2, 4), COUNTER_STRIDE * 6
+    (96, 96)
+    """
+    return (channel * nranks + rank) * COUNTER_STRIDE
+
+
+_counter_at = cuda.jit(device=True)(counter_at)
+
+
+# -- the leaves on a GPU: inline PTX with side effects, so that no load leaves its spin -----------------------
+
+
+def _element_pointer(context: Any, builder: Any, array_type: Any, array: Any, index_type: Any, index: Any) -> Any:
+    """The address of ``array[index]`` of a 1-D array, as LLVM IR."""
+    ary = context.make_array(array_type)(context, builder, array)
+    at = context.cast(builder, index, index_type, types.intp)
+    return cgutils.get_item_pointer(context, builder, array_type, ary, [at], wraparound=False)
+
+
+def _counter_type(array: Any) -> int:
+    """The bit width of a 1-D array of 32- or 64-bit integers (a counter or the abort word); 0 for anything else."""
+    ok = isinstance(array, types.Array) and array.ndim == 1 and isinstance(array.dtype, types.Integer)
+    return array.dtype.bitwidth if ok and array.dtype.bitwidth in (32, 64) else 0
+
+
+@intrinsic
+def _ld_volatile(typingctx: Any, array: Any, index: Any) -> Any:  # pragma: no cover (compiled)
+    """``array[index]`` read with ``ld.volatile.global``: every call reads memory again."""
+    bits = _counter_type(array)
+    if not bits or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        word = ir.IntType(bits)
+        reg = "l" if bits == 64 else "r"
+        text = f"{{ .reg .u64 g; cvta.to.global.u64 g, $1; ld.volatile.global.u{bits} $0, [g]; }}"
+        asm = ir.InlineAsm(ir.FunctionType(word, [word.as_pointer()]), text, f"={reg},l,~{{memory}}", side_effect=True)
+        return builder.call(asm, [ptr])
+
+    return array.dtype(array, index), codegen
+
+
+@intrinsic
+def _st_volatile(typingctx: Any, array: Any, index: Any, value: Any) -> Any:  # pragma: no cover (compiled)
+    """``array[index] = value`` written with ``st.volatile.global``: one store, where and when the code says."""
+    bits = _counter_type(array)
+    if not bits or not isinstance(index, types.Integer) or not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        word = ir.IntType(bits)
+        reg = "l" if bits == 64 else "r"
+        stored = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+        text = f"{{ .reg .u64 g; cvta.to.global.u64 g, $0; st.volatile.global.u{bits} [g], $1; }}"
+        kind = ir.FunctionType(ir.VoidType(), [word.as_pointer(), word])
+        builder.call(ir.InlineAsm(kind, text, f"l,{reg},~{{memory}}", side_effect=True), [ptr, stored])
+        return context.get_dummy_value()
+
+    return types.void(array, index, value), codegen
+
+
+@intrinsic
+def _bar_sync(typingctx: Any, barrier: Any, nthreads: Any) -> Any:  # pragma: no cover (compiled)
+    """``barrier.sync barrier, nthreads``: wait until ``nthreads`` threads (a multiple of 32) arrive at it."""
+    if not isinstance(barrier, types.Integer) or not isinstance(nthreads, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i32 = ir.IntType(32)
+        values = [context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args, strict=True)]
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]), "barrier.sync $0, $1;", "r,r,~{memory}",
+                           side_effect=True)  # fmt: skip
+        builder.call(asm, values)
+        return context.get_dummy_value()
+
+    return types.void(barrier, nthreads), codegen
+
+
+@cuda.jit(device=True)
+def _barrier_gpu(sync, group, nthreads):
+    # One thread: wait at the group's named barrier (1 + group; 0 is syncthreads).
+    _bar_sync(1 + group, nthreads)
+
+
+@cuda.jit(device=True)
+def _pause_gpu():
+    # One thread: nothing; a GPU spin retries at once, as NCCL's does.
+    pass
+
+
+# -- the leaves on the simulator: plain Python, its CUDA threads are Python threads ----------------------------
+
+
+def _load_plain(array: Any, index: int) -> Any:
+    return array[index]
+
+
+def _store_plain(array: Any, index: int, value: Any) -> None:
+    array[index] = value
+
+
+def _pause_simulated() -> None:
+    time.sleep(0)  # let the thread that will move the counter run; a Python spin would hold the interpreter
+
+
+@cuda.jit(device=True)
+def _barrier_simulated(sync, group, nthreads):
+    """A counting barrier: the last of ``nthreads`` to arrive resets the count and moves the generation on.
+
+    ``generation = sync[g]; if atomic_add(arrived) == nthreads - 1: arrived = 0; generation += 1;
+    else: while sync[g] == generation: pause``
+    """
+    at = group * SYNC_WORDS
+    generation = sync[at + _GENERATION]  # cannot move before this thread arrives: the barrier waits for it
+    if cuda.atomic.add(sync, at + _ARRIVED, 1) == nthreads - 1:
+        sync[at + _ARRIVED] = 0
+        cuda.atomic.add(sync, at + _GENERATION, 1)
+    else:
+        while _load_plain(sync, at + _GENERATION) == generation:
+            _pause_simulated()
+
+
+# The leaves every primitive is written in, chosen once for this process's device backend.
+if backend.is_simulator():
+    load_volatile, store_volatile = _load_plain, _store_plain
+    spin_pause, _barrier = _pause_simulated, _barrier_simulated
+else:
+    load_volatile, store_volatile = _ld_volatile, _st_volatile
+    spin_pause, _barrier = _pause_gpu, _barrier_gpu
+
+
+# -- the device primitives ----------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def fence(scope):
+    # One thread: order its earlier writes (and those the group's barrier showed it) before its later ones.
+    if scope == SCOPE_SYSTEM:
+        cuda.threadfence_system()  # membar.sys: another GPU or the host reads the memory
+    else:
+        cuda.threadfence()  # membar.gl: every reader is on this GPU
+
+
+@cuda.jit(device=True)
+def group_sync(sync, group, nthreads):
+    # Every thread of the group: wait until all ``nthreads`` of them are here (NCCL's barrier()).
+    _barrier(sync, group, nthreads)
+
+
+@cuda.jit(device=True)
+def apply_op(op, a, b):
+    # One thread: one element of a reduction.
+    if op == OP_SUM:
+        return a + b
+    if op == OP_PROD:
+        return a * b
+    if op == OP_MAX:
+        return a if a >= b else b
+    return a if a <= b else b
+
+
+@cuda.jit(device=True)
+def wait_peer(counter, at, target, abort, spins_before_check):
+    """One thread: spin until ``counter[at] >= target``; return True, or False once the abort word is set.
+
+    ``while load_volatile(counter[at]) < target: every spins_before_check spins: if abort[0]: return False``
+    """
+    spins = 0
+    while load_volatile(counter, at) < target:
+        spin_pause()
+        spins += 1
+        if spins >= spins_before_check:
+            if load_volatile(abort, 0) != 0:
+                return False
+            spins = 0
+    return True
+
+
+@cuda.jit(device=True)
+def post_peer(counter, at, value, scope):
+    # One thread, after the group's barrier: make the group's writes visible, then announce them.
+    fence(scope)
+    store_volatile(counter, at, value)
+
+
+@cuda.jit(device=True)
+def generic_op(prims, local, out, flags, lo, hi, out_lo):
+    """Every thread of a rank's group: one chunk ``[lo, hi)`` through one hop, as ``flags`` say.
+
+    ``wait (thread 0: the chunk from prev has arrived, a slot of next is free) -> barrier ->
+    for i in my elements: v = local[i] | slot_in[i] | op(local[i], slot_in[i]); out[out_lo + i] = v (COPY);
+    slot_out[i] = v (SEND) -> barrier -> thread 0: post tail of next (SEND), head of this rank (RECV)``
+    """
+    fifo, tail, head, abort, sync, state, ids = prims
+    channel, rank, nxt, thread, nthreads, group, op, scope, spins = ids
+    if state[CODE] != OK:
+        return
+    state[STEPS] += 1
+    nranks, nsteps = fifo.shape[1], fifo.shape[2]
+    sent, received = state[SENT], state[RECEIVED]
+    if thread == 0:
+        code = OK
+        if flags & RECV and not wait_peer(tail, _counter_at(channel, rank, nranks), received + 1, abort, spins):
+            code = ABORTED_RECV
+        if code == OK and flags & SEND:
+            if not wait_peer(head, _counter_at(channel, nxt, nranks), sent + 1 - nsteps, abort, spins):
+                code = ABORTED_SEND
+        fence(scope)  # after the spin's load: the peer's data are read only after its counter (acquire)
+        sync[group * SYNC_WORDS + _STATUS] = code
+    group_sync(sync, group, nthreads)
+    code = sync[group * SYNC_WORDS + _STATUS]
+    if code != OK:
+        state[CODE] = code
+        return
+    slot_in, slot_out = received % nsteps, sent % nsteps
+    for i in range(thread, hi - lo, nthreads):
+        if flags & RECV:
+            v = fifo[channel, rank, slot_in, i]
+            if flags & REDUCE:
+                v = apply_op(op, local[rank, lo + i], v)
+        else:
+            v = local[rank, lo + i]
+        if flags & COPY:
+            out[rank, out_lo + i] = v
+        if flags & SEND:
+            fifo[channel, nxt, slot_out, i] = v
+    group_sync(sync, group, nthreads)  # every slot read and written before thread 0 posts
+    if thread == 0:
+        if flags & SEND:
+            post_peer(tail, _counter_at(channel, nxt, nranks), sent + 1, scope)
+        if flags & RECV:
+            post_peer(head, _counter_at(channel, rank, nranks), received + 1, scope)
+    if flags & SEND:
+        state[SENT] = sent + 1
+    if flags & RECV:
+        state[RECEIVED] = received + 1
+
+
+@cuda.jit(device=True)
+def send(prims, local, out, lo, hi):
+    # slot(next) = local[lo:hi]
+    generic_op(prims, local, out, SEND, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def recv(prims, local, out, lo, hi):
+    # out[lo:hi] = slot(prev)
+    generic_op(prims, local, out, RECV | COPY, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def recv_reduce_send(prims, local, out, lo, hi):
+    # slot(next) = op(local[lo:hi], slot(prev))
+    generic_op(prims, local, out, RECV | REDUCE | SEND, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def recv_copy_send(prims, local, out, lo, hi):
+    # out[lo:hi] = slot(prev); slot(next) = out[lo:hi]
+    generic_op(prims, local, out, RECV | COPY | SEND, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def recv_reduce_copy(prims, local, out, lo, hi):
+    # out[lo:hi] = op(local[lo:hi], slot(prev))
+    generic_op(prims, local, out, RECV | REDUCE | COPY, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def recv_reduce_copy_send(prims, local, out, lo, hi):
+    # out[lo:hi] = op(local[lo:hi], slot(prev)); slot(next) = out[lo:hi]
+    generic_op(prims, local, out, RECV | REDUCE | COPY | SEND, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def copy_send(prims, local, out, lo, hi):
+    # out[lo:hi] = local[lo:hi]; slot(next) = local[lo:hi]
+    generic_op(prims, local, out, COPY | SEND, lo, hi, lo)
+
+
+@cuda.jit(device=True)
+def clear_sync(sync):
+    # Every thread of the block, before any group meets: zero the shared barrier words (then syncthreads).
+    for i in range(cuda.threadIdx.x, MAX_GROUPS * SYNC_WORDS, cuda.blockDim.x):
+        sync[i] = int32(0)
