@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,26 @@ class UsageError(Exception):
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def _at_least(kind: Callable[[str], float], least: float, what: str, strictly: bool = False) -> Callable[[str], float]:
+    """An argparse ``type=``: the option's text read as ``kind``, a finite number ``>= least`` (``> least`` if
+    ``strictly``); anything else is a usage error that says so, ``argument --hidden: expected an integer >= 1``."""
+    relation = ">" if strictly else ">="
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > least if strictly else value >= least)):
+            raise argparse.ArgumentTypeError(f"expected {what} {relation} {least:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+_COUNT = _at_least(int, 1, "an integer")
 
 
 def subcommand(
@@ -130,6 +151,13 @@ def _exercise_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=".", help="where to write the starter (default: the current directory)")
     parser.add_argument("--no-ptx", action="store_true", help="skip the PTX compile of a kernel that passes")
     parser.add_argument(
+        "--timeout",
+        type=_at_least(float, 0, "seconds", strictly=True),
+        default=60.0,
+        metavar="SECONDS",
+        help="stop a case (or the import of FILE) that runs longer than this and fail it (default 60)",
+    )
+    parser.add_argument(
         "--trace-dir", default=".", help="where an algorithm exercise writes its trace diagrams (default: here)"
     )
 
@@ -154,7 +182,9 @@ def exercise(args: argparse.Namespace) -> int:
         return 0
     if args.check:
         try:
-            report = exercises.check(entry.name, args.check, ptx=not args.no_ptx, trace_dir=args.trace_dir)
+            report = exercises.check(
+                entry.name, args.check, ptx=not args.no_ptx, trace_dir=args.trace_dir, timeout=args.timeout
+            )
         except FileNotFoundError as exc:
             raise UsageError(str(exc)) from None
         print(report.format())
@@ -198,15 +228,18 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
         ("ranks", 4, "ranks to lay out"),
         ("top", 10, "layouts to print"),
     ]:
-        parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
+        parser.add_argument(f"--{name}", type=_COUNT, default=default, help=f"{what} (default {default})")
     parser.add_argument("--bytes", type=int, default=4, choices=(2, 4, 8), help="bytes per value (default 4)")
     parser.add_argument(
         "--measure", action="store_true", help="time the compute costs here (block, embedding, head and loss, update)"
     )
-    parser.add_argument("--cores", type=int, default=None, help="devices the ranks share (default: one per rank)")
-    parser.add_argument("--call-latency", type=float, default=0.0, help="ms each collective call costs (default 0)")
+    parser.add_argument("--cores", type=_COUNT, default=None, help="devices the ranks share (default: one per rank)")
+    milliseconds = _at_least(float, 0, "milliseconds")
     parser.add_argument(
-        "--partner-wait", type=float, default=0.0, help="ms more per all-reduce on shared cores (default 0)"
+        "--call-latency", type=milliseconds, default=0.0, help="ms each collective call costs (default 0)"
+    )
+    parser.add_argument(
+        "--partner-wait", type=milliseconds, default=0.0, help="ms more per all-reduce on shared cores (default 0)"
     )
 
 
@@ -216,6 +249,8 @@ def plan(args: argparse.Namespace) -> int:
 
     from nbcoll.parallel import plan as planner
 
+    if args.hidden % args.heads:  # the one check that takes two options; each alone was checked as it was parsed
+        raise UsageError(f"argument --hidden: expected a multiple of --heads ({args.heads}), got {args.hidden}")
     spec = planner.ModelSpec(
         args.layers, args.hidden, args.seq, args.batch, args.heads, args.vocab, bytes_per_value=args.bytes
     )

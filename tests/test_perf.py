@@ -212,3 +212,73 @@ def test_the_json_report_grows_row_by_row_so_a_killed_sweep_leaves_its_rows(tmp_
     assert not result.ok, result.report()
     partial = json.loads(report.read_text())
     assert partial["complete"] is False and [row["nbytes"] for row in partial["rows"]] == [8, 32]
+
+
+SMALL_SWEEP = ["all_reduce", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-w", "0", "--backend", "numpy"]
+
+
+def _perf_here(argv: list[str]) -> int:
+    """The perf tool on one rank, in this process (no launcher: a world of one)."""
+    from nbcoll.perf.__main__ import main
+
+    with nbcoll.use_backend("numpy"):
+        return main([*SMALL_SWEEP, *argv])
+
+
+@pytest.mark.parametrize("option", ["-J", "--plot"])
+def test_output_paths_that_cannot_be_written_are_refused_before_any_work(option, tmp_path, capsys, monkeypatch):
+    import nbcoll.perf.__main__ as perf
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the sweep ran although its output cannot be written")
+
+    monkeypatch.setattr(perf, "run", no_work)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for path, why in [
+        (tmp_path / "missing" / "out", "does not exist"),
+        (a_file / "out", "is not a directory"),
+        (tmp_path, "is a directory"),
+    ]:
+        assert _perf_here([option, str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert f"nbcoll.perf: {option}: cannot write {path}:" in err and why in err, err
+        assert "redop" not in out  # not even the table's header
+
+
+def test_a_write_that_fails_at_the_end_still_shows_the_table_and_names_the_file(tmp_path, capsys, monkeypatch):
+    import nbcoll.perf.__main__ as perf
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    real_run = perf.run
+
+    def run_then_lose_the_folder(*args, **kwargs):
+        rows = real_run(*args, **kwargs)  # the rows were written to the JSON file as they came
+        (folder / "perf.json").unlink()
+        folder.rmdir()
+        return rows
+
+    monkeypatch.setattr(perf, "run", run_then_lose_the_folder)
+    status = _perf_here(["-J", str(folder / "perf.json"), "--plot", str(folder / "perf.png")])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert len(_rows(out)) == 2 and "# Avg bus bandwidth" in out, out  # the results, on standard output
+    assert f"nbcoll.perf: -J: could not write {folder / 'perf.json'}:" in err, err
+    assert f"nbcoll.perf: --plot: could not write {folder / 'perf.png'}:" in err, err
+
+
+@pytest.mark.mpi
+def test_every_rank_refuses_an_output_path_that_cannot_be_written(tmp_path):
+    missing = tmp_path / "missing" / "perf.json"
+    # Each rank says what main returned and exits 0 if it was 2: the launcher ends the job at a rank's first
+    # non-zero exit, before the other rank could report its own.
+    code = (
+        "import sys; from nbcoll.perf.__main__ import main; status = main(sys.argv[1:]); "
+        "print('main returned', status); sys.exit(0 if status == 2 else 1)"
+    )
+    result = launch(2, code=code, args=[*SMALL_SWEEP, "-J", str(missing)], env={"NBCOLL_BACKEND": "numpy"}, timeout=120)
+    assert result.ok and all("main returned 2" in output for output in result.outputs), result.report()
+    assert (
+        f"nbcoll.perf: -J: cannot write {missing}: the directory {missing.parent} does not exist" in result.outputs[0]
+    )

@@ -138,7 +138,9 @@ def test_plan_command_prints_the_ranking():
     proc = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "dp=" in proc.stdout and "wins" in proc.stdout
-    bad = subprocess.run(run[:4] + ["--heads", "3", "--ranks", "7"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        run[:4] + ["--heads", "3", "--hidden", "48", "--ranks", "7"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "no layout" in bad.stderr
     waits = subprocess.run(
         run + ["--call-latency", "1", "--partner-wait", "2"], capture_output=True, text=True, timeout=120
@@ -147,3 +149,94 @@ def test_plan_command_prints_the_ranking():
     helped = subprocess.run(run[:4] + ["--help"], capture_output=True, text=True, timeout=120)
     for term in ("compute", "bubble", "tp comm", "pp comm", "dp comm", "sharing", "head and the loss", "measure_costs"):
         assert term in helped.stdout
+
+
+BAD_PLAN_ARGUMENTS = {
+    ("--hidden", "0"): "argument --hidden: expected an integer >= 1, got '0'",
+    ("--layers", "0"): "argument --layers: expected an integer >= 1, got '0'",
+    ("--seq", "-1"): "argument --seq: expected an integer >= 1",
+    ("--batch", "0"): "argument --batch: expected an integer >= 1",
+    ("--heads", "0"): "argument --heads: expected an integer >= 1",
+    ("--vocab", "0"): "argument --vocab: expected an integer >= 1",
+    ("--ranks", "0"): "argument --ranks: expected an integer >= 1",
+    ("--top", "0"): "argument --top: expected an integer >= 1",
+    ("--cores", "0"): "argument --cores: expected an integer >= 1",
+    ("--call-latency", "-1"): "argument --call-latency: expected milliseconds >= 0, got '-1'",
+    ("--partner-wait", "-0.5"): "argument --partner-wait: expected milliseconds >= 0",
+    ("--call-latency", "nan"): "argument --call-latency: expected milliseconds >= 0, got 'nan'",
+    ("--heads", "3", "--hidden", "64"): "argument --hidden: expected a multiple of --heads (3), got 64",
+}
+
+
+@pytest.mark.parametrize("bad", BAD_PLAN_ARGUMENTS, ids=" ".join)
+@pytest.mark.parametrize("measure", [False, True], ids=["model", "measure"])
+def test_plan_command_refuses_bad_arguments_before_any_work(bad, measure, capsys, monkeypatch):
+    from nbcoll.__main__ import main
+    from nbcoll.parallel import plan as planner
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the plan ran with a bad argument")
+
+    monkeypatch.setattr(planner, "measure_rates", no_work)
+    monkeypatch.setattr(planner, "plan", no_work)
+    try:
+        status = main(["plan", *bad, *(["--measure"] if measure else [])])
+    except SystemExit as stopped:  # argparse's own exit
+        status = stopped.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "nbcoll plan: error: " + BAD_PLAN_ARGUMENTS[bad] in err, err
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("hidden", 0, "ModelSpec(hidden): expected an integer >= 1, got 0"),
+        ("layers", 0, "ModelSpec(layers): expected an integer >= 1, got 0"),
+        ("seq_len", -1, "ModelSpec(seq_len)"),
+        ("batch", 0, "ModelSpec(batch)"),
+        ("heads", 0, "ModelSpec(heads)"),
+        ("vocab", 0, "ModelSpec(vocab)"),
+        ("heads", 3, "ModelSpec(hidden): expected a multiple of heads (3), got 64"),
+        ("mlp_ratio", 0.0, "ModelSpec(mlp_ratio)"),
+        ("bytes_per_value", 0, "ModelSpec(bytes_per_value)"),
+        ("optimizer_states", -1, "ModelSpec(optimizer_states)"),
+        ("layers", 2.5, "ModelSpec(layers): expected an integer >= 1, got 2.5"),
+    ],
+)
+def test_model_spec_refuses_what_the_model_cannot_train(field, value, message):
+    with pytest.raises(ValueError) as refused:
+        dataclasses.replace(SPEC, **{field: value})
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("flops_per_second", 0.0),
+        ("block_overhead", -1e-3),
+        ("call_latency", -1e-3),
+        ("partner_wait", -1e-3),
+        ("embed_overhead", -1.0),
+        ("head_overhead", float("nan")),
+        ("update_overhead", -1.0),
+        ("chunk_bytes", 0),
+        ("cores", 0),
+        ("link", LinkModel(alpha=-1e-6, beta=1e9)),
+        ("link", LinkModel(alpha=1e-6, beta=0.0)),
+    ],
+)
+def test_rates_refuse_negative_costs_and_empty_sizes(field, value):
+    with pytest.raises(ValueError, match=rf"Rates\({field}\)"):
+        dataclasses.replace(RATES, **{field: value})
+
+
+def test_measuring_refuses_bad_arguments_before_timing(numpy_backend):
+    with pytest.raises(ValueError, match="repeats"):
+        measure_rates(SPEC, repeats=0)
+    with pytest.raises(ValueError, match="cores"):
+        measure_rates(SPEC, cores=0)
+    with pytest.raises(ValueError, match="tokens"):
+        measure_rates(SPEC, tokens=(0, 32))
+    with pytest.raises(ValueError, match="busy"):
+        measure_rates(SPEC, busy=-1.0)

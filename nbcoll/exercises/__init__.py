@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from nbcoll.backend import device_backend
-from nbcoll.exercises.report import Report
+from nbcoll.exercises.report import Report, exit_text
 
 HERE = Path(__file__).resolve().parent
 
@@ -195,12 +195,21 @@ def copy_starter(name: str, directory: str | Path = ".", force: bool = False) ->
 
 _loaded = itertools.count()
 
+PTX_CASE = "compiles to PTX for sm_90"
+"""The case of a kernel's PTX compile, after every simulator case passed."""
 
-def load_learner(path: str | Path) -> ModuleType:
-    """Import the learner's file as a fresh module (a new name each time, so a second check sees the edits)."""
+
+def learner_file(path: str | Path) -> Path:
+    """``path`` as a ``Path``; a ``FileNotFoundError`` if no such file exists."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"FILE: no such file {str(path)!r}")
+    return path
+
+
+def load_learner(path: str | Path) -> ModuleType:
+    """Import the learner's file as a fresh module (a new name each time, so a second check sees the edits)."""
+    path = learner_file(path)
     name = f"nbcoll_exercise_{path.stem}_{next(_loaded)}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -211,10 +220,18 @@ def load_learner(path: str | Path) -> ModuleType:
 
 def learner_entry(report: Report, exercise: Exercise, path: str | Path) -> Any:
     """The learner's kernel or function, or ``None`` after recording in ``report`` why it could not be loaded."""
+    report.begin("import")
     try:
         module = load_learner(path)
     except FileNotFoundError:
         raise
+    except SystemExit as exc:  # the file may not end the check: it fails to load instead
+        report.fail(
+            "import",
+            f"{path} exited while being imported: it called {exit_text(exc)} at its top level, which ends the "
+            'check; keep such code under if __name__ == "__main__":',
+        )
+        return None
     except Exception as exc:  # the learner's file does not import: say where
         mine = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path).resolve()]
         where = f" (line {mine[-1].lineno})" if mine and not isinstance(exc, SyntaxError) else ""
@@ -226,22 +243,34 @@ def learner_entry(report: Report, exercise: Exercise, path: str | Path) -> Any:
     return entry
 
 
-def check(name: str, path: str | Path, ptx: bool = True, trace_dir: str | Path | None = None) -> Report:
+def check(
+    name: str, path: str | Path, ptx: bool = True, trace_dir: str | Path | None = None, timeout: float | None = None
+) -> Report:
     """Run the checks of exercise ``name`` on the learner's file ``path`` and return the report.
-
-    Kernels run on the simulator: in this process when its device backend is ``sim``, else in a subprocess.
 
     ``ptx``: also compile a kernel that passes on the simulator to PTX for sm_90 (in a subprocess).
     ``trace_dir``: where an algorithm exercise writes the trace diagrams of the learner's run and the reference's.
+    ``timeout``: run the checks in a child process (:mod:`nbcoll.exercises.supervised`) in which the import of
+    the file and every case have ``timeout`` seconds; a case that runs longer, or during which the file ends
+    the process, fails. ``None`` (the default) runs them in this process; ``--check`` gives each case 60 s.
+
+    Kernels run on the simulator: in this process when its device backend is ``sim``, else in a child process.
     """
     exercise = get(name)
-    if exercise.kind == "kernel" and device_backend() != "sim":
-        from nbcoll.exercises import in_simulator  # a GPU machine: the checks are written for the simulator
+    # A child process bounds each case; on a GPU machine, it also runs kernels on the simulator the checks describe.
+    if timeout is not None or (exercise.kind == "kernel" and device_backend() != "sim"):
+        from nbcoll.exercises import supervised
 
-        return in_simulator.run(name, path, ptx)
+        return supervised.run(name, path, ptx, trace_dir, supervised.CASE_SECONDS if timeout is None else timeout)
+    return run_checks(Report(name), exercise, path, ptx, trace_dir)
+
+
+def run_checks(
+    report: Report, exercise: Exercise, path: str | Path, ptx: bool = True, trace_dir: str | Path | None = None
+) -> Report:
+    """The checks of ``exercise`` on ``path``, run in this process and recorded in ``report``."""
     module_name, function = exercise.checker.split(":")
     checker = getattr(importlib.import_module(f"nbcoll.exercises.{module_name}"), function)
-    report = Report(name)
     entry = learner_entry(report, exercise, path)
     if entry is None:
         return report
@@ -252,6 +281,7 @@ def check(name: str, path: str | Path, ptx: bool = True, trace_dir: str | Path |
     if ptx and exercise.kind == "kernel" and report.passed:
         from nbcoll.exercises import ptx as ptx_check
 
-        for _, ok, message in ptx_check.compile_files([(name, str(path))]):
-            report.add("compiles to PTX for sm_90", ok, "" if ok else ptx_check.explain(message))
+        report.begin(PTX_CASE)
+        for _, ok, message in ptx_check.compile_files([(exercise.name, str(path))]):
+            report.add(PTX_CASE, ok, "" if ok else ptx_check.explain(message))
     return report

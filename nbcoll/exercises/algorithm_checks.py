@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,12 @@ def _cases(exercise: str, nranks: int) -> list[tuple[str, dict]]:
 # The ranks' side: the reference, then each learner's file, on 2, 3 and 4 ranks that are threads of this process.
 
 
-def run_ranks(exercise: str, paths: list[str], trace_root: str) -> list[list[dict]]:
+def run_ranks(
+    exercise: str, paths: list[str], trace_root: str, begin: Callable[[str], None] | None = None
+) -> list[list[dict]]:
     """Run the reference, then each learner's file, on 2, 3 and 4 ranks; ``[rank][file]``: what each rank saw.
 
-    A file stops at the first rank count it fails on.
+    A file stops at the first rank count it fails on. ``begin(case)`` hears each learner's case start on rank 0.
     """
     from nbcoll import exercises, use_backend
 
@@ -69,11 +72,18 @@ def run_ranks(exercise: str, paths: list[str], trace_root: str) -> list[list[dic
                 if active[k]:
                     trace = os.path.join(trace_root, str(k))
                     mine = [results[rank][k] for rank in range(nranks)]
-                    active[k] = not any(_run_cases(exercise, nranks, function, trace, mine))
+                    active[k] = not any(_run_cases(exercise, nranks, function, trace, mine, begin))
     return results
 
 
-def _run_cases(exercise: str, nranks: int, function: Any, trace: str, results: list[dict] | None) -> list[int]:
+def _run_cases(
+    exercise: str,
+    nranks: int,
+    function: Any,
+    trace: str,
+    results: list[dict] | None,
+    begin: Callable[[str], None] | None = None,
+) -> list[int]:
     """Every case of ``nranks`` with ``function`` as the algorithm, on each rank of a loopback world; per rank,
     1 if it failed. ``results`` (one per rank) is ``None`` for the reference."""
     from nbcoll.comm import CommConfig, algorithms, loopback
@@ -84,18 +94,22 @@ def _run_cases(exercise: str, nranks: int, function: Any, trace: str, results: l
     config = CommConfig(**SETTINGS, trace=os.path.join(trace, f"{nranks}ranks"))
     try:
         with loopback(nranks, config) as world:
-            return world.run(lambda comm: _run_rank_cases(comm, exercise, nranks, results))
+            return world.run(lambda comm: _run_rank_cases(comm, exercise, nranks, results, begin))
     finally:
         algorithms.ALGORITHMS[collective][algo] = original
 
 
-def _run_rank_cases(comm: Any, exercise: str, nranks: int, results: list[dict] | None) -> int:
+def _run_rank_cases(
+    comm: Any, exercise: str, nranks: int, results: list[dict] | None, begin: Callable[[str], None] | None
+) -> int:
     """One rank's part of :func:`_run_cases`: 1 if a case failed here (a learner's error is recorded, not raised)."""
     mine = None if results is None else results[comm.rank]
     seq, name = 0, "start"
     try:
         for name, case in _cases(exercise, nranks):
             seq += 1
+            if mine is not None and begin is not None and comm.rank == 0:
+                begin(name)
             wrong = _run_case(comm, exercise, case)
             if mine is None:
                 if wrong is not None:
@@ -105,7 +119,8 @@ def _run_rank_cases(comm: Any, exercise: str, nranks: int, results: list[dict] |
             if wrong is not None:
                 mine["wrong"] = {"case": name, "seq": seq, "nranks": nranks, **wrong}
                 return 1
-    except Exception as exc:  # the learner's algorithm failed on this rank: report it, let the others go on
+    # The learner's algorithm failed on this rank (or called sys.exit): report it, let the others go on.
+    except (Exception, SystemExit) as exc:
         if mine is None:
             raise
         mine["error"] = {"case": name, "seq": seq, "nranks": nranks, "text": f"{type(exc).__name__}: {exc}"}
@@ -149,12 +164,13 @@ def check_tree_broadcast(report: Report, path: str | Path, trace_dir: str | Path
 
 
 def check_files(exercise: str, files: list[tuple[Report, str | Path]], trace_dir: str | Path | None) -> None:
-    """Check several learners' files, filling each one's report."""
+    """Check several learners' files, filling each one's report (one file's report hears each case begin)."""
     from nbcoll.comm import CommError
 
+    begin = files[0][0].begin if len(files) == 1 else None
     with tempfile.TemporaryDirectory(prefix="nbcoll_exercise_") as trace_root:
         try:
-            returns = run_ranks(exercise, [str(Path(path).resolve()) for _, path in files], trace_root)
+            returns = run_ranks(exercise, [str(Path(path).resolve()) for _, path in files], trace_root, begin)
         except CommError as exc:  # a learner's generator that never returns: its rank's thread is left behind
             for report, _ in files:
                 report.fail("run", f"a rank did not finish: {exc}")
@@ -226,6 +242,11 @@ def _explain(exercise: str, returns: list[dict], reference: Path, yours: Path, n
         lines.append(
             "hint: the cases with root 0 pass and this one does not: count positions from the root, "
             "p = (rank - root) mod n, and add root back (mod n) when turning a parent's or child's position into a rank"
+        )
+    if any(e["text"].startswith("SystemExit") for e in errors):
+        lines.append(
+            "hint: the algorithm called sys.exit() (or raise SystemExit), which ends a rank, not the collective: "
+            "a generator that is done returns"
         )
     if any("Timeout" in e["text"] for e in errors):
         lines.append(

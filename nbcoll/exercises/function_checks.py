@@ -12,14 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll.exercises.report import Report, first_difference, show
+from nbcoll.exercises.report import Report, exit_text, first_difference, show
 from nbcoll.kernels.matmul import matmul_reference
 from nbcoll.kernels.softmax import softmax_backward_reference, softmax_reference
 
 
 def _call(report: Report, case: str, function: Callable, *args: Any) -> tuple[bool, Any]:
+    report.begin(case)
     try:
         return True, function(*args)
+    except SystemExit as exc:  # the function may not end the check: it fails this case instead
+        report.fail(case, f"{function.__name__} exited the check during this case: it called {exit_text(exc)}")
     except NotImplementedError:
         report.fail(case, f"{function.__name__} is not written yet: it raises NotImplementedError")
     except Exception as exc:  # the learner's error is shown, not propagated

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nbcoll.exercises.report import Report, first_difference, wrong_mask
+from nbcoll.exercises.report import Report, exit_text, first_difference, wrong_mask
 
 UNWRITTEN = np.float32(np.nan)
 """What an output holds before the kernel runs, so that an element no thread wrote shows as ``nan``."""
@@ -43,8 +43,12 @@ def run_kernel(
 
     ``index_hint`` and ``overflow_hint`` add what an out-of-bounds index or an overflow means in this exercise.
     """
+    report.begin(case)
     try:
         launch(*args)
+    except SystemExit as exc:  # the kernel may not end the check: it fails this case instead
+        report.fail(case, f"the kernel exited the check during this case: it called {exit_text(exc)}")
+        return False
     except IndexError as exc:
         report.fail(
             case,

@@ -12,7 +12,8 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,15 +30,28 @@ class Case:
 
 @dataclass
 class Report:
-    """The result of checking one exercise; :meth:`format` is what ``--check`` prints."""
+    """The result of checking one exercise; :meth:`format` is what ``--check`` prints.
+
+    ``listener(event, what)``, if given, hears ``("begin", name)`` as the learner's code starts to run for a
+    case (or ``"import"``) and ``("case", case)`` as each case is recorded: a process that watches the check
+    (:mod:`nbcoll.exercises.supervised`) times each case by them.
+    """
 
     exercise: str
     cases: list[Case] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    listener: Callable[[str, Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def begin(self, name: str) -> None:
+        """Say that the learner's code starts to run for case ``name``."""
+        if self.listener is not None:
+            self.listener("begin", name)
 
     def add(self, name: str, ok: bool, detail: str = "", picture: str = "") -> Case:
         case = Case(name, ok, detail, picture)
         self.cases.append(case)
+        if self.listener is not None:
+            self.listener("case", case)
         return case
 
     def fail(self, name: str, detail: str) -> Case:
@@ -65,6 +79,19 @@ class Report:
         verdict = "all cases pass" if self.passed else f"{passed} of {len(self.cases)} cases pass"
         lines += ["", f"{self.exercise}: {verdict}"]
         return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        """The report as JSON-ready data (what a child process sends back); ``Report.from_json`` reads it."""
+        return {"exercise": self.exercise, "cases": [asdict(case) for case in self.cases], "notes": self.notes}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Report:
+        return cls(data["exercise"], [Case(**case) for case in data["cases"]], list(data["notes"]))
+
+
+def exit_text(exc: SystemExit) -> str:
+    """How the learner's code ended the process: ``"sys.exit(0) (or raise SystemExit)"``."""
+    return f"sys.exit({'' if exc.code is None else repr(exc.code)}) (or raise SystemExit)"
 
 
 def first_difference(expected: np.ndarray, actual: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> str:

@@ -42,6 +42,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass, field
 
 from nbcoll.comm import tuner
@@ -71,6 +73,16 @@ class ModelSpec:
     mlp_ratio: float = 4.0
     bytes_per_value: int = 4
     optimizer_states: int = 1  # values of optimizer state per parameter: 1 for SGD with momentum, 2 for Adam
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "seq_len", "batch", "heads", "vocab", "bytes_per_value"):
+            _require(self, name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, "an integer >= 1")
+        states_ok = _is_int(self.optimizer_states) and self.optimizer_states >= 0
+        _require(self, "optimizer_states", states_ok, "an integer >= 0")
+        mlp_ok = _is_number(self.mlp_ratio) and self.mlp >= 1
+        _require(self, "mlp_ratio", mlp_ok, "a ratio that leaves an MLP of width >= 1")
+        if self.hidden % self.heads:  # each head attends over hidden / heads features
+            raise ValueError(f"ModelSpec(hidden): expected a multiple of heads ({self.heads}), got {self.hidden}")
 
     @property
     def mlp(self) -> int:
@@ -117,6 +129,36 @@ class Rates:
     embed_overhead: float = 0.0  # seconds per micro-batch of the embedding, forward + backward (first stage)
     head_overhead: float = 0.0  # seconds per micro-batch of final norm, head and loss beyond their FLOPs (last stage)
     update_overhead: float = 0.0  # seconds per block of the optimizer step, once per training step
+
+    def __post_init__(self) -> None:
+        rate_ok = _is_number(self.flops_per_second) and self.flops_per_second > 0
+        _require(self, "flops_per_second", rate_ok, "FLOPs per second > 0")
+        for name in _SECONDS:
+            _require(self, name, _is_number(getattr(self, name)) and getattr(self, name) >= 0, "seconds >= 0")
+        _require(self, "chunk_bytes", _is_int(self.chunk_bytes) and self.chunk_bytes >= 1, "an integer >= 1")
+        cores_ok = self.cores is None or (_is_int(self.cores) and self.cores >= 1)
+        _require(self, "cores", cores_ok, "an integer >= 1 or None")
+        link = self.link
+        link_ok = _is_number(link.alpha) and link.alpha >= 0 and _is_number(link.beta) and link.beta > 0
+        _require(self, "link", link_ok, "alpha >= 0 seconds and beta > 0 bytes per second")
+
+
+_SECONDS = ("block_overhead", "call_latency", "partner_wait", "embed_overhead", "head_overhead", "update_overhead")
+"""The fields of :class:`Rates` that are durations."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _require(owner: object, name: str, ok: bool, expected: str) -> None:
+    """``ValueError("ModelSpec(hidden): expected an integer >= 1, got 0")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{type(owner).__name__}({name}): expected {expected}, got {getattr(owner, name)!r}")
 
 
 @dataclass

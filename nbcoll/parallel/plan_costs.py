@@ -75,6 +75,9 @@ def measure_rates(
     from nbcoll.parallel.plan import Rates, default_rates
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
+    _check_measuring("measure_rates", repeats=repeats, cores=cores, busy=busy)
+    if tokens is not None and not (len(tokens) == 2 and all(isinstance(t, int) and t >= 1 for t in tokens)):
+        raise ValueError(f"measure_rates(tokens): expected two token counts >= 1, got {tokens!r}")
     dtype = np.float64 if spec.bytes_per_value == 8 else np.float32
     rng = np.random.default_rng(0)
     norm = nn.LayerNorm(spec.hidden, dtype=dtype)
@@ -169,10 +172,7 @@ def measure_costs(
     import nbcoll
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
-    if busy < 0:
-        raise ValueError(f"measure_costs(busy): expected seconds >= 0, got {busy}")
-    if cores is not None and cores < 1:
-        raise ValueError(f"measure_costs(cores): expected at least 1 or None, got {cores}")
+    _check_measuring("measure_costs", cores=cores, busy=busy)
     solo = comm.split(comm.rank)  # the layers a run trains, over a one-rank communicator
     if compute is None:
         comm.barrier()
@@ -194,6 +194,16 @@ def measure_costs(
     ready, after_work = _from_rank0(comm, [ready, after_work])
     solo.destroy()
     return dataclasses.replace(rates, call_latency=ready, partner_wait=max(after_work - ready, 0.0))
+
+
+def _check_measuring(function: str, repeats: int = 1, cores: int | None = None, busy: float = 0.0) -> None:
+    """The arguments every measurement shares, checked before anything is timed."""
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ValueError(f"{function}(repeats): expected an integer >= 1, got {repeats!r}")
+    if cores is not None and not (isinstance(cores, int) and cores >= 1):
+        raise ValueError(f"{function}(cores): expected an integer >= 1 or None, got {cores!r}")
+    if not (isinstance(busy, (int, float)) and 0 <= busy < float("inf")):
+        raise ValueError(f"{function}(busy): expected seconds >= 0, got {busy!r}")
 
 
 _COMPUTE_COSTS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")

@@ -5,7 +5,9 @@ Example::
     mpiexec -n 4 python -m nbcoll.perf all_reduce -b 8 -e 8M -f 4 --backend numpy
     mpiexec -n 4 python -m nbcoll.perf all_reduce -b 8 -e 1K -f 4 -o all -d all -J results.json
 
-The exit status is 0 when every check passed, 1 when any element was wrong, 2 for a usage error.
+The exit status is 0 when every check passed, 1 when any element was wrong, 2 for a usage error (an output file
+that cannot be written among them: checked before the sweep, and named if writing it fails at the end, after the
+table is printed).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import os
 import platform
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -162,6 +166,37 @@ def _command_line(nranks: int, argv: Sequence[str]) -> str:
     return f"mpiexec -n {nranks} {command}" if under_mpi() else command
 
 
+def _unwritable(option: str, path: str | None) -> str:
+    """Why ``path`` (the file of ``option``) cannot be written, or ``""`` if it can (or none was asked for)."""
+    if path is None:
+        return ""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        why = "it is a directory; expected a file name"
+    elif not folder.exists():
+        why = f"the directory {folder} does not exist"
+    elif not folder.is_dir():
+        why = f"{folder} is not a directory"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        why = f"the directory {folder} is not writable"
+    else:
+        return ""
+    return f"{option}: cannot write {path}: {why}"
+
+
+def _output_problems(args: argparse.Namespace) -> list[str]:
+    """What would keep the sweep's files from being written: checked before anything runs."""
+    problems = [_unwritable("-J", args.output_file), _unwritable("--plot", args.plot)]
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        problems.append("--plot: needs matplotlib (pip install matplotlib)")
+    return [problem for problem in problems if problem]
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 def _write_json(path: str, report: dict) -> None:
     """Replace ``path`` in one step: a reader never sees half a file."""
     partial = f"{path}.partial"
@@ -205,6 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.transport is not None:
         config = dataclasses.replace(config, transport=args.transport)
     world = MPI.COMM_WORLD
+    # Rank 0 alone writes the files, so it alone looks; every rank hears its verdict, so that all stop together.
+    problems = world.bcast(_output_problems(args) if world.Get_rank() == 0 else None, root=0)
+    if problems:
+        if world.Get_rank() == 0:
+            print("\n".join(f"nbcoll.perf: {problem}" for problem in problems), file=sys.stderr)
+        return 2
     comm = init(world, config)
     lead = comm.rank == 0
     try:
@@ -229,8 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table.header(), flush=True)
     current = {"algo": object()}
     so_far: list[table.Row] = []
+    json_failed = False  # the -J file could not be written after a row: said once, tried again at the end
 
     def show(row: table.Row, algo: str | None) -> None:
+        nonlocal json_failed
         if not lead:
             return
         if algo != current["algo"] and len(options.algos) > 1:
@@ -239,7 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table.row(row), flush=True)
         so_far.append(row)
         if args.output_file:  # after every size, so that a run stopped early still leaves its rows
-            _write_json(args.output_file, _json_report(so_far, comm, args, complete=False))
+            try:
+                _write_json(args.output_file, _json_report(so_far, comm, args, complete=False))
+            except OSError as exc:  # rank 0 goes on measuring with the others; the table still shows every row
+                if not json_failed:
+                    print(f"nbcoll.perf: -J: could not write {args.output_file}: {_reason(exc)}", file=sys.stderr)
+                json_failed = True
 
     try:
         rows = run(comm, world, options, on_row=show)
@@ -248,18 +296,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"nbcoll.perf: {exc}", file=sys.stderr)
         comm.destroy()
         return 2
+    written = True
     if lead:
         print(table.footer(rows), flush=True)
-        if args.output_file:
+        written = _write_files(rows, comm, args)
+    comm.destroy()
+    return 1 if table.wrong_total(rows) else 0 if written else 2
+
+
+def _write_files(rows: list[table.Row], comm: object, args: argparse.Namespace) -> bool:
+    """Write the JSON report and the plot, after the table is printed; a file that cannot be written is named on
+    standard error (the results stand on standard output). False if one could not be written."""
+    written = True
+    if args.output_file:
+        try:
             _write_json(args.output_file, _json_report(rows, comm, args, complete=True))
             print(f"# wrote {args.output_file}")
-        if args.plot:
-            from nbcoll.perf import plot
+        except OSError as exc:
+            print(f"nbcoll.perf: -J: could not write {args.output_file}: {_reason(exc)}", file=sys.stderr)
+            written = False
+    if args.plot:
+        from nbcoll.perf import plot
 
-            title = f"{args.collective}, {comm.size} ranks, {nbcoll.get_backend()} backend"
+        title = f"{args.collective}, {comm.size} ranks, {nbcoll.get_backend()} backend"
+        try:
             print(f"# wrote {plot.draw(rows, args.plot, title)}")
-    comm.destroy()
-    return 1 if table.wrong_total(rows) else 0
+        except (OSError, ValueError, RuntimeError) as exc:  # a format matplotlib does not know is a ValueError
+            print(f"nbcoll.perf: --plot: could not write {args.plot}: {_reason(exc)}", file=sys.stderr)
+            written = False
+    return written
 
 
 if __name__ == "__main__":
