@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import nbcoll
+from nbcoll import nn
 from nbcoll.kernels import im2col as unfold
 from nbcoll.kernels import pool
 from nbcoll.kernels.im2col import ConvGeometry
@@ -105,7 +106,22 @@ def test_max_pool2d_matches_its_definition(backend, rng, shape, kernel, stride, 
     out, argmax = (host(a) for a in pool.max_pool2d(nbcoll.to_device(x), g))
     expected_out, expected_where = max_pool_by_loops(x, g)
     np.testing.assert_array_equal(argmax, expected_where)
-    np.testing.assert_array_equal(out, np.where(expected_where >= 0, expected_out, 0))
+    np.testing.assert_array_equal(out, np.where(expected_where >= 0, expected_out, -np.inf))  # all padding: -inf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=str)
+def test_a_window_of_padding_only_holds_the_lowest_value_and_sends_no_gradient(backend, dtype):
+    # kernel 2, dilation 2, padding 1 over one input: the taps fall at -1 and 1, both outside (PyTorch: -inf).
+    g = ConvGeometry.of((1, 1, 1, 1), 2, 1, 1, 2)
+    out, argmax = (host(a) for a in pool.max_pool2d(nbcoll.to_device(np.full(g.shape, 5, dtype)), g))
+    assert argmax.reshape(-1).tolist() == [-1]
+    assert out.reshape(-1)[0] == (-np.inf if dtype == np.float32 else np.iinfo(dtype).min)
+    if dtype == np.float32:
+        x = nbcoll.tensor(np.full((1, 1, 1, 1), 5.0, np.float32), requires_grad=True)
+        y = nn.MaxPool2d(2, stride=1, padding=1, dilation=2)(x)
+        assert y.numpy().reshape(-1).tolist() == [-np.inf]
+        y.backward(nbcoll.tensor(np.ones(y.shape, np.float32)))
+        assert x.grad.numpy().reshape(-1).tolist() == [0.0]
 
 
 def test_max_pool2d_ties_pick_the_first_and_nan_wins(backend):

@@ -6,6 +6,8 @@ With the window geometry of :class:`nbcoll.kernels.im2col.ConvGeometry` (kernel,
                         taps = [(iy, ix) for ky, kx if (iy, ix) is inside x]     (padding is never picked)
                         out[n, c, oy, ox] = max over taps of x[n, c, iy, ix]
                         argmax[n, c, oy, ox] = iy * W + ix of the first maximum (row-major tap order)
+                    a window with no tap inside x (all padding, which dilation allows): out = lowest(dtype)
+                    (-inf for floats, as in PyTorch) and argmax = -1, so it sends no gradient back
 
     max_pool2d_backward(dy, argmax):  dx = zeros;  for n, c, oy, ox:  dx[n, c, argmax[n, c, oy, ox]] += dy[...]
 
@@ -40,10 +42,16 @@ from nbcoll.kernels.registry import register
 # NumPy references: walk the taps in order and keep, per output, the best value and where it was.
 
 
+def lowest(dtype: Any) -> Any:
+    """What a window with no input holds: -inf for floats, the smallest integer otherwise (PyTorch's choice)."""
+    dtype = np.dtype(dtype)
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
 def max_pool2d_reference(x: np.ndarray, g: ConvGeometry) -> tuple[np.ndarray, np.ndarray]:
     n, c, h, w = g.shape
     (oh, ow), (sy, sx), (py, px), (dy, dx) = g.out_hw, g.stride, g.padding, g.dilation
-    best = np.zeros((n, c, oh, ow), x.dtype)
+    best = np.full((n, c, oh, ow), lowest(x.dtype), x.dtype)
     where = np.full((n, c, oh, ow), -1, np.int64)
     for ky in range(g.kernel[0]):
         iy = np.arange(oh) * sy - py + ky * dy
@@ -90,7 +98,7 @@ def max_pool2d_kernel(x, shape, kernel, stride, padding, dilation, out_hw, out, 
         ox = i % ow
         oy = (i // ow) % oh
         plane = i // (ow * oh)
-        best = out[i]  # any value of the right type; overwritten by the first tap inside x
+        best = out[i]  # lowest(dtype), as out was filled; overwritten by the first tap inside x
         where = int64(-1)
         for ky in range(kernel[0]):
             iy = oy * stride[0] - padding[0] + ky * dilation[0]
@@ -103,7 +111,7 @@ def max_pool2d_kernel(x, shape, kernel, stride, padding, dilation, out_hw, out, 
                             best = value
                             where = iy * w + ix
         if where >= 0:
-            out[i] = best  # an empty window (all padding) keeps the zero that out was filled with
+            out[i] = best  # an empty window (all padding) keeps the lowest value that out was filled with
         argmax[i] = where
 
 
@@ -144,7 +152,8 @@ def max_pool2d(x: Any, geometry: ConvGeometry) -> tuple[Any, Any]:
 @dispatch(reference=max_pool2d_reference)
 def _max_pool2d(x: Any, geometry: ConvGeometry) -> tuple[Any, Any]:
     out_shape = geometry.shape[:2] + geometry.out_hw
-    out, argmax = memory.zeros(out_shape, x.dtype), memory.empty(out_shape, np.int64)
+    out = memory.to_device(np.full(out_shape, lowest(x.dtype), x.dtype))  # what an all-padding window gives
+    argmax = memory.empty(out_shape, np.int64)
     launch_1d(max_pool2d_kernel, out.size, flat_view(x), *geometry.launch_args(), flat_view(out), flat_view(argmax))
     return out, argmax
 

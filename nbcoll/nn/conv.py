@@ -144,8 +144,9 @@ class MaxPool2d(Module):
         array([[[[ 5.,  7.],
                  [13., 15.]]]])
 
-    ``padding`` may be at most half the kernel size (as in PyTorch), so every window holds an input. PyTorch's
-    ``ceil_mode`` and ``return_indices`` are not provided.
+    ``padding`` may be at most half the kernel size (as in PyTorch). With ``dilation`` a window can still miss
+    every input and hold padding only: it gives ``-inf`` (the smallest integer for integer inputs) and no
+    gradient, as in PyTorch. PyTorch's ``ceil_mode`` and ``return_indices`` are not provided.
     """
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> None:
