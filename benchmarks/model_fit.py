@@ -13,7 +13,7 @@ Run::
     python benchmarks/model_fit.py                  # launches itself on 4 ranks, numpy backend
     mpiexec -n 2 python benchmarks/model_fit.py
     python benchmarks/model_fit.py --quick          # small sizes, one rank count: a smoke test
-    python benchmarks/model_fit.py --rescore benchmarks/results/quiet/model_fit_2ranks_2026-12-02_g.json
+    python benchmarks/model_fit.py --rescore benchmarks/results/model_fit_2ranks.json
 
 Writes ``model_fit_<n>ranks.json`` and ``.rst`` into ``--out`` (default ``benchmarks/results``).
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from nbcoll.kernels import stream_copy
-
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -149,61 +147,20 @@ def test_gpu_check_says_when_numba_cuda_cannot_compile_a_kernel(tmp_path):
     assert "numba-cuda 0.30 needs NumPy < 2.5" in broken.stdout, broken.stdout
 
 
-def test_memory_copies_times_every_way_to_copy_at_a_tiny_size(tmp_path):
-    done = _run([sys.executable, str(BENCHMARKS / "memory_copies.py"), "--sizes", "1", "--repeats", "2",
-                 "--out", str(tmp_path)])  # fmt: skip
+def test_model_fit_rescores_and_fits_a_stored_run_without_timing_anything(tmp_path):
+    """``--rescore`` and ``--fit`` read the stored 2-rank run and print their summaries; what the figures are
+    depends on the machine that measured it, so only their form is checked."""
+    stored = str(BENCHMARKS / "results" / "model_fit_2ranks.json")
+    done = _run([sys.executable, str(BENCHMARKS / "model_fit.py"), "--rescore", stored, "--out", str(tmp_path)])
     assert done.returncode == 0, done.stdout + done.stderr
-    record = json.loads((tmp_path / "memory_copies.json").read_text())
-    (row,) = record["results"]
-    assert row["nbytes"] == 1 << 20
-    assert set(row["seconds"]) == {"private", "shared", "shared_chunks", "two_halves"}
-    assert all(seconds > 0 for seconds in row["seconds"].values())
-    assert "two processes, half each (ms)" in (tmp_path / "memory_copies.rst").read_text()
-
-
-def test_shared_lines_times_each_way_to_write_into_lines_a_reader_read(tmp_path):
-    done = _run([sys.executable, str(BENCHMARKS / "shared_lines.py"), "--bytes", "64K", "--rounds", "12",
-                 "--out", str(tmp_path)])  # fmt: skip
+    summary = r"median \|error\| \d+%; choice fastest in \d+%, within 10% of it in \d+%"
+    assert re.search(summary, done.stdout), done.stdout
+    assert "measured / predicted time in us" in (tmp_path / "model_fit_2ranks_rescored.rst").read_text()
+    done = _run([sys.executable, str(BENCHMARKS / "model_fit.py"), "--fit", stored, stored])
     assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "shared_lines.rst").read_text()
-    assert "differ from the writer's bytes: 0" in text and "--bytes 64K --rounds 12" in text, text
-    ways = ("ordinary", "streaming", "unread") if stream_copy.available() else ("ordinary", "unread")
-    for way in ways:  # the writer's median, and the reader's after it (none after a write nobody reads)
-        reader = "-" if way == "unread" else "[0-9.]+"
-        assert re.search(rf"   \* - {way}\n     - [0-9.]+\n     - {reader}\n", text), text
-
-
-def test_the_default_model_fits_the_stored_times_on_two_ranks(tmp_path):
-    """The issue's bar, checked without timing anything: today's defaults against four 2-rank runs stored from this
-    machine, which the defaults were not fitted to (one in each of its phases, and two of older code), predict with
-    a median error of at most 25%, and choose within 10% of the fastest at >= 90%."""
-    for stored in ("two_phases/model_fit_2ranks_2026-12-05_quick_d.json",
-                   "two_phases/model_fit_2ranks_2026-12-05_slow_d.json",
-                   "quiet/model_fit_2ranks_2026-12-02_g.json", "quiet/model_fit_2ranks_2026-12-02_h.json"):  # fmt: skip
-        times = BENCHMARKS / "results" / stored
-        done = _run([sys.executable, str(BENCHMARKS / "model_fit.py"), "--rescore", str(times), "--out", str(tmp_path)])
-        assert done.returncode == 0, done.stdout + done.stderr
-        summary = re.search(r"median \|error\| (\d+)%; choice fastest in \d+%, within 10% of it in (\d+)%", done.stdout)
-        assert summary, done.stdout
-        assert int(summary[1]) <= 25 and int(summary[2]) >= 90, done.stdout
-
-
-def test_the_defaults_are_the_fit_to_the_six_stored_runs():
-    """``model_fit.py --fit`` on the six runs the defaults were fitted to prints the defaults' figures (as rounded
-    in the tuner) and scores every run."""
-    from nbcoll.comm import tuner
-
-    runs = [str(BENCHMARKS / "results" / "two_phases" / f"model_fit_2ranks_2026-12-05_{phase}_{k}.json")
-            for phase in ("quick", "slow") for k in "abc"]  # fmt: skip
-    done = _run([sys.executable, str(BENCHMARKS / "model_fit.py"), "--fit", *runs])
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert len(re.findall(r"^model_fit_2ranks_2026-12-05_\w+\.json: \d+%, \d+%; \d+%, \d+%$", done.stdout, re.M)) == 6
-    fitted = re.search(r"6 runs together: .*\(gamma (\d+) us, replayed (\d+) us, alpha (\d+) us, beta ([\d.]+) GB/s\)",
-                       done.stdout)  # fmt: skip
-    assert fitted, done.stdout
-    alpha, beta, gamma, gamma_replay = tuner.DEFAULTS["numpy"]["ipc"]
-    assert (int(fitted[1]), int(fitted[3])) == (round(gamma * 1e6), round(alpha * 1e6)), done.stdout
-    assert abs(int(fitted[2]) - gamma_replay * 1e6) <= 1 and abs(float(fitted[4]) - beta / 1e9) < 0.1, done.stdout
+    assert len(re.findall(r"^model_fit_2ranks\.json: \d+%, \d+%; \d+%, \d+%$", done.stdout, re.M)) == 2, done.stdout
+    fitted = r"2 runs together: .*\(gamma \d+ us, replayed \d+ us, alpha \d+ us, beta [\d.]+ GB/s\)"
+    assert re.search(fitted, done.stdout), done.stdout
 
 
 @pytest.mark.mpi
@@ -247,18 +204,6 @@ def test_small_messages_times_every_stage_of_the_call_path(tmp_path):
     rows = ("checks, or a replay", "plan: context", "queue hand-off", "ready polls", "step run", "uninstrumented")
     assert all(row in text for row in rows) and "\nMPI" in text, text
     assert "8B" in text and "4K" in text
-
-
-@pytest.mark.mpi
-def test_ll_compiled_times_both_paths_beside_mpi_with_exact_results(tmp_path):
-    script = str(BENCHMARKS / "ll_compiled.py")
-    done = _run([sys.executable, script, "--quick", "--ranks", "2", "--out", str(tmp_path)])
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = [line.split() for line in (tmp_path / "ll_compiled_2ranks_quick.txt").read_text().splitlines()]
-    table = [row for row in rows if row and row[0] in ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                                       "all_to_all")]  # fmt: skip
-    assert len(table) == 10 and all(row[-1] == "yes" for row in table), rows  # 5 collectives x 2 sizes, all exact
-    assert all(float(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0 for row in table), rows
 
 
 def _gpu_check_steps():
@@ -314,70 +259,6 @@ def test_fault_sweep_prints_one_row_per_case():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "barrier:pairwise raise 0 2" in done.stdout and "barrier:pairwise exit 0 2" in done.stdout
     assert "cases held: 2 of 2" in done.stdout
-
-
-@pytest.mark.mpi
-def test_windows_benchmark_compares_two_window_sizes_with_exact_results(tmp_path):
-    done = _run([sys.executable, str(BENCHMARKS / "windows.py"), "--ranks", "4", "--sizes", "1M", "--repeats", "1",
-                 "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "windows_4ranks.rst").read_text()
-    assert "window 4 MiB" in text and "window 8 MiB" in text  # 4 ranks: the default window is two buffsizes
-    assert "results that differ from the exact ones: 0" in text
-    assert text.count("   * - all_to_all") == 2 and text.count("   * - reduce_scatter") == 2
-
-
-PIECES = [("broadcast", ("1 MiB", "4 MiB")), ("all_gather", ("1 MiB", "2 MiB"))]  # at 3 ranks
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("collective, pieces", PIECES)
-def test_one_shot_pieces_benchmark_compares_two_piece_sizes_with_exact_results(tmp_path, collective, pieces):
-    done = _run([sys.executable, str(BENCHMARKS / "one_shot_pieces.py"), "--collective", collective, "--ranks", "3",
-                 "--sizes", "6M", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / f"{collective}_pieces_3ranks.rst").read_text()
-    assert f"pieces of {pieces[0]}" in text and f"pieces of {pieces[1]}" in text
-    assert "results that differ from the exact ones: 0" in text
-    assert f"--collective {collective} --sizes 6M" in text
-    assert text.count("   * - registered") == 1 and text.count("   * - plain") == 1
-
-
-@pytest.mark.mpi
-def test_channels_benchmark_times_one_and_two_channels_in_one_launch(tmp_path):
-    done = _run([sys.executable, str(BENCHMARKS / "channels.py"), "--ranks", "2", "--sizes", "8", "--repeats", "1",
-                 "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / "channels_2ranks.rst").read_text()
-    assert "python benchmarks/channels.py --sizes 8 --repeats 1 (mpiexec -n 2)" in text
-    for algo in ("tree", "ring"):
-        assert f"{algo}, 1 channel" in text and f"{algo}, 2 channels" in text
-    assert re.search(r"   \* - 8\n(     - [0-9.]+x?\n){6}", text)  # one row: three cells per algorithm
-
-
-@pytest.mark.parametrize(
-    "script, collectives, row",
-    [  # a row: per collective (and work before) the cells of the contenders and their ratios
-        ("stream_copy", ("all_gather", "broadcast", "all_to_all"), r"(     - [0-9.]+\n){6}"),
-        ("cross_memory", ("all_to_all", "all_gather", "broadcast"), r"(     - [0-9.]+\n){6}"),
-        ("stream_shared", ("broadcast", "all_gather", "all_reduce", "broadcast ring", "all_reduce ring"),
-         r"(     - [0-9.]+\n){6}"),
-        ("first_call", ("all_gather", "broadcast", "all_to_all"),
-         r"     - (same|other|compute|memory)\n(     - [0-9.]+\n){8}"),
-    ],
-)  # fmt: skip
-def test_same_run_benchmark_beside_mpi_in_one_launch(tmp_path, script, collectives, row):
-    # 256 KiB: above the LL protocol's 64 KiB, so every collective takes the windows
-    done = _run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--ranks", "3", "--sizes", "256K",
-                 "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = (tmp_path / f"{script}_3ranks.rst").read_text()
-    assert f"python benchmarks/{script}.py --sizes 256K --repeats 1 (mpiexec -n 3)" in text
-    assert "results that differ from the exact ones: 0" in text
-    rows = 4 if script == "first_call" else 1  # first_call: one row per kind of work before
-    for collective in collectives:
-        found = re.findall(rf"   \* - {collective}\n     - 262144\n{row}", text)
-        assert len(found) == rows, text
 
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 6])

@@ -163,8 +163,8 @@ class Prims:
         self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else ordinary
         # dst[:] = src into a peer's FIFO slot or this rank's window, which a peer reads next. An ordinary store
         # first takes the line back from the reader's cache, which on some machines costs several times the copy
-        # itself; a streaming store writes the whole line without that (NBCOLL_STREAM_SHARED_BYTES, the
-        # Performance page's "Copies into memory a peer reads"). Small collectives keep ordinary stores: they
+        # itself; a streaming store writes the whole line without that (NBCOLL_STREAM_SHARED_BYTES;
+        # benchmarks/lab/NOTES.md, "Copies into memory a peer reads"). Small collectives keep ordinary stores: they
         # save little, and the compiled loop costs a process about 0.2 s to load the first time.
         largest = max(0 if b is None else b.nbytes for b in (local, out))
         streams_shared = bool(stream_shared_bytes) and largest >= stream_shared_bytes

@@ -69,10 +69,9 @@ from nbcoll.comm.config import CommConfig
 DEFAULTS = {
     # backend -> transport -> (alpha seconds per step, beta bytes per second, gamma seconds per call, and
     # gamma_replay seconds per replayed call, the same as gamma when left out). numpy's ipc: fitted to six 2-rank
-    # runs of benchmarks/model_fit.py on a 2-core machine, three in each of its phases, kept in
-    # benchmarks/results/two_phases (model_fit_2ranks_2026-12-05_quick_a to _c and _slow_a to _c; _quick_d and
-    # _slow_d are two later runs the fit did not see): model_fit.py --fit with them prints these figures; numpy's
-    # mpi: one calibration on that machine; the rest set by hand.
+    # runs of benchmarks/model_fit.py on a 2-core machine, three in each of its phases (benchmarks/lab/NOTES.md,
+    # "The cost model", has what model_fit.py --fit printed for them and for two later runs the fit did not see);
+    # numpy's mpi: one calibration on that machine; the rest set by hand.
     "numpy": {"ipc": (17e-6, 21.3e9, 21e-6, 1.5e-6), "mpi": (20e-6, 8.0e9, 30e-6)},
     "sim": {"ipc": (8e-3, 2.0e6, 20e-3, 10e-3), "mpi": (8e-3, 2.0e6, 20e-3)},
     "cuda": {"ipc": (20e-6, 50e9, 100e-6, 50e-6), "mpi": (60e-6, 5e9, 100e-6)},

@@ -6,7 +6,7 @@ then writes it back when it is evicted: copying ``n`` bytes to a destination tha
 over the memory bus. A *non-temporal* (streaming) store writes whole lines straight to memory through the
 write-combining buffers: ``2n``. When a collective's output is larger than the caches can keep, its lines would
 be evicted before anyone reads them anyway, so streaming them saves a third of the traffic, and the bus is what
-bounds a large copy on a CPU. In two launches of ``benchmarks/stream_copy.py`` (the Performance page), direct
+bounds a large copy on a CPU. In two launches of ``benchmarks/lab/stream_copy.py`` (the Performance page), direct
 all-gathers, broadcasts and all-to-alls that streamed took 0.62-0.94 of the time from 8 MiB up at 4 ranks and
 0.69-0.93 at 2 ranks, except the 2-rank all-gathers of 8 and 16 MiB (0.86-1.15), but 0.83-1.64 at 4 MiB, whose
 outputs stay in the caches: ``NBCOLL_STREAM_BYTES`` (8 MiB) is where a collective starts to stream.
@@ -19,8 +19,8 @@ little, but on one where they do not (a virtual machine's cores may be placed ei
 it took several times the copy itself: 1 MiB written into lines the other process had read took 25 us with ordinary
 stores in some minutes and 360-430 us in others, and 40 us with streaming stores in both. The reader then finds the
 bytes in memory rather than in a cache (37 us against 24 in the quick minutes), so the streamed copy costs up to
-about half as much again there and saves up to five times the time elsewhere (the Performance page, *Copies into
-memory a peer reads*).
+about half as much again there and saves up to five times the time elsewhere (``benchmarks/lab/NOTES.md``, *Copies
+into memory a peer reads*).
 
 The C library streams too, but only above ``glibc.cpu.x86_non_temporal_threshold``, which it derives from the
 size of the shared cache: a collective copies in pieces of a megabyte or two, far below it, and on a virtual

@@ -212,14 +212,14 @@ up to its ``rep_movsb_stop_threshold`` (the L2 cache's size on AMD cores, 1 MiB 
 page) with one ``rep movsb``, and larger blocks with vector loops. There, ``rep movsb`` reads shared pages (a
 registered buffer, a window) slowly: with two ranks copying at once, pieces of 512 KiB took up to twice the time
 of pieces of 1 MiB (a 64 MiB all-gather 14-16 ms against 8-10), in the same launch
-(``docs/guide/performance.rst``). On a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
+(``benchmarks/lab/NOTES.md``). On a GPU a piece is one kernel launch, and 1 MiB keeps its blocks busy."""
 
 BROADCAST_PIECE_BYTES = PIECE_BYTES
 """A broadcast's pieces: the others' size. They were half as large for a while, for the pipeline of two copies on
 two cores of a staged broadcast (the root's into its window, the readers' out of it), which wants the piece the
 root has just written to be still in a cache when a reader copies it; NCCL's broadcast also moves a smaller chunk
 than its all-reduce (one FIFO step against ``NCCL_STEPS/2``). Compared in the same launch, in two launches
-(``benchmarks/one_shot_pieces.py``, 1 to 64 MiB), pieces of 1 MiB took 0.69-0.92 of the time of pieces of 512 KiB
+(``benchmarks/lab/one_shot_pieces.py``, 1 to 64 MiB), pieces of 1 MiB took 0.69-0.92 of the time of pieces of 512 KiB
 with registered buffers at 2 and 4 ranks; 0.64-0.95 staged at 4 ranks; and staged at 2 ranks 0.50-1.01, except a
 1 MiB message, which then takes one round instead of a pipeline of two (0.90-1.12). Every rank must cut the
 same rounds, and a reader cannot know whether the root's buffer is registered, so one size serves both. The
@@ -230,9 +230,9 @@ MANY_RANKS_BROADCAST_PIECE_BYTES = 4 << 20
 that a broadcast of up to 4 MiB is one round. From three ranks on the root copies nothing into its window (it
 lends its input, registered or by its address) unless the ranks may not read each other's memory, and every
 round costs each rank its waits, which on shared cores come one after the other. Compared in the same launch
-(``benchmarks/one_shot_pieces.py``), pieces of 4 MiB took 0.76-0.86 of the time of pieces of 1 MiB with
+(``benchmarks/lab/one_shot_pieces.py``), pieces of 4 MiB took 0.76-0.86 of the time of pieces of 1 MiB with
 registered buffers from 4 MiB up at 3 and 4 ranks (one cell 1.00), 0.77-0.97 read by address from 16 MiB up and at
-4 ranks (a 3-rank 4 MiB broadcast 0.86-1.47 in three launches), and 0.78-0.99 staged (the Performance page). At
+4 ranks (a 3-rank 4 MiB broadcast 0.86-1.47 in three launches), and 0.78-0.99 staged (``benchmarks/lab/NOTES.md``). At
 two ranks the root stages a plain input, whose pipeline of two copies wants the smaller pieces (pieces of half the
 window took 1.19x the time for 4 MiB). The benchmark sets this name to compare sizes; a broadcast reads it when
 it is planned."""
@@ -242,7 +242,7 @@ GATHER_PIECE_BYTES = 2 * PIECE_BYTES
 ``NBCOLL_BUFFSIZE`` still holds one. Each round of an all-gather is two steps (the post, which then copies our own
 block, and the read of the peers' blocks), and a step costs about 15 us of Python on the machine of the
 Performance page, against about 130 us to copy 1 MiB there while the other rank copies too: at 64 MiB, pieces of
-1 MiB spent about a tenth of the call between copies. ``benchmarks/one_shot_pieces.py --collective all_gather``
+1 MiB spent about a tenth of the call between copies. ``benchmarks/lab/one_shot_pieces.py --collective all_gather``
 compares the two sizes in one launch; the benchmark sets this name, and an all-gather reads it when it is
 planned."""
 
@@ -273,7 +273,7 @@ def window_bytes(buffsize: int, nranks: int) -> int:
     An all-to-all's round stages one piece for each reader in one half of the window, so a window of a fixed size
     would cut its pieces as the ranks grow: at 4 ranks, 4 MiB windows gave pieces of 512 KiB, and the all-to-all
     of 16 and 64 MiB with registered buffers took 1.4-2x the time it took with 8 MiB windows and pieces of 1 MiB,
-    in the same launch (``benchmarks/windows.py``). With ``NBCOLL_BUFFSIZE`` for every two ranks, the pieces stay
+    in the same launch (``benchmarks/lab/windows.py``). With ``NBCOLL_BUFFSIZE`` for every two ranks, the pieces stay
     as large as at 2 ranks.
     """
     return buffsize * ((nranks + 1) // 2)

@@ -12,7 +12,7 @@ It pays only for large messages. The kernel pins the owner's pages for every cal
 copy by the reader while the bytes sit in a core's cache: on the machine of the Performance page, two ranks each
 reading 1 MiB out of the other took 81 us, where a NumPy copy of 1 MiB took 25 us; from 4 MiB up, where a copy
 runs at the memory's speed, it took 1.25x a NumPy copy. Staging costs a second copy, but one a piece's readers
-share and one that stays in the caches, so the trade depends on the collective (``benchmarks/cross_memory.py``,
+share and one that stays in the caches, so the trade depends on the collective (``benchmarks/lab/cross_memory.py``,
 four launches): an all-to-all stages one block per reader and gains most (1.14-1.62x at 4 ranks, 4-64 MiB); an
 all-gather stages its input once for every reader and gains only from inputs of about 8 MiB (0.70-0.90x with
 4 MiB inputs at 4 ranks, 0.78-1.30x with 16 MiB, 0.85-1.93x with 8-32 MiB at 2 ranks); a broadcast root from 3
