@@ -8,6 +8,8 @@
 #   all_reduce_Nranks  nbcoll.perf all-reduce busbw over CUDA IPC on 2 and 4 ranks
 #   direct_path_3ranks every direct collective on registered and plain buffers over CUDA IPC: exact, one copy a hop
 #   profile_2ranks     a cProfile of rank 0 in a 2-rank all-reduce: driver calls, numba-cuda, nbcoll's own Python
+#   device_collectives the all-reduce as one kernel (one-GPU world, 2 and 4 ranks, 8 B to 256 MiB): busbw and
+#                      latency beside the host path and the device copy ceiling, #wrong
 #
 #   benchmarks/gpu_check.sh OUTDIR             on a machine with an NVIDIA GPU
 #   benchmarks/gpu_check.sh --dry-run OUTDIR   the same harness on any CPU: each step a tiny stand-in
@@ -53,13 +55,14 @@ say() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 PLAN=(
     "smoke|40|benchmarks/gpu_smoke.py: an exact int32 kernel, then one all-reduce of 4 MiB over CUDA IPC, 2 ranks"
     "gpu_tests|55|pytest -m gpu tests/ (every gpu-marked test), 50 s per test"
-    "suite|140|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
+    "suite|77|pytest -m 'not gpu' tests/ on cuda, 8 workers, device tests first, no -x, 45 s per test, cut at the limit"
     "kernels|30|benchmarks/kernels.py: kernel GB/s and % of the fastest platform copy of the same run"
     "launch_cost|10|benchmarks/launch_cost.py: a launch, a slice, a synchronize, beside numba-cuda's own launch"
     "all_reduce_2ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 2 ranks: busbw"
     "all_reduce_4ranks|25|nbcoll.perf all_reduce 8 B to 16 MiB over CUDA IPC on 4 ranks: busbw"
     "direct_path_3ranks|22|tests/mpi_scripts/direct_path.py on 3 ranks over CUDA IPC: exact, one copy a byte and hop"
     "profile_2ranks|20|benchmarks/profile_collective.py: where a 2-rank all-reduce's time goes, 8 B to 16 MiB"
+    "device_collectives|60|benchmarks/device_collectives.py: one-kernel ring all-reduce, 2 and 4 ranks, 8 B to 256 MiB"
 )
 TOTAL=$((PREFLIGHT + GRACE))
 say "plan (limits in seconds; each step may take $GRACE s more to be killed):"
@@ -195,6 +198,7 @@ if [ $DRY_RUN = 1 ]; then
     PERF_SIZES=(-b 8 -e 64 -f 8 -n 1 -w 0)
     PERF_BACKEND=numpy
     PROFILE=(--sizes 8 --iters 2)
+    DEVICE=(--dry-run)  # the simulator: 8 and 64 bytes, the host path in the in-process world
 else
     run_step smoke "$(limit_of smoke)" "$PYTHON" benchmarks/gpu_smoke.py --out "$OUTDIR" || FAILED=1
     if [ $HAVE_PYTEST = 1 ]; then
@@ -209,6 +213,7 @@ else
     PERF_SIZES=(-b 8 -e 16M -f 8 -n 5 -w 2)
     PERF_BACKEND=cuda
     PROFILE=(--sizes 8,256K,16M --iters 20)
+    DEVICE=(--repeats 5 --iters 10)  # 8 B to 256 MiB; the host path over CUDA IPC
 fi
 for nranks in 2 4; do
     name="all_reduce_${nranks}ranks"
@@ -227,6 +232,9 @@ NBCOLL_BACKEND=$PERF_BACKEND NBCOLL_BUFFSIZE=256 NBCOLL_LL_BYTES=0 NBCOLL_TIMEOU
 # The tuner's choice, as nbcoll.perf ran it; the summary gives each size's time per call under the profiler.
 run_step profile_2ranks "$(limit_of profile_2ranks)" "$PYTHON" benchmarks/profile_collective.py --ranks 2 \
     --backend "$PERF_BACKEND" --algo tuner "${PROFILE[@]}" --out "$OUTDIR" || FAILED=1
+# The collective as one kernel: every rank a group of threads of one block on this GPU (the simulator in a dry run).
+run_step device_collectives "$(limit_of device_collectives)" "$PYTHON" benchmarks/device_collectives.py \
+    "${DEVICE[@]}" --out "$OUTDIR" || FAILED=1
 
 if [ $DRY_RUN = 1 ]; then
     # The drill: a step that outlives its limit and leaves a process in a session of its own, as mpiexec's ranks

@@ -197,6 +197,22 @@ def figures_of(outdir: Path, step: str) -> dict:
         text = log.read_text(errors="replace") if log.exists() else ""
         hops = re.findall(r"^copies per byte and hop \(all-gather\): (.*)$", text, re.M)
         return {"ranks_ok": text.count("direct path ok"), "copies_a_hop": hops[0] if hops else None}
+    if step == "device_collectives":
+        report = _latest_json(outdir, "device_collectives_*.json")  # the host path's runs are named host_ring_*
+        if not report:
+            return {}
+        figures: dict = {"complete": report.get("complete")}
+        for nranks, lines in report["results"].items():
+            timed = [m for line in lines for m in (line["device"]["out_of_place"], line["device"]["in_place"])]
+            small = [line["device"]["out_of_place"]["seconds"] for line in lines if line["nbytes"] == 8]
+            largest = max(lines, key=lambda line: line["nbytes"])
+            figures |= {
+                f"{nranks}ranks_max_busbw_GBps": _figure(max(m["busbw"] for m in timed)),
+                f"{nranks}ranks_us_8B": _figure(small[0] * 1e6) if small else None,
+                f"{nranks}ranks_of_copy_ceiling": _figure(largest["fraction"]),  # at the largest size
+                f"{nranks}ranks_wrong": sum(m["wrong"] or 0 for m in timed),
+            }
+        return figures
     if step == "kill_drill":
         return _json(outdir / "kill_drill.json") or {}
     return {}

@@ -26,9 +26,11 @@ BLOCK_WIDE = frozenset(
         "syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or", "syncwarp", "shared",
         "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "all_sync", "any_sync", "eq_sync",
         "ballot_sync", "match_any_sync", "match_all_sync", "activemask", "lanemask_lt", "cg", "this_grid",
+        "spin_pause",
     }
 )  # fmt: skip
-"""Names that make a CUDA thread depend on the others of its block (or grid): such kernels keep real threads."""
+"""Names that make a CUDA thread depend on the others of its block (or grid): such kernels keep real threads.
+``spin_pause`` is the pause of a spin on memory another thread writes (:mod:`nbcoll.comm.device.prims`)."""
 
 _verdicts: dict[Any, bool] = {}
 

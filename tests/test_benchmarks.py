@@ -71,6 +71,24 @@ def test_launch_cost_times_each_piece_of_a_step_on_numpy(tmp_path):
     assert "copy_chunk, 8 B" in (tmp_path / "launch_cost_numpy.txt").read_text()
 
 
+def test_device_collectives_dry_run_prints_device_host_and_copy_with_exact_results(tmp_path):
+    done = _run([sys.executable, str(BENCHMARKS / "device_collectives.py"), "--dry-run", "--out", str(tmp_path)],
+                env={"NBCOLL_BACKEND": "sim"}, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "device_collectives_sim_dry.json").read_text())
+    assert report["complete"] and set(report["results"]) == {"2", "4"}
+    for lines in report["results"].values():
+        assert [line["nbytes"] for line in lines] == [8, 64]
+        for line in lines:
+            device = line["device"]
+            assert device["out_of_place"]["wrong"] == 0 and device["in_place"]["wrong"] == 0, line
+            assert line["host"]["wrong"] == 0 and line["host"]["seconds"] > 0, line  # the host-driven ring, loopback
+            assert line["copy_GBps"] > 0 and line["fraction"] > 0, line
+    text = (tmp_path / "device_collectives_sim_dry.txt").read_text()
+    assert "#wrong" in text and text.count("# Wrong elements       : 0 OK") == 2, text
+    assert "8 B in <= 20 us" in text and "at >= 50% of the copy ceiling" in text, text
+
+
 @pytest.mark.parametrize("backend", ["numpy"])  # its kernels are checked on sim elsewhere; this checks the script
 def test_training_benchmark_runs_at_tiny_sizes(backend, tmp_path):
     done = _run([sys.executable, str(BENCHMARKS / "training.py"), "--tiny", "--out", str(tmp_path)],
@@ -110,6 +128,9 @@ def test_gpu_check_dry_run_exercises_the_whole_harness_on_a_cpu(tmp_path):
         assert perf["complete"] and perf["wrong"] == 0 and perf["nranks"] == nranks
         assert (tmp_path / f"all_reduce_{nranks}ranks.log").exists()
     assert json.loads((tmp_path / "kernels_numpy_tiny.json").read_text())["complete"]
+    device = steps["device_collectives"]  # the one-kernel ring on the simulator, beside the host path
+    assert device["verdict"] == "PASS" and device["complete"], device
+    assert device["2ranks_wrong"] == 0 and device["4ranks_wrong"] == 0 and device["4ranks_us_8B"] > 0, device
     assert steps["kill_drill"]["verdict"] == "TIMEOUT" and "kill_drill: ok" in summary  # killed, nothing left
 
 

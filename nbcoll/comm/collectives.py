@@ -59,9 +59,18 @@ class Collectives(CollectiveChecks):
     # -- the public collectives ---------------------------------------------------------------------------------
 
     def all_reduce(
-        self, sendbuf: Any, recvbuf: Any = None, op: Any = "sum", algo: str | None = None, async_op: bool = False
+        self,
+        sendbuf: Any,
+        recvbuf: Any = None,
+        op: Any = "sum",
+        algo: str | None = None,
+        async_op: bool = False,
+        proto: str | None = None,
     ) -> Any:
         """``for i: recvbuf[i] = op(sendbuf[i] of rank 0, ..., of rank n-1)``, on every rank.
+
+        ``proto="device"`` (or ``NBCOLL_PROTO=device``) runs the ring as one kernel per rank
+        (:mod:`nbcoll.comm.device_collective`); ``"host"`` steers every chunk from Python, the default.
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()                   # under mpiexec -n 4 the sums are 4 times larger
@@ -76,6 +85,12 @@ class Collectives(CollectiveChecks):
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
+        if proto is not None or self.config.proto is not None:  # one kernel per rank, where it applies
+            from nbcoll.comm import device_collective
+
+            ran, result = device_collective.all_reduce(self, sendbuf, recvbuf, op, algo, async_op, proto)
+            if ran:
+                return result
         key, replay = self.engine.replays.find(
             "all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
         )

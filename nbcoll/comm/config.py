@@ -22,6 +22,8 @@ variable                       default   meaning
 ``NBCOLL_DEBUG_SUBSYS``        ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
 ``NBCOLL_FLIGHT_RECORDER``     32        operations each rank remembers for error messages
 ``NBCOLL_ALGO``                (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
+``NBCOLL_PROTO``               host      ``device``: an all-reduce the ring kernel can serve runs as one kernel per rank
+                                         (:mod:`nbcoll.comm.device_collective`); the others stay on the host
 ``NBCOLL_CHECK``               0         1: compare every collective call's signature across ranks first
 ``NBCOLL_TRACE``               (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)
 ``NBCOLL_TUNER_FILE``          (cache)   the tuner's calibration file (:mod:`.tuner`)
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 from nbcoll import backend
 
 TRANSPORTS = ("ipc", "mpi")
+PROTOS = ("host", "device")
 DEBUG_LEVELS = ("WARN", "INFO", "TRACE")
 
 MAX_CHANNELS = 16
@@ -145,6 +148,7 @@ class CommConfig:
     debug_subsys: frozenset[str] = frozenset({"ALL"})
     flight_recorder: int = 32
     algo: str | None = None
+    proto: str | None = None
     check: bool = False
     trace: str | None = None
     tuner_file: str | None = None
@@ -177,6 +181,8 @@ class CommConfig:
             raise ValueError(
                 f"NBCOLL_STREAM_SHARED_BYTES: must be >= 0 (0 turns streaming off), got {self.stream_shared_bytes}"
             )
+        if self.proto not in (None, *PROTOS):
+            raise ValueError(f"NBCOLL_PROTO: expected one of {', '.join(PROTOS)}, got {self.proto!r}")
         from nbcoll.comm.algorithms import parse_algo_setting  # the setting's syntax lives with the algorithms
 
         parse_algo_setting(self.algo)  # a bad NBCOLL_ALGO is refused here, when it is read
@@ -214,6 +220,7 @@ class CommConfig:
             debug_subsys=frozenset(s.strip() for s in subsys.split(",") if s.strip()) or frozenset({"ALL"}),
             flight_recorder=_int(env, "NBCOLL_FLIGHT_RECORDER", 32, 1),
             algo=env.get("NBCOLL_ALGO", "").strip() or None,
+            proto=_choice(env, "NBCOLL_PROTO", PROTOS),
             check=env.get("NBCOLL_CHECK", "0").strip() == "1",
             trace=env.get("NBCOLL_TRACE", "").strip() or None,
             tuner_file=env.get("NBCOLL_TUNER_FILE", "").strip() or None,

@@ -80,6 +80,7 @@ class Engine:
         self._windows_failed: str | None = None
         self._ll: LLBuffers | None = None
         self._ll_made = False
+        self.device: Any = None  # all_reduce(proto="device"), made at its first call (nbcoll.comm.device_collective)
         self.later: DeferredCollective | None = None  # the last plan left to the queue (see plan)
         self._later_lock = threading.Lock()  # set here, cleared by the queue's thread once that plan is bound
         self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
@@ -396,6 +397,8 @@ class Engine:
             self._windows.close()
         if self._ll is not None:
             self._ll.close()
+        if getattr(self.device, "close", None) is not None:
+            self.device.close()
         self.tracer.close()
 
 

@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from nbcoll.backend import device_backend
+from nbcoll.exercises.device_checks import PTX_SIGNATURE as _RECV_REDUCE_SEND_SIGNATURE
 from nbcoll.exercises.report import Report, exit_text
 
 HERE = Path(__file__).resolve().parent
@@ -168,6 +169,15 @@ EXERCISES: dict[str, Exercise] = {
             checker="function_checks:check_ddp_buckets",
             tutorial="08_ring_all_reduce.py",
             kind="function",
+        ),
+        Exercise(
+            name="recv_reduce_send",
+            summary="NCCL's recvReduceSend as a device function, run inside the ring all-reduce kernel",
+            entry="recv_reduce_send",
+            checker="device_checks:check_recv_reduce_send",
+            tutorial="21_collective_as_one_kernel.py",
+            kind="kernel",
+            ptx_signature=_RECV_REDUCE_SEND_SIGNATURE,
         ),
     )
 }

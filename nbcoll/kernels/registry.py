@@ -38,8 +38,8 @@ class KernelEntry:
         """The kernel's Python function, which ``numba.cuda.compile_ptx`` compiles for a GPU.
 
         >>> from nbcoll.kernels import all_kernels
-        >>> all_kernels()[0].py_func.__name__
-        'ring_all_reduce_kernel'
+        >>> next(e for e in all_kernels() if e.name == "kernels.combine.combine_max").py_func.__name__
+        'combine_max'
         """
         return self.dispatcher.py_func
 
@@ -95,8 +95,8 @@ def all_kernels() -> list[KernelEntry]:
 
     >>> from nbcoll.kernels import all_kernels
     >>> kernels = all_kernels()                # imports every module of nbcoll first
-    >>> len(kernels) > 50, kernels[0].name
-    (True, 'comm.algorithms.ring_device.ring_all_reduce_kernel')
+    >>> len(kernels) > 50, [e.name for e in kernels] == sorted(e.name for e in kernels)
+    (True, True)
     """
     import_all_modules()
     return [_REGISTRY[key] for key in sorted(_REGISTRY)]

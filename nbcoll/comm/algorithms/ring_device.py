@@ -266,9 +266,10 @@ class DeviceRing:
         return out
 
 
-def raise_for_status(status: np.ndarray) -> None:
+def raise_for_status(status: np.ndarray, call: str = "all_reduce") -> None:
     """Raise :class:`~nbcoll.comm.errors.CommAbortedError` when a rank of a channel did not finish, naming it, the
-    peer it waited for and the step (``status[c, r] = (code, steps started)``, as :meth:`DeviceRing.launch` gives).
+    peer it waited for and the step (``status[c, r] = (code, steps started)``, as :meth:`DeviceRing.launch` gives);
+    ``call`` is the collective the message names.
 
     >>> ok = np.zeros((1, 2, 2), np.int64)
     >>> raise_for_status(ok)                      # nothing to say
@@ -290,4 +291,4 @@ waited for its previous rank's chunk (rank 1) at step 2; rank 1 (channel 0) neve
         if code != dp.OK
     ]
     if stopped:
-        raise CommAbortedError("all_reduce (ring, device): the abort word was set; " + "; ".join(stopped))
+        raise CommAbortedError(f"{call} (ring, device): the abort word was set; " + "; ".join(stopped))

@@ -292,25 +292,46 @@ def post_peer(counter, at, value, scope):
 
 @cuda.jit(device=True)
 def generic_op(prims, local, out, flags, lo, hi, out_lo):
-    """Every thread of a rank's group: one chunk ``[lo, hi)`` through one hop, as ``flags`` say.
+    """Every thread of a rank's group: one chunk ``[lo, hi)`` through one hop of a one-block world, as ``flags``
+    say: :func:`connection_op` on this rank's row and its two connections (slots ``[channel, rank]`` in, ``[channel,
+    next]`` out)."""
+    fifo, tail, head, abort, sync, state, ids = prims
+    channel, rank, nxt, thread, nthreads, group, op, scope, spins = ids
+    nranks = fifo.shape[1]
+    conn = (fifo[channel, rank], fifo[channel, nxt], tail, head, _counter_at(channel, rank, nranks),
+            tail, head, _counter_at(channel, nxt, nranks))  # fmt: skip
+    who = (thread, nthreads, group, op, scope, spins)
+    connection_op((conn, abort, sync, state, who), local[rank], out[rank], flags, lo, hi, out_lo)
+
+
+@cuda.jit(device=True)
+def connection_op(prims, local, out, flags, lo, hi, out_lo):
+    """Every thread of a rank's group: one chunk ``[lo, hi)`` of the rows ``local``/``out`` through one hop.
+
+    ``prims = (conn, abort, sync, state, who)``: ``conn = (slots_in, slots_out, tail_in, head_in, at_in, tail_out,
+    head_out, at_out)`` is the FIFO ``[slot, i]`` this rank receives into with its counters ``tail_in[at_in]`` and
+    ``head_in[at_in]``, and the next rank's FIFO with ``tail_out[at_out]``, ``head_out[at_out]`` (NCCL's
+    ``recvConn`` and ``sendConn``: each may be in another process's memory); ``who = (thread in group, threads in
+    group, group, op, scope, spins_before_check)``.
 
     ``wait (thread 0: the chunk from prev has arrived, a slot of next is free) -> barrier ->
     for i in my elements: v = local[i] | slot_in[i] | op(local[i], slot_in[i]); out[out_lo + i] = v (COPY);
     slot_out[i] = v (SEND) -> barrier -> thread 0: post tail of next (SEND), head of this rank (RECV)``
     """
-    fifo, tail, head, abort, sync, state, ids = prims
-    channel, rank, nxt, thread, nthreads, group, op, scope, spins = ids
+    conn, abort, sync, state, who = prims
+    slots_in, slots_out, tail_in, head_in, at_in, tail_out, head_out, at_out = conn
+    thread, nthreads, group, op, scope, spins = who
     if state[CODE] != OK:
         return
     state[STEPS] += 1
-    nranks, nsteps = fifo.shape[1], fifo.shape[2]
+    nsteps = slots_in.shape[0]
     sent, received = state[SENT], state[RECEIVED]
     if thread == 0:
         code = OK
-        if flags & RECV and not wait_peer(tail, _counter_at(channel, rank, nranks), received + 1, abort, spins):
+        if flags & RECV and not wait_peer(tail_in, at_in, received + 1, abort, spins):
             code = ABORTED_RECV
         if code == OK and flags & SEND:
-            if not wait_peer(head, _counter_at(channel, nxt, nranks), sent + 1 - nsteps, abort, spins):
+            if not wait_peer(head_out, at_out, sent + 1 - nsteps, abort, spins):
                 code = ABORTED_SEND
         fence(scope)  # after the spin's load: the peer's data are read only after its counter (acquire)
         sync[group * SYNC_WORDS + _STATUS] = code
@@ -322,21 +343,21 @@ def generic_op(prims, local, out, flags, lo, hi, out_lo):
     slot_in, slot_out = received % nsteps, sent % nsteps
     for i in range(thread, hi - lo, nthreads):
         if flags & RECV:
-            v = fifo[channel, rank, slot_in, i]
+            v = slots_in[slot_in, i]
             if flags & REDUCE:
-                v = apply_op(op, local[rank, lo + i], v)
+                v = apply_op(op, local[lo + i], v)
         else:
-            v = local[rank, lo + i]
+            v = local[lo + i]
         if flags & COPY:
-            out[rank, out_lo + i] = v
+            out[out_lo + i] = v
         if flags & SEND:
-            fifo[channel, nxt, slot_out, i] = v
+            slots_out[slot_out, i] = v
     group_sync(sync, group, nthreads)  # every slot read and written before thread 0 posts
     if thread == 0:
         if flags & SEND:
-            post_peer(tail, _counter_at(channel, nxt, nranks), sent + 1, scope)
+            post_peer(tail_out, at_out, sent + 1, scope)
         if flags & RECV:
-            post_peer(head, _counter_at(channel, rank, nranks), received + 1, scope)
+            post_peer(head_in, at_in, received + 1, scope)
     if flags & SEND:
         state[SENT] = sent + 1
     if flags & RECV:
