@@ -38,6 +38,7 @@ PUBLIC_PACKAGES = [
     "nbcoll.parallel.functional",
     "nbcoll.perf",
     "nbcoll.tensors",
+    "nbcoll.utils",
 ]
 
 # Modules whose examples run although none of their names is public: the kernels' launch functions and others.
