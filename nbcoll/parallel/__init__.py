@@ -12,6 +12,7 @@ Example::
 
 from nbcoll.parallel import functional
 from nbcoll.parallel.checkpoint import load_sharded, save_sharded
+from nbcoll.parallel.context_parallel import ring_attention, ulysses_attention, zigzag_merge, zigzag_split
 from nbcoll.parallel.data_parallel import DistributedDataParallel
 from nbcoll.parallel.fsdp import Shard, fully_shard, gathered_parameters, sharded_state_dict
 from nbcoll.parallel.zero import ZeroRedundancyOptimizer
@@ -24,8 +25,12 @@ __all__ = [
     "functional",
     "gathered_parameters",
     "load_sharded",
+    "ring_attention",
     "save_sharded",
     "sharded_state_dict",
+    "ulysses_attention",
+    "zigzag_merge",
+    "zigzag_split",
 ]
 
 # Model parallelism: meshes, tensor, pipeline and expert parallel.
@@ -50,4 +55,23 @@ __all__ += [
     "VocabParallelEmbedding",
     "tensor_parallel_block",
     "vocab_parallel_cross_entropy",
+]
+
+# Sequence parallelism: the tensor-parallel block's norms and dropouts split along the sequence.
+from nbcoll.parallel.sequence_parallel import (  # noqa: E402
+    SequenceParallelBlock,
+    all_gather_sequence,
+    gather_sequence,
+    reduce_scatter_sequence,
+    sequence_parallel_block,
+    split_sequence,
+)
+
+__all__ += [
+    "SequenceParallelBlock",
+    "all_gather_sequence",
+    "gather_sequence",
+    "reduce_scatter_sequence",
+    "sequence_parallel_block",
+    "split_sequence",
 ]

@@ -34,6 +34,7 @@ from nbcoll.tensors import Tensor
 
 if TYPE_CHECKING:
     from nbcoll.comm import Communicator
+    from nbcoll.parallel.sequence_parallel import SequenceParallelBlock
 
 
 class ParallelAttention(Module):
@@ -135,8 +136,13 @@ class ParallelTransformerBlock(Module):
         return x + self.mlp(self.ln2(x))
 
 
-def tensor_parallel_block(block: TransformerBlock, comm: Communicator) -> ParallelTransformerBlock:
+def tensor_parallel_block(
+    block: TransformerBlock, comm: Communicator, sequence_parallel: bool = False
+) -> ParallelTransformerBlock | SequenceParallelBlock:
     """A :class:`ParallelTransformerBlock` holding this rank's shards of ``block``'s weights.
+
+    ``sequence_parallel=True`` gives the :class:`~nbcoll.parallel.sequence_parallel.SequenceParallelBlock` of
+    :func:`~nbcoll.parallel.sequence_parallel.sequence_parallel_block` instead, on this rank's positions.
 
     Example::
 
@@ -151,6 +157,10 @@ def tensor_parallel_block(block: TransformerBlock, comm: Communicator) -> Parall
         True
         >>> comm.destroy()
     """
+    if sequence_parallel:
+        from nbcoll.parallel.sequence_parallel import sequence_parallel_block  # it builds on this module
+
+        return sequence_parallel_block(block, comm)
     attn = block.attn
     split = ParallelTransformerBlock(
         block.embed_dim,
