@@ -13,7 +13,9 @@ From Python::
 
 from __future__ import annotations
 
+import os
 import platform
+from collections.abc import Mapping
 from importlib import metadata
 
 from nbcoll import backend
@@ -31,6 +33,7 @@ _DISTRIBUTIONS = {
 LABELS = {
     "backend": "backend",
     "device": "device",
+    "collectives": "collectives",
     "nbcoll": "nbcoll",
     "python": "Python",
     "numba": "numba",
@@ -85,6 +88,59 @@ def device_name(name: str | None = None) -> str:
     return f"{label} (compute capability {major}.{minor})"
 
 
+HOST_DRIVEN = "host-driven (NBCOLL_PROTO=device runs each collective a ring kernel serves as one kernel per rank)"
+
+
+def collective_protocol(env: Mapping[str, str] | None = None, *, backend_name: str | None = None,
+                        device_backend: str | None = None, gpus: int | None = None,
+                        mps: bool | None = None) -> str:  # fmt: skip
+    """Which protocol collectives run with here, and where a device request falls back to the host-driven ring.
+
+    ``env`` is read for ``NBCOLL_PROTO`` (default ``os.environ``); the others default to this process's backend,
+    device backend (``cuda`` or ``sim``), GPU count and whether the MPS daemon is there. The communicator makes the
+    final choice (:func:`nbcoll.comm.device_collective.world_problem`), from what it alone knows: its ranks.
+
+    >>> collective_protocol({}, backend_name="sim", device_backend="sim")
+    'host-driven (NBCOLL_PROTO=device runs each collective a ring kernel serves as one kernel per rank)'
+    >>> collective_protocol({"NBCOLL_PROTO": "device"}, backend_name="cuda", device_backend="cuda", gpus=4, mps=False)
+    'device kernels (NBCOLL_PROTO=device) on 4 GPU(s); host-driven where ranks share a GPU (no MPS) or are threads \
+of one process'
+    """
+    from nbcoll.comm.config import PROTOS
+
+    env = os.environ if env is None else env
+    proto = env.get("NBCOLL_PROTO", "").strip().lower() or "host"
+    if proto not in PROTOS:
+        return f"unusable: NBCOLL_PROTO: expected one of {', '.join(PROTOS)}, got {proto!r}"
+    if proto == "host":
+        return HOST_DRIVEN
+    backend_name = backend_name or backend.get_backend()
+    device_backend = device_backend or backend.device_backend()
+    if device_backend == "sim":
+        return (
+            "device kernels (NBCOLL_PROTO=device) on the CUDA simulator: no GPU here; ranks that are threads of one "
+            "process stay host-driven"
+        )
+    gpus = backend.gpu_count() if gpus is None else gpus
+    if gpus == 0:
+        return "host-driven: NBCOLL_PROTO=device, but no GPU is usable (NBCOLL_BACKEND=sim runs the kernels simulated)"
+    if backend_name == "numpy":
+        return "host-driven: the numpy backend's buffers are host memory, which GPU kernels do not read"
+    if mps is None:
+        from nbcoll.comm.device_collective import mps_visible
+
+        mps = mps_visible()
+    if mps:
+        return (
+            f"device kernels (NBCOLL_PROTO=device) on {gpus} GPU(s), MPS running; host-driven where ranks are threads "
+            "of one process"
+        )
+    return (
+        f"device kernels (NBCOLL_PROTO=device) on {gpus} GPU(s); host-driven where ranks share a GPU (no MPS) or "
+        "are threads of one process"
+    )
+
+
 def collect() -> dict[str, str]:
     """Everything the report shows, as strings, keyed as in :data:`LABELS`.
 
@@ -95,6 +151,7 @@ def collect() -> dict[str, str]:
     report = {
         "backend": backend.get_backend(),
         "device": device_name(),
+        "collectives": collective_protocol(),
         "nbcoll": nbcoll.__version__,
         "python": platform.python_version(),
     }

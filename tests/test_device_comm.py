@@ -50,6 +50,7 @@ def test_device_all_reduce_across_processes_equals_the_host_ring_and_survives_fa
     for rank in survivors:
         out = result.outputs[rank]
         assert "device cases ok" in out and "stalled and exited peers ok" in out, result.report()
+        assert "the other collectives ok" in out and "stalled broadcast root ok" in out, result.report()
         assert "CommTimeoutError" in out and f"peer rank {nprocs - 1}" in out, result.report()
     assert_no_shared_memory_left(result.outputs)
 

@@ -8,8 +8,8 @@ run it among the survivors only):
 1. duplicate the MPI communicator: ``data`` carries chunks (one duplicate per channel, so that the chunks of
    two channels between the same ranks never match each other's receives), ``ctrl`` carries abort messages and
    the collective calls of split and shrink, so nbcoll traffic never matches the user's own MPI messages;
-2. check that every rank runs with the same FIFO settings and backend, and hand rank 0's tuner calibration to
-   every rank, so that all of them choose the same algorithms;
+2. check that every rank runs with the same FIFO settings, protocol and backend (:data:`SAME_ON_EVERY_RANK`),
+   and hand rank 0's tuner calibration to every rank, so that all of them choose the same algorithms;
 3. find the machines (``Split_type(COMM_TYPE_SHARED)``), the nodes (pretend ones with
    ``NBCOLL_RANKS_PER_NODE``) and the transport of each pair (:class:`~nbcoll.comm.topology.Topology`); on
    ``cuda``, each rank uses GPU ``local rank % device count`` (:mod:`nbcoll.device`);
@@ -127,10 +127,33 @@ def release(wiring: Wiring, failed: bool) -> None:
             comm.Free()
 
 
-def _agree(comm: MPI.Comm, what: str, mine: Any) -> None:
+SAME_ON_EVERY_RANK = (
+    "NBCOLL_BUFFSIZE", "NBCOLL_STEPS", "NBCOLL_NCHANNELS", "NBCOLL_TRANSPORT", "NBCOLL_LL_BYTES", "NBCOLL_CMA_BYTES",
+    "NBCOLL_PROTO", "backend",
+)  # fmt: skip
+"""The settings whose values :func:`bootstrap` compares across ranks: with two values the ranks would choose
+different FIFOs, transports or protocols for one call and wait for each other until ``NBCOLL_TIMEOUT``."""
+
+
+def same_settings(config: CommConfig) -> tuple[Any, ...]:
+    """This rank's value of each setting of :data:`SAME_ON_EVERY_RANK`, in its order (unset ``NBCOLL_PROTO``
+    is ``"host"``, which is what it runs).
+
+    >>> same_settings(CommConfig(steps=4, buffsize=256))[1], same_settings(CommConfig())[-2]
+    (4, 'host')
+    """
+    return (config.buffsize, config.steps, config.nchannels, config.transport, config.ll_bytes, config.cma_bytes,
+            config.proto or "host", backend.get_backend())  # fmt: skip
+
+
+def _agree(comm: MPI.Comm, names: tuple[str, ...], mine: tuple[Any, ...]) -> None:
+    """Raise ``ValueError`` on every rank, naming the settings that differ and each rank's values of them."""
     everyone = comm.allgather(mine)
-    if any(other != mine for other in everyone):
-        described = "; ".join(f"rank {r}: {v}" for r, v in enumerate(everyone))
+    differ = [i for i, name in enumerate(names) if any(values[i] != mine[i] for values in everyone)]
+    if differ:
+        described = "; ".join(f"rank {r}: " + ", ".join(str(values[i]) for i in differ)
+                              for r, values in enumerate(everyone))  # fmt: skip
+        what = ", ".join(names[i] for i in differ)
         raise ValueError(f"{what}: every rank must use the same settings, got {described}")
 
 
@@ -169,12 +192,7 @@ def bootstrap(parent: MPI.Comm, config: CommConfig, log: Logger, node_key: Any =
     rendezvous(parent, "creating a communicator", config.timeout)
     data, ctrl = parent.Dup(), parent.Dup()
     rank = data.Get_rank()
-    _agree(
-        data,
-        "NBCOLL_BUFFSIZE, NBCOLL_STEPS, NBCOLL_NCHANNELS, NBCOLL_TRANSPORT, NBCOLL_LL_BYTES, NBCOLL_CMA_BYTES, backend",
-        (config.buffsize, config.steps, config.nchannels, config.transport, config.ll_bytes, config.cma_bytes,
-         backend.get_backend()),
-    )  # fmt: skip
+    _agree(data, SAME_ON_EVERY_RANK, same_settings(config))
     data_channels = [data] + [parent.Dup() for _ in range(config.nchannels - 1)]  # as many on every rank: agreed
     mine = (int.from_bytes(os.urandom(8), "little") >> 1, {backend.get_backend(): tuner.load_models(config)})
     uid, link_models = data.bcast(mine if rank == 0 else None, root=0)

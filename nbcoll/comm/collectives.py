@@ -35,15 +35,14 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.check import Signature
-from nbcoll.comm.collective_checks import CollectiveChecks, _address_range, _dtype_name, _nbytes
-from nbcoll.comm.deferred import DeferredCollective
-from nbcoll.comm.work import Work
+from nbcoll.comm.collective_checks import _address_range, _dtype_name, _nbytes
+from nbcoll.comm.collective_launch import CollectiveLaunch
 from nbcoll.kernels import combine as combine_kernels
 
 premul_sum = combine_kernels.premul_sum
 
 
-class Collectives(CollectiveChecks):
+class Collectives(CollectiveLaunch):
     """The collective operations of :class:`~nbcoll.comm.communicator.Communicator` (a mixin).
 
     Example::
@@ -85,12 +84,9 @@ class Collectives(CollectiveChecks):
         array([1., 2.], dtype=float32)
         >>> comm.destroy()
         """
-        if proto is not None or self.config.proto is not None:  # one kernel per rank, where it applies
-            from nbcoll.comm import device_collective
-
-            ran, result = device_collective.all_reduce(self, sendbuf, recvbuf, op, algo, async_op, proto)
-            if ran:
-                return result
+        ran, result = self._on_device("all_reduce", proto, sendbuf, recvbuf, op, -1, algo, async_op)
+        if ran:
+            return result
         key, replay = self.engine.replays.find(
             "all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
         )
@@ -119,9 +115,16 @@ class Collectives(CollectiveChecks):
             )
 
     def broadcast(
-        self, sendbuf: Any, recvbuf: Any = None, root: int = 0, algo: str | None = None, async_op: bool = False
+        self,
+        sendbuf: Any,
+        recvbuf: Any = None,
+        root: int = 0,
+        algo: str | None = None,
+        async_op: bool = False,
+        proto: str | None = None,
     ) -> Any:
-        """``recvbuf = sendbuf of root`` on every rank (``sendbuf`` is only read on the root).
+        """``recvbuf = sendbuf of root`` on every rank (``sendbuf`` is only read on the root); ``proto`` as for
+        :meth:`all_reduce`.
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()
@@ -130,6 +133,9 @@ class Collectives(CollectiveChecks):
         array([0., 0., 0.], dtype=float32)
         >>> comm.destroy()
         """
+        ran, result = self._on_device("broadcast", proto, sendbuf, recvbuf, None, root, algo, async_op)
+        if ran:
+            return result
         key, replay = self.engine.replays.find(
             "broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth or self.engine.later
         )
@@ -163,8 +169,10 @@ class Collectives(CollectiveChecks):
         root: int = 0,
         algo: str | None = None,
         async_op: bool = False,
+        proto: str | None = None,
     ) -> Any:
-        """``recvbuf = op(sendbuf of every rank)`` on ``root``; other ranks' ``recvbuf`` is untouched.
+        """``recvbuf = op(sendbuf of every rank)`` on ``root``; other ranks' ``recvbuf`` is untouched; ``proto`` as
+        for :meth:`all_reduce`.
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()
@@ -174,6 +182,9 @@ class Collectives(CollectiveChecks):
         array([1, 2])
         >>> comm.destroy()
         """
+        ran, result = self._on_device("reduce", proto, sendbuf, recvbuf, op, root, algo, async_op)
+        if ran:
+            return result
         with self.engine.call("reduce") as seq:
             op = combine_kernels.parse_op(op)
             root = self._root(root)
@@ -198,8 +209,11 @@ class Collectives(CollectiveChecks):
                 single=[(local, recv)],
             )
 
-    def all_gather(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
-        """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``.
+    def all_gather(
+        self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False, proto: str | None = None
+    ) -> Any:
+        """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``; ``proto`` as for
+        :meth:`all_reduce`.
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()
@@ -209,6 +223,9 @@ class Collectives(CollectiveChecks):
         array([0, 0], dtype=int32)
         >>> comm.destroy()
         """
+        ran, result = self._on_device("all_gather", proto, sendbuf, recvbuf, None, -1, algo, async_op)
+        if ran:
+            return result
         key, replay = self.engine.replays.find(
             "all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth or self.engine.later
         )
@@ -235,9 +252,16 @@ class Collectives(CollectiveChecks):
             )
 
     def reduce_scatter(
-        self, sendbuf: Any, recvbuf: Any, op: Any = "sum", algo: str | None = None, async_op: bool = False
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        op: Any = "sum",
+        algo: str | None = None,
+        async_op: bool = False,
+        proto: str | None = None,
     ) -> Any:
-        """``recvbuf = op over ranks of sendbuf[rank*count:(rank+1)*count]``, with ``count = recvbuf.size``.
+        """``recvbuf = op over ranks of sendbuf[rank*count:(rank+1)*count]``, with ``count = recvbuf.size``;
+        ``proto`` as for :meth:`all_reduce`.
 
         >>> import numpy as np, nbcoll
         >>> comm = nbcoll.init()
@@ -247,6 +271,9 @@ class Collectives(CollectiveChecks):
         array([0., 1., 2.], dtype=float32)
         >>> comm.destroy()
         """
+        ran, result = self._on_device("reduce_scatter", proto, sendbuf, recvbuf, op, -1, algo, async_op)
+        if ran:
+            return result
         key, replay = self.engine.replays.find(
             "reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
         )
@@ -354,41 +381,3 @@ class Collectives(CollectiveChecks):
         return tuner.estimate(
             collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.choice.link_model()
         )
-
-    # -- running ------------------------------------------------------------------------------------------------
-
-    def _launch(
-        self,
-        seq: int,
-        name: str,
-        algo: str | None,
-        async_op: bool,
-        signature: Signature,
-        build: Any,
-        *,
-        result: Any,
-        nbytes: int,
-        single: list[tuple[Any, Any]],
-        op: Any = None,
-        keep: tuple[Any, Any, Any] | None = None,
-    ) -> Any:
-        """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group.
-
-        ``keep`` is ``(key, sendbuf, recvbuf)`` of a call whose plan may be kept for replay once it has run.
-        """
-        queued = not self._group.depth  # a group's calls are bound now, and run at its end
-        coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op, queued=queued)
-        if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
-            self.engine.mark_run(seq)
-            self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
-            if keep is not None and coll.replayable is not None:
-                planned = coll.op if isinstance(coll, DeferredCollective) else coll  # bound in its turn: coll.op
-                self.engine.replays.keep(keep[0], planned, keep[1], keep[2], result)
-            return result
-        work = Work(f"{coll.headline()} on rank {self.rank}", result)
-        if self._group.depth:
-            self._group.queue_collective(coll, work)
-        else:
-            self.engine.mark_run(seq)
-            self.engine.progress.submit([coll], [work], wait=False)
-        return work if async_op else result

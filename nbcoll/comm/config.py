@@ -22,7 +22,7 @@ variable                       default   meaning
 ``NBCOLL_DEBUG_SUBSYS``        ALL       comma-separated subsystems: INIT, P2P, IPC, NET, COLL, ...
 ``NBCOLL_FLIGHT_RECORDER``     32        operations each rank remembers for error messages
 ``NBCOLL_ALGO``                (all)     the algorithms collectives may use, NCCL_ALGO's syntax (:mod:`.algorithms`)
-``NBCOLL_PROTO``               host      ``device``: an all-reduce the ring kernel can serve runs as one kernel per rank
+``NBCOLL_PROTO``               host      ``device``: a ring collective the kernels can serve runs as one kernel per rank
                                          (:mod:`nbcoll.comm.device_collective`); the others stay on the host
 ``NBCOLL_CHECK``               0         1: compare every collective call's signature across ranks first
 ``NBCOLL_TRACE``               (off)     a directory: every rank writes one line per step it runs (:mod:`.trace`)

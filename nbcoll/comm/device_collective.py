@@ -11,7 +11,8 @@ once, and its threads spin on the head and tail counters its neighbours write, a
   kernel's abort word when ``NBCOLL_TIMEOUT`` passes without a counter moving, a peer's process is gone, or the
   communicator is aborted; the kernel returns a status, and :func:`failure` turns it into the usual error.
 * **selection**: ``proto="device"`` asks for it (a request it cannot serve is a ``ValueError``), and
-  ``NBCOLL_PROTO=device`` makes it the default of every all-reduce it can serve (the others stay on the host).
+  ``NBCOLL_PROTO=device`` makes it the default of every call it can serve (the others stay on the host); the
+  all-gather, reduce-scatter, broadcast and reduce take it too (:mod:`nbcoll.comm.device_ring_calls`).
   Where the ranks cannot spin on each other at all (threads of one process, peers off this machine, two ranks on
   one GPU without MPS) it falls back to the host-driven ring with a one-line warning, never a hang.
 
@@ -58,19 +59,22 @@ def check_proto(proto: Any) -> str:
     return proto
 
 
-def unsupported(op: Any, algo: str | None, dtype: Any, asynchronous: bool) -> str:
-    """Why the device all-reduce cannot serve a call, naming the argument; ``""`` when it can.
+def unsupported(op: Any, algo: str | None, dtype: Any, asynchronous: bool, collective: str = "all_reduce") -> str:
+    """Why the device ``collective`` cannot serve a call, naming the argument; ``""`` when it can (``op=None``:
+    one that does not reduce).
 
     >>> unsupported("sum", "ring", np.float32, False)
     ''
     >>> unsupported("avg", None, np.float32, False)
     "op: proto='device' reduces with sum, prod, max or min, got 'avg'"
+    >>> unsupported(None, "tree", np.float32, False, "broadcast")
+    "algo: proto='device' runs the ring broadcast only, got 'tree'"
     """
-    name = combine_kernels.parse_op(op)
-    if not isinstance(name, str) or name not in dp.OPS:
+    name = None if op is None else combine_kernels.parse_op(op)
+    if op is not None and (not isinstance(name, str) or name not in dp.OPS):
         return f"op: proto='device' reduces with sum, prod, max or min, got {name!r}"
     if algo not in (None, "ring"):
-        return f"algo: proto='device' runs the ring all-reduce only, got {algo!r}"
+        return f"algo: proto='device' runs the ring {collective.replace('_', '-')} only, got {algo!r}"
     if dtype is None or np.dtype(dtype) not in [np.dtype(t) for t in DTYPES]:
         return f"sendbuf.dtype: proto='device' takes float32, float64, int32 or int64, got {dtype}"
     if asynchronous:
@@ -132,13 +136,15 @@ def world_problem(comm: Any) -> str:
     return ""
 
 
-def all_reduce(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, algo: str | None, async_op: bool,
-               proto: str | None) -> tuple[bool, Any]:  # fmt: skip
-    """``(True, result)`` once the device path ran the call; ``(False, None)``: the host path runs it.
+def run(comm: Any, collective: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, algo: str | None,
+        async_op: bool, proto: str | None) -> tuple[bool, Any]:  # fmt: skip
+    """``(True, result)`` once the device path ran the call of ``collective`` (``all_reduce``, ``all_gather``,
+    ``reduce_scatter``, ``broadcast``, ``reduce``; ``op=None`` for those that do not reduce, ``root`` for those with
+    one); ``(False, None)``: the host path runs it.
 
     >>> import numpy as np, nbcoll
     >>> comm = nbcoll.init()
-    >>> ran, x = all_reduce(comm, np.arange(3.0), None, "sum", "ring", False, "device")
+    >>> ran, x = run(comm, "all_reduce", np.arange(3.0), None, "sum", -1, "ring", False, "device")
     >>> ran, x
     (True, array([0., 1., 2.]))
     >>> comm.destroy()
@@ -146,27 +152,35 @@ def all_reduce(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, algo: str | None,
     explicit = proto is not None
     if (check_proto(proto) if explicit else comm.config.proto) != "device":
         return False, None
-    problem = unsupported(op, algo, getattr(sendbuf, "dtype", None), async_op or comm._group.depth > 0)
+    problem = unsupported(op, algo, getattr(sendbuf, "dtype", None), async_op or comm._group.depth > 0, collective)
     if problem:
         if explicit:
             raise ValueError(problem)
         return False, None
-    from nbcoll.comm.device_connections import DeviceAllReduce  # it builds on this module's helpers
+    from nbcoll.comm.device_ring_calls import DeviceCollectives  # it builds on this module's helpers
 
     engine = comm.engine
     if engine.device is None:
-        engine.device = DeviceAllReduce(comm)
+        engine.device = DeviceCollectives(comm)
     if engine.device.fallback:
         return False, None
-    return True, engine.device.all_reduce(sendbuf, recvbuf, op)
+    args = {"all_reduce": (op,), "reduce_scatter": (op,), "all_gather": (), "broadcast": (root,), "reduce": (op, root)}
+    return True, getattr(engine.device, collective)(sendbuf, recvbuf, *args[collective])
+
+
+IDLE_CHECK_INTERVAL = 1.0
+"""Seconds between two looks of an idle :class:`KernelWatch` at whether its communicator has ended."""
 
 
 class KernelWatch:
-    """The host's watchdog of one launch: a thread that sets ``abort[0]`` and says why, while the launching thread
-    is blocked inside the kernel.
+    """The host's watchdog of one communicator's kernels: one standing thread that, while the launching thread is
+    blocked inside a kernel, sets ``abort[0]`` and says why.
 
-    ``progress()`` is a number that grows while the kernel moves (its counters), or ``None`` where the host cannot
-    read them while a kernel runs (a GPU): then the timeout counts from the launch.
+    ``with watch:`` (or ``with watch.launch(progress):``) watches one launch; the thread starts at the first and
+    serves every later one, so a launch pays no thread start. ``progress()`` is a number that grows while the
+    kernel moves (its counters), or ``None`` where the host cannot read them while a kernel runs (a GPU): then the
+    timeout counts from the launch. Between launches the thread only looks, every :data:`IDLE_CHECK_INTERVAL`,
+    whether ``ended()`` (the communicator was aborted or destroyed), and then ends; :meth:`stop` ends it at once.
 
     >>> abort = np.zeros(1, np.int32)
     >>> watch = KernelWatch(abort, timeout=0.05, progress=lambda: 0, aborted_by=lambda: None, peer_pids={})
@@ -174,42 +188,98 @@ class KernelWatch:
     ...     time.sleep(0.3)                      # a kernel that never moves
     >>> watch.reason, int(abort[0])
     (('timeout', None), 1)
+    >>> watch.stop(); watch.alive
+    False
     """
 
     def __init__(self, abort: Any, timeout: float, progress: Callable[[], int | None],
-                 aborted_by: Callable[[], int | None], peer_pids: Mapping[int, int]) -> None:  # fmt: skip
+                 aborted_by: Callable[[], int | None], peer_pids: Mapping[int, int],
+                 ended: Callable[[], bool] = lambda: False) -> None:  # fmt: skip
         self.abort, self.timeout, self.progress = abort, timeout, progress
-        self.aborted_by, self.peer_pids = aborted_by, peer_pids
+        self.aborted_by, self.peer_pids, self.ended = aborted_by, peer_pids, ended
         self.reason: tuple[str, int | None] | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="nbcoll-device-watch", daemon=True)
+        # Held by every check: a launch that ends waits for a check under way, so none fires after it.
+        self._state = threading.Condition()
+        self._armed = self._stopping = self._running = False  # _running: a thread serves launches (under _state)
+        self._seen: int | None = None
+        self._since = self._last_move = 0.0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the watch's thread is running (between launches too).
+
+        >>> KernelWatch(np.zeros(1, np.int32), 1.0, lambda: 0, lambda: None, {}).alive      # not before a launch
+        False
+        """
+        return self._thread is not None and self._thread.is_alive()
+
+    def launch(self, progress: Callable[[], int | None]) -> KernelWatch:
+        """This watch, to enter around the next launch, whose counters ``progress()`` reads.
+
+        >>> watch = KernelWatch(np.zeros(1, np.int32), 1.0, lambda: 0, lambda: None, {})
+        >>> with watch.launch(lambda: None):
+        ...     pass
+        >>> watch.reason is None
+        True
+        >>> watch.stop()
+        """
+        self.progress = progress
+        return self
 
     def __enter__(self) -> KernelWatch:
-        self._thread.start()
+        with self._state:
+            self.reason, self._armed = None, True
+            self._seen, self._since = self.progress(), time.monotonic()
+            self._last_move = self._since
+            if not self._running:
+                self._stopping, self._running = False, True
+                self._thread = threading.Thread(target=self._watch, name="nbcoll-device-watch", daemon=True)
+                self._thread.start()
+            self._state.notify()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._done.set()
-        self._thread.join()
+        with self._state:
+            self._armed = False
+
+    def stop(self) -> None:
+        """End the thread (a communicator's destroy does); a later launch starts a new one.
+
+        >>> KernelWatch(np.zeros(1, np.int32), 1.0, lambda: 0, lambda: None, {}).stop()       # never started
+        """
+        with self._state:
+            self._stopping = True
+            self._state.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def _watch(self) -> None:
-        seen, last_move = self.progress(), time.monotonic()
-        while not self._done.wait(HEALTH_CHECK_INTERVAL):
-            now, moved = time.monotonic(), self.progress()
-            if moved != seen:
-                seen, last_move = moved, now
-                continue
-            by = self.aborted_by()
-            dead = [p for p, pid in sorted(self.peer_pids.items()) if not process_alive(pid)]
-            if by is not None:
-                self.reason = ("aborted", by)
-            elif dead:  # and nothing moved since the last look: what it wrote last has been read
-                self.reason = ("lost", dead[0])
-            elif now - last_move > self.timeout:
-                self.reason = ("timeout", None)
-            if self.reason is not None:
-                self.abort[0] = 1
-                return
+        with self._state:
+            while not self._stopping and (self._armed or not self.ended()):
+                if not self._armed or self.reason is not None:  # idle, or this launch is stopped: until it returns
+                    self._state.wait(IDLE_CHECK_INTERVAL)
+                    continue
+                self._state.wait(HEALTH_CHECK_INTERVAL)
+                if self._armed and self.reason is None and time.monotonic() - self._since >= HEALTH_CHECK_INTERVAL:
+                    self._check()
+            self._running = False  # under the lock: the next launch starts a thread of its own
+
+    def _check(self) -> None:
+        now, moved = time.monotonic(), self.progress()
+        if moved != self._seen:
+            self._seen, self._last_move = moved, now
+            return
+        by = self.aborted_by()
+        dead = [p for p, pid in sorted(self.peer_pids.items()) if not process_alive(pid)]
+        if by is not None:
+            self.reason = ("aborted", by)
+        elif dead:  # and nothing moved since the last look: what it wrote last has been read
+            self.reason = ("lost", dead[0])
+        elif now - self._last_move > self.timeout:
+            self.reason = ("timeout", None)
+        if self.reason is not None:
+            self.abort[0] = 1
 
 
 def failure(status: np.ndarray, reason: tuple[str, int | None] | None, *, rank: int, nranks: int, call: str,

@@ -19,6 +19,7 @@ Example (every rank of a communicator on one machine)::
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -67,7 +68,7 @@ class DeviceAllReduce:
         if not self.fallback and on_gpu and self.nranks > 1:
             self.fallback = self._shared_gpu()
         if self.fallback:
-            line = f"nbcoll: all_reduce(proto='device') runs on the host-driven ring here: {self.fallback}"
+            line = f"nbcoll: proto='device' collectives run on the host-driven ring here: {self.fallback}"
             comm.log.warn("COLL", line)
             warnings.warn(line, RuntimeWarning, stacklevel=4)
             return
@@ -83,6 +84,7 @@ class DeviceAllReduce:
         self.counters: tuple[Any, Any] | None = None
         self.fifos: dict[np.dtype, tuple[Any, Any]] = {}
         self.buffers: list[Any] = []  # every mapping this rank keeps, closed by close()
+        self.watch: KernelWatch | None = None  # one for every launch, made at the first (close() stops it)
 
     def _shared_gpu(self) -> str:
         """Collective: why the machine's ranks cannot spin on each other's GPUs (two on one without MPS)."""
@@ -152,6 +154,8 @@ class DeviceAllReduce:
         >>> DeviceAllReduce(comm).close(); comm.destroy()
         """
         self.fifos, self.counters = {}, None
+        if getattr(self, "watch", None) is not None:
+            self.watch.stop()
         for buffer in getattr(self, "buffers", []):
             buffer.close()
         self.buffers = []
@@ -169,9 +173,7 @@ class DeviceAllReduce:
         """
         comm, engine = self.comm, self.comm.engine
         with engine.call("all_reduce") as seq:
-            if self.broken is not None:
-                raise CommError(f"rank {self.rank}: the device connections failed earlier ({self.broken}); "
-                                "abort or shrink the communicator")  # fmt: skip
+            self._check_usable()
             op = combine_kernels.parse_op(op)
             send = comm._buffer(sendbuf, "sendbuf")
             recv = send if recvbuf is None else comm._buffer(recvbuf, "recvbuf")
@@ -179,20 +181,42 @@ class DeviceAllReduce:
             comm._same_or_apart(send, recv)
             memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
             engine.mark_run(seq)
-        call = f"all_reduce #{seq} (ring, device)"
+        self._run("all_reduce", seq, send, recv, op, rdr.ring_rank_all_reduce_kernel, send.size)
+        return recvbuf if recvbuf is not None else sendbuf
+
+    def _check_usable(self) -> None:
+        if self.broken is not None:
+            raise CommError(f"rank {self.rank}: the device connections failed earlier ({self.broken}); "
+                            "abort or shrink the communicator")  # fmt: skip
+
+    def _run(self, collective: str, seq: int, send: Any, recv: Any, op: str | None, kernel: Any, count: int,
+             extra: tuple[int, ...] = (), root: int = -1, written: bool = True) -> None:  # fmt: skip
+        """Call ``seq`` of ``collective``, checked and marked run: connect, launch ``kernel`` (with ``extra`` after
+        its common arguments), record it, and raise the error of a failed launch. ``count`` elements of ``send``
+        are this rank's message; ``written``: whether the kernel writes ``recv`` on this rank."""
+        comm, engine = self.comm, self.comm.engine
+        call = f"{collective} #{seq} (ring, device)"
         dtype = np.dtype(send.dtype)
-        record = comm.recorder.record("all_reduce", -1, send.size * dtype.itemsize, f"{send.size} x {dtype} {op}")
-        comm.log.info("COLL", f"{call}: {send.size} x {dtype} {op}, one kernel launch")
+        what = f"{count} x {dtype}" + (f" {op}" if op is not None else "")
+        record = comm.recorder.record(collective, root, count * dtype.itemsize, what)
+        comm.log.info("COLL", f"{call}: {what}, one kernel launch")
         engine._after_queued_plans()
         engine.progress.quiesce()  # calls issued before this one run first, on every rank
         try:
             self._connect(dtype, call)
-            status, reason = self._launch(send, recv, op)
+            t0 = time.time()
+            status, reason = self._launch(send, recv, op, kernel, extra, written)
+            t1 = time.time()
         except BaseException:
             record.finish("failed")
             raise
         error = failure(status, reason, rank=self.rank, nranks=self.nranks, call=call, timeout=comm.config.timeout,
                         pids=comm.watchdog.peer_pids)  # fmt: skip
+        if engine.tracer.enabled:  # one span per rank: the kernel's launch, its return, each channel's steps
+            name, outcome = getattr(kernel, "py_func", kernel).__name__, type(error).__name__ if error else "ok"
+            engine.tracer.kernel(seq=seq, collective=collective, algo="ring", kernel=name, t0=t0, t1=t1,
+                                 status=status.tolist(), nbytes=count * dtype.itemsize, span=(0, count),
+                                 outcome=outcome)  # fmt: skip
         if error is not None:
             record.finish("failed")
             self.broken = str(error)
@@ -200,10 +224,10 @@ class DeviceAllReduce:
             comm.log.warn("COLL", f"{type(error).__name__}: {error}")
             raise error
         record.finish()
-        return recvbuf if recvbuf is not None else sendbuf
 
-    def _launch(self, send: Any, recv: Any, op: str) -> tuple[np.ndarray, Any]:
-        """Run the kernel on this rank under a :class:`KernelWatch`; the status and the watch's reason."""
+    def _launch(self, send: Any, recv: Any, op: str | None, kernel: Any, extra: tuple[int, ...],
+                written: bool) -> tuple[np.ndarray, Any]:  # fmt: skip
+        """Run ``kernel`` on this rank under a :class:`KernelWatch`; the status and the watch's reason."""
         comm, cuda = self.comm, self.cuda
         fifo_in, fifo_out = self.fifos[np.dtype(send.dtype)]
         ctr_in, ctr_out = self.counters
@@ -218,15 +242,21 @@ class DeviceAllReduce:
                 return None
             return int(sum(int(np.asarray(_host(c)).sum()) for c in (ctr_in, ctr_out)))
 
-        watch = KernelWatch(self.abort, comm.config.timeout, progress, lambda: comm._poll_aborted(True),
-                            comm.watchdog.peer_pids)  # fmt: skip
+        if self.watch is None:  # it stays for every later launch: a launch pays no thread start
+
+            def ended() -> bool:  # plain flags, no MPI: the watch reads them between launches
+                return comm.closed or comm._aborted_by is not None
+
+            self.watch = KernelWatch(self.abort, comm.config.timeout, progress, lambda: comm._poll_aborted(True),
+                                     comm.watchdog.peer_pids, ended)  # fmt: skip
+        watch = self.watch.launch(progress)
         with watch:
-            rdr.ring_rank_all_reduce_kernel[self.nchannels, self.threads](
+            kernel[self.nchannels, self.threads](
                 d_send, d_recv, fifo_in, fifo_out, ctr_in, ctr_out, self.abort, status,
-                self.rank, self.nranks, dp.OPS[op], dp.SCOPE_SYSTEM, self.spins,
+                self.rank, self.nranks, dp.OPS[op or "sum"], dp.SCOPE_SYSTEM, self.spins, *extra,
             )  # fmt: skip
             result = status.copy_to_host()  # on a GPU: returns once the kernel has
-        if copy_back:
+        if copy_back and written:
             d_recv.copy_to_host(recv)
         return result, watch.reason
 

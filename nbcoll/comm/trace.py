@@ -9,6 +9,15 @@ Each line is a JSON object::
 ``seq`` numbers the collectives this rank has run; ``channel`` is the connection set the step used (see
 :mod:`nbcoll.comm.algorithms`); ``span`` is the element range of the collective's buffer that the chunk holds;
 ``t0``/``t1`` are wall-clock seconds, comparable across ranks of one machine.
+
+A collective run as one kernel per rank (``proto="device"``, :mod:`nbcoll.comm.device_collective`) has no steps
+the host sees: each rank writes one line for its launch, from launch to return, with ``"primitive":
+"device_kernel"``, the kernel's name, and ``status``, each channel's ``[code, steps started]`` as the kernel left
+it (code 0: it completed; see :mod:`nbcoll.comm.device.prims`)::
+
+    {"rank": 1, "seq": 4, "collective": "all_reduce", "algo": "ring", "proto": "device", "step": 0, "channel": 0,
+     "primitive": "device_kernel", "kernel": "ring_rank_all_reduce_kernel", "recv": [], "send": [],
+     "span": [0, 4096], "bytes": 16384, "status": [[0, 12], [0, 12]], "outcome": "ok", "t0": ..., "t1": ...}
 ``python -m nbcoll trace view DIR`` draws them (:mod:`nbcoll.comm.trace_view`).
 
 Example::
@@ -20,8 +29,12 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+DEVICE_KERNEL = "device_kernel"
+"""The ``primitive`` of a trace line that stands for a whole kernel launch (see :meth:`Tracer.kernel`)."""
 
 
 class Tracer:
@@ -42,6 +55,13 @@ class Tracer:
     def enabled(self) -> bool:
         return self.path is not None
 
+    def _write(self, record: dict) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a")  # noqa: SIM115 - kept open for the life of the communicator
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
     def step(
         self,
         *,
@@ -56,9 +76,6 @@ class Tracer:
     ) -> None:
         if self.path is None:
             return
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a")  # noqa: SIM115 - kept open for the life of the communicator
         record = {
             "rank": self.rank,
             "seq": seq,
@@ -74,8 +91,30 @@ class Tracer:
             "t0": t0,
             "t1": t1,
         }
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._write(record)
+
+    def kernel(self, *, seq: int, collective: str, algo: str, kernel: str, t0: float, t1: float,
+               status: Sequence[Sequence[int]], nbytes: int, span: tuple[int, int],
+               outcome: str = "ok") -> None:  # fmt: skip
+        """One line for a whole kernel launch of collective ``seq``: launched at ``t0``, returned at ``t1``, each
+        channel's ``status`` row ``[code, steps started]``; ``outcome`` is ``"ok"`` or the error's class name.
+
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "rank0.jsonl"
+        >>> tracer = Tracer(path, rank=0)
+        >>> tracer.kernel(seq=1, collective="all_reduce", algo="ring", kernel="ring_rank_all_reduce_kernel",
+        ...               t0=1.0, t1=1.5, status=[[0, 6]], nbytes=64, span=(0, 16))
+        >>> tracer.close()
+        >>> record = load(path.parent)[0]
+        >>> record["primitive"], record["status"], record["t1"] - record["t0"]
+        ('device_kernel', [[0, 6]], 0.5)
+        """
+        if self.path is None:
+            return
+        self._write({"rank": self.rank, "seq": seq, "collective": collective, "algo": algo, "proto": "device",
+                     "step": 0, "channel": 0, "primitive": DEVICE_KERNEL, "kernel": kernel, "recv": [], "send": [],
+                     "span": list(span), "bytes": nbytes, "status": [list(map(int, row)) for row in status],
+                     "outcome": outcome, "t0": t0, "t1": t1})  # fmt: skip
 
     def close(self) -> None:
         if self._file is not None:

@@ -7,6 +7,10 @@ the channel's colour. The x axis is
 each rank's step number by default (the algorithm's structure, the same on every run) or wall-clock time with
 ``--time`` (where the time really went).
 
+A collective run as one kernel per rank (``proto="device"``) is one hatched box per rank, labelled ``device
+kernel`` with each channel's step count (and the error, if it failed): its chunks move inside the kernel, so no
+arrow is drawn; with ``--time`` the box spans the launch to the return.
+
 Example::
 
     python -m nbcoll trace view traces/ -o ring.png --seq 1
@@ -18,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from nbcoll.comm.trace import load
+from nbcoll.comm.trace import DEVICE_KERNEL, load
 
 COLOURS = {
     "send": "#4c72b0",
@@ -33,7 +37,11 @@ COLOURS = {
     "direct_recv_reduce_copy": "#ccb974",
     "copy": "#999999",
     "post_op": "#999999",
+    DEVICE_KERNEL: "#e0d9a8",
 }
+
+LEGEND_NAMES = {DEVICE_KERNEL: "device kernel"}
+"""The legend's name of a primitive, where it is not the primitive's own."""
 
 CHANNEL_EDGES = ("#000000", "#e377c2", "#17becf", "#bcbd22")
 """Outline of a step's box by its channel, when a trace holds several."""
@@ -113,6 +121,24 @@ def _label(name: str, width: int = 12) -> str:
     return "\n".join(lines)
 
 
+def box_text(rec: dict, several_channels: bool) -> str:
+    """What a step's box says: its primitive, channel and element span; for a whole kernel launch, ``device
+    kernel``, each channel's steps, and the error's name when it failed.
+
+    >>> box_text({"primitive": "recv_reduce_send", "span": [8, 12], "channel": 1}, several_channels=True)
+    'recv_reduce\\nsend\\nch 1 [8:12)'
+    >>> box_text({"primitive": "device_kernel", "status": [[0, 6], [0, 6]], "outcome": "ok"}, False)
+    'device kernel\\nsteps 6, 6'
+    """
+    if rec["primitive"] == DEVICE_KERNEL:
+        steps = ", ".join(str(step) for _, step in rec.get("status", []))
+        outcome = rec.get("outcome", "ok")
+        return "device kernel" + (f"\nsteps {steps}" if steps else "") + (f"\n{outcome}" if outcome != "ok" else "")
+    span = f"[{rec['span'][0]}:{rec['span'][1]})" if rec["span"] else ""
+    channel = f"ch {channel_of(rec)} " if several_channels else ""
+    return f"{_label(rec['primitive'])}\n{channel}{span}"
+
+
 def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_time: bool = False) -> Path:
     """Render the trace in ``directory`` to the image file ``output``; returns its path."""
     import matplotlib
@@ -143,12 +169,17 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
         y = rec["rank"]
         fill = COLOURS.get(rec["primitive"], "grey")
         edge = CHANNEL_EDGES[channel_of(rec) % len(CHANNEL_EDGES)] if several_channels else fill
-        ax.add_patch(plt.Rectangle((x0, y - 0.3), max(x1 - x0, 1e-3), 0.6, facecolor=fill, edgecolor=edge, lw=1.5))
+        kernel = rec["primitive"] == DEVICE_KERNEL  # a whole launch: hatched, outlined red if it failed
+        if kernel:
+            edge = "#000000" if rec.get("outcome", "ok") == "ok" else "#d62728"
+        box = plt.Rectangle((x0, y - 0.3), max(x1 - x0, 1e-3), 0.6, facecolor=fill, edgecolor=edge, lw=1.5)
+        if kernel:
+            box.set_hatch("//")
+        ax.add_patch(box)
         if not use_time:
-            span = f"[{rec['span'][0]}:{rec['span'][1]})" if rec["span"] else ""
-            channel = f"ch {channel_of(rec)} " if several_channels else ""
-            text = f"{_label(rec['primitive'])}\n{channel}{span}"
-            ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=5.5)
+            backing = {"facecolor": "white", "alpha": 0.8, "lw": 0} if kernel else None  # legible over the hatch
+            ax.text((x0 + x1) / 2, y, box_text(rec, several_channels), ha="center", va="center", fontsize=5.5,
+                    bbox=backing)  # fmt: skip
     for src, dst in arrows(records):
         sx1, dx0 = x_range(src)[1], x_range(dst)[0]
         ax.annotate(
@@ -158,14 +189,18 @@ def draw(directory: str | Path, output: str | Path, seq: int | None = None, use_
             arrowprops={"arrowstyle": "->", "color": "black", "alpha": 0.5, "lw": 0.8},
         )
     used = sorted({rec["primitive"] for rec in records})
-    handles = [Patch(color=COLOURS.get(name, "grey"), label=name) for name in used]
+    handles = [Patch(facecolor=COLOURS.get(name, "grey"), hatch="//" if name == DEVICE_KERNEL else None,
+                     label=LEGEND_NAMES.get(name, name)) for name in used]  # fmt: skip
     if several_channels:
         handles += [
             Patch(facecolor="white", edgecolor=CHANNEL_EDGES[c % len(CHANNEL_EDGES)], lw=1.5, label=f"channel {c}")
             for c in sorted({channel_of(rec) for rec in records})
         ]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(4, len(handles)), fontsize=7)
-    names = {rec["seq"]: f"#{rec['seq']} {rec['collective']} ({rec['algo']})" for rec in records}
+    names = {}
+    for rec in records:
+        device = ", device" if rec.get("proto") == "device" else ""
+        names[rec["seq"]] = f"#{rec['seq']} {rec['collective']} ({rec['algo']}{device})"
     ax.set_title(", ".join(names[s] for s in sorted(names)) + f" on {len(ranks)} ranks")
     ax.set_xlim(0, width + 0.2)
     ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.7)

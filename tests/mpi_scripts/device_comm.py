@@ -2,9 +2,11 @@
 
 ``mpiexec -n N python device_comm.py [--faults]``: every rank prints ``pid=...`` first, then runs every case on
 one launch: the device all-reduce against the host ring (dtypes, ops, sizes, several FIFO rounds through a
-tiny chunk, NBCOLL_PROTO=device as a setting); with ``--faults``, then a stalled last rank (every survivor's
-kernel must return and raise CommTimeoutError within NBCOLL_TIMEOUT + MARGIN) and a last rank that exits (every
-survivor raises CommPeerLostError naming it). Each rank prints ``device cases ok`` at the end.
+tiny chunk, NBCOLL_PROTO=device as a setting), then all-gather, reduce-scatter, broadcast and reduce likewise
+(integers, every root); with ``--faults``, then a stalled root of a broadcast and a stalled last rank of an
+all-reduce (every survivor's kernel must return and raise CommTimeoutError within NBCOLL_TIMEOUT + MARGIN) and a
+last rank that exits (every survivor raises CommPeerLostError naming it). Each rank prints ``device cases ok`` at
+the end.
 """
 
 from __future__ import annotations
@@ -102,19 +104,74 @@ def correctness_cases() -> None:
     print(f"rank {RANK}: rounds and NBCOLL_PROTO ok", flush=True)
 
 
-def expect_failure(comm, error_type, peer_named: int | None, timeout: float) -> None:
+def run_both(comm, collective: str, count: int, seed: int, root: int = 0, op: str = "sum", in_place: bool = False):
+    """``collective`` on the host-driven ring and with proto="device" on the same int64 inputs; both results."""
+    x = inputs(count * (SIZE if collective == "reduce_scatter" else 1), np.int64, seed)
+    results = []
+    for proto in (None, "device"):
+        send = nbcoll.to_device(x.copy())
+        if collective == "all_gather":
+            full = np.zeros(count * SIZE, np.int64)
+            full[RANK * count : (RANK + 1) * count] = x
+            recv = nbcoll.to_device(full)
+            if in_place:  # this rank's input is its own block of recvbuf
+                send = recv[RANK * count : (RANK + 1) * count]
+            comm.all_gather(send, recv, algo="ring", proto=proto)
+        elif collective == "reduce_scatter":
+            recv = send[RANK * count : (RANK + 1) * count] if in_place else nbcoll.to_device(np.full(count, 99))
+            comm.reduce_scatter(send, recv, op=op, algo="ring", proto=proto)
+        elif collective == "broadcast":
+            recv = send if in_place else nbcoll.to_device(np.zeros(count, np.int64))
+            comm.broadcast(send, None if in_place else recv, root=root, algo="ring", proto=proto)
+        else:
+            recv = send if in_place else nbcoll.to_device(np.full(count, 99))  # off the root it stays 99
+            comm.reduce(send, None if in_place else recv, op=op, root=root, algo="ring", proto=proto)
+        results.append(nbcoll.to_host(recv).copy())
+    what = f"{collective} count {count} root {root} {op} in_place={in_place}"
+    np.testing.assert_array_equal(results[1], results[0], err_msg=what)
+    return results
+
+
+def collective_cases() -> None:
+    """all_gather, reduce_scatter, broadcast and reduce with proto="device" equal the host ring, to the element."""
+    comm = init(config=CommConfig(buffsize=256, steps=4, nchannels=2, timeout=30.0))
+    start = time.monotonic()
+    ops = ["sum", "min", "prod", "sum"]
+    for i, count in enumerate([0, 1, 5, 37]):  # with the rounds below, every root has a count > 0 on 2, 3, 4 ranks
+        run_both(comm, "all_gather", count, seed=40 + i, in_place=i == 3)
+        run_both(comm, "reduce_scatter", count, seed=50 + i, op="max" if i == 2 else "sum", in_place=i == 3)
+        run_both(comm, "broadcast", count, seed=60 + i, root=i % SIZE, in_place=i == 1)
+        run_both(comm, "reduce", count, seed=70 + i, root=(i + 1) % SIZE, op=ops[i], in_place=i == 2)
+    assert comm.engine.device.fallback == "", comm.engine.device.fallback
+    comm.destroy()
+    # An 8-byte chunk in 2 slots on one channel: 9 elements per block are many FIFO rounds; a setting, not a request.
+    comm = init(config=CommConfig(buffsize=16, steps=2, nchannels=1, timeout=30.0, proto="device"))
+    for collective, root in [("all_gather", 0), ("reduce_scatter", 0), ("broadcast", 0), ("reduce", 1)]:
+        run_both(comm, collective, 9, seed=100, root=root)
+    y = nbcoll.to_device(np.full(3, float(RANK), np.float32))
+    comm.reduce(y, op="avg", root=0)  # not the kernel's: the host ring
+    if RANK == 0:
+        np.testing.assert_allclose(nbcoll.to_host(y), (SIZE - 1) / 2)
+    comm.destroy()
+    print(f"rank {RANK}: the other collectives ok in {time.monotonic() - start:.1f} s", flush=True)
+
+
+def expect_failure(comm, error_type, peer_named: int | None, timeout: float, collective: str = "all_reduce") -> None:
     x = nbcoll.to_device(np.ones(37, np.float32))
     start = time.monotonic()
     try:
-        comm.all_reduce(x, proto="device")
+        if collective == "all_reduce":
+            comm.all_reduce(x, proto="device")
+        else:  # a broadcast from the last rank: every survivor waits for its chunk, passed down the chain
+            comm.broadcast(x, root=SIZE - 1, proto="device")
     except error_type as error:
         elapsed = time.monotonic() - start
         print(f"rank {RANK}: {type(error).__name__} after {elapsed:.1f} s: {error}", flush=True)
         assert elapsed < timeout + MARGIN, f"rank {RANK}: the kernel returned only after {elapsed:.1f} s"
         assert peer_named is None or f"rank {peer_named}" in str(error), str(error)
-        assert "all_reduce" in str(error) and "(ring, device)" in str(error) and "step" in str(error), str(error)
+        assert collective in str(error) and "(ring, device)" in str(error) and "step" in str(error), str(error)
     else:
-        raise AssertionError(f"rank {RANK}: the all-reduce returned without its last rank")
+        raise AssertionError(f"rank {RANK}: the {collective} returned without its last rank")
 
 
 def fault_cases(timeout: float) -> None:
@@ -138,9 +195,22 @@ def fault_cases(timeout: float) -> None:
     print(f"rank {RANK}: stalled and exited peers ok", flush=True)
 
 
+def broadcast_fault_case(timeout: float) -> None:
+    # A stalled root: the survivors' broadcast kernels stop at NBCOLL_TIMEOUT, the one after the root naming it.
+    comm = init(config=CommConfig(buffsize=256, steps=2, nchannels=1, timeout=timeout))
+    comm.broadcast(nbcoll.to_device(np.ones(5, np.float32)), root=0, proto="device")  # set up with every rank
+    if RANK != SIZE - 1:
+        expect_failure(comm, CommTimeoutError, SIZE - 1 if RANK == 0 else None, timeout, "broadcast")
+    WORLD.Barrier()
+    comm.destroy()
+    print(f"rank {RANK}: stalled broadcast root ok", flush=True)
+
+
 if __name__ == "__main__":
     correctness_cases()
+    collective_cases()
     if "--faults" in sys.argv:
+        broadcast_fault_case(float(os.environ.get("FAULT_TIMEOUT", "3")))
         fault_cases(float(os.environ.get("FAULT_TIMEOUT", "3")))
     print("device cases ok", flush=True)
     leave_now(0)
