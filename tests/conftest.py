@@ -33,6 +33,7 @@ def runs_on_cuda(item) -> bool:
 SLOWEST_FILES = (
     "test_collectives.py", "test_comm_mpi.py", "test_benchmarks.py", "test_direct_faults.py", "test_tutorial_12.py",
     "test_data_parallel.py", "test_model_parallel.py", "test_docs.py", "test_comm_reliability.py", "test_launch.py",
+    "test_benchmarks_lab.py", "test_device_comm.py", "test_device_ring_collectives.py",
 )  # fmt: skip
 """The files that take longest (``--durations``, 30 to 165 s each on two cores), run first: pytest-xdist's
 ``--dist loadfile`` hands out files in order, so with the long ones first the workers run out of work together

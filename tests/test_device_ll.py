@@ -89,25 +89,36 @@ def test_consecutive_calls_carry_new_flags_and_the_lines_are_never_cleared():
     assert (_sent_lines(ll, 0, 1, 5) >> np.uint64(32)).tolist() == [5, 5, 4, 4, 4]
 
 
+def launch_then_abort(ll, collective, d, out, ranks_started):
+    """Launch with some ranks missing, and set the abort word once the ranks that run have had a second to write
+    their lines and read each other's: then the only peer any of them still waits for is a missing one (an abort
+    set before the launch could stop a rank before a slow live peer had written, and name that peer)."""
+    timer = threading.Timer(1.0, ll.abort)
+    timer.start()
+    try:
+        return finishes_within(20, lambda: ll.launch(collective, d, out, spins_before_check=50,
+                                                     ranks_started=ranks_started))  # fmt: skip
+    finally:
+        timer.cancel()
+
+
 def test_a_call_after_a_complete_one_never_reads_its_stale_lines():
     # Round 1 fills every inbox. In round 2 rank 2 never comes: its round-1 lines are still there, with the same
     # count and dtype, and only their flag says they are old. The others must give up, not sum round 1's data.
     ll = ld.DeviceLL(3, max_bytes=64, group_threads=GROUP)
     x = world(3, 5, np.int64, seed=1, low=-100, high=100)
     ll.all_reduce(x.copy())
-    ll.abort()
     d = cuda.to_device(x)
-    status = finishes_within(20, lambda: ll.launch("all_reduce", d, d, spins_before_check=50, ranks_started=2))
+    status = launch_then_abort(ll, "all_reduce", d, d, ranks_started=2)
     assert status.tolist() == [[dp.ABORTED_RECV, 2], [dp.ABORTED_RECV, 2], [dp.RUNNING, 3]]
 
 
 @pytest.mark.parametrize("collective", ld.COLLECTIVES)
 def test_a_rank_that_never_writes_leaves_the_others_failing_in_bounded_time(collective):
     ll = ld.DeviceLL(4, max_bytes=64, group_threads=GROUP)
-    ll.abort()  # the host has given up already; each poll reads the word every 50 spins
     x = world(4, 9, np.float32)
     d, out = cuda.to_device(x), cuda.device_array((4, 9 if collective == "all_reduce" else 36), np.float32)
-    status = finishes_within(20, lambda: ll.launch(collective, d, out, spins_before_check=50, ranks_started=3))
+    status = launch_then_abort(ll, collective, d, out, ranks_started=3)
     assert status.tolist() == [[dp.ABORTED_RECV, 3]] * 3 + [[dp.RUNNING, 4]]
     with pytest.raises(CommAbortedError, match=rf"{collective} \(ll, device\).*rank 0 waited for the lines of rank 3.*"
                                                r"rank 3 never ran"):  # fmt: skip

@@ -25,6 +25,14 @@ from nbcoll.parallel import (
 from nbcoll.parallel.tensor_parallel import full_state_dict
 from nbcoll.tensors.ops.nn import LayerNorm as LayerNormNode
 
+
+@pytest.fixture(autouse=True)
+def numpy_backend():
+    """float64 training steps: the references, not the simulator (which runs every CUDA thread in Python)."""
+    with nbcoll.use_backend("numpy"):
+        yield
+
+
 DIM, HEADS, LENGTH, BATCH, STEPS = 24, 12, 12, 2, 3  # 12 heads and 12 positions split over 2, 3 or 4 ranks
 
 

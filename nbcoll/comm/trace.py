@@ -18,6 +18,7 @@ it (code 0: it completed; see :mod:`nbcoll.comm.device.prims`)::
     {"rank": 1, "seq": 4, "collective": "all_reduce", "algo": "ring", "proto": "device", "step": 0, "channel": 0,
      "primitive": "device_kernel", "kernel": "ring_rank_all_reduce_kernel", "recv": [], "send": [],
      "span": [0, 4096], "bytes": 16384, "status": [[0, 12], [0, 12]], "outcome": "ok", "t0": ..., "t1": ...}
+
 ``python -m nbcoll trace view DIR`` draws them (:mod:`nbcoll.comm.trace_view`).
 
 Example::

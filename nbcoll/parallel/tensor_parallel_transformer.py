@@ -34,7 +34,6 @@ from nbcoll.tensors import Tensor
 
 if TYPE_CHECKING:
     from nbcoll.comm import Communicator
-    from nbcoll.parallel.sequence_parallel import SequenceParallelBlock
 
 
 class ParallelAttention(Module):
@@ -138,7 +137,7 @@ class ParallelTransformerBlock(Module):
 
 def tensor_parallel_block(
     block: TransformerBlock, comm: Communicator, sequence_parallel: bool = False
-) -> ParallelTransformerBlock | SequenceParallelBlock:
+) -> Module:  # a ParallelTransformerBlock, or a SequenceParallelBlock with sequence_parallel=True
     """A :class:`ParallelTransformerBlock` holding this rank's shards of ``block``'s weights.
 
     ``sequence_parallel=True`` gives the :class:`~nbcoll.parallel.sequence_parallel.SequenceParallelBlock` of
