@@ -37,6 +37,8 @@ from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.check import Signature
 from nbcoll.comm.collective_checks import _address_range, _dtype_name, _nbytes
 from nbcoll.comm.collective_launch import CollectiveLaunch
+from nbcoll.comm.deferred import DeferredCollective
+from nbcoll.comm.work import Work
 from nbcoll.kernels import combine as combine_kernels
 
 premul_sum = combine_kernels.premul_sum
@@ -381,3 +383,41 @@ class Collectives(CollectiveLaunch):
         return tuner.estimate(
             collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.choice.link_model()
         )
+
+    # -- running a checked call -----------------------------------------------------------------------------------
+
+    def _launch(
+        self,
+        seq: int,
+        name: str,
+        algo: str | None,
+        async_op: bool,
+        signature: Signature,
+        build: Any,
+        *,
+        result: Any,
+        nbytes: int,
+        single: list[tuple[Any, Any]],
+        op: Any = None,
+        keep: tuple[Any, Any, Any] | None = None,
+    ) -> Any:
+        """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group.
+
+        ``keep`` is ``(key, sendbuf, recvbuf)`` of a call whose plan may be kept for replay once it has run.
+        """
+        queued = not self._group.depth  # a group's calls are bound now, and run at its end
+        coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op, queued=queued)
+        if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
+            self.engine.mark_run(seq)
+            self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
+            if keep is not None and coll.replayable is not None:
+                planned = coll.op if isinstance(coll, DeferredCollective) else coll  # bound in its turn: coll.op
+                self.engine.replays.keep(keep[0], planned, keep[1], keep[2], result)
+            return result
+        work = Work(f"{coll.headline()} on rank {self.rank}", result)
+        if self._group.depth:
+            self._group.queue_collective(coll, work)
+        else:
+            self.engine.mark_run(seq)
+            self.engine.progress.submit([coll], [work], wait=False)
+        return work if async_op else result
