@@ -11,7 +11,7 @@ head and loss, the optimizer's update, and the fixed cost of a collective call, 
 before it. The times are scaled to one rank with a core of its own, since the model knows the ranks share
 ``--cores`` CPUs. The planner ranks the layouts from those figures.
 Then, for every layout, the pieces are timed again (0.4 s) and the LM is built (tensor-parallel layers over
-``mesh["tp"]``, DistributedDataParallel over ``mesh["dp"]``, a 1F1B pipeline over ``mesh["pp"]``), trained one
+the mesh's "tp" group, DistributedDataParallel over its "dp" group, a 1F1B pipeline over its "pp" group), trained one
 warm-up step and ``--steps`` timed steps; rank 0 keeps the median step. Both predictions are printed, from the
 first timing ("predicted") and from the one just before the layout, with the median error of each.
 

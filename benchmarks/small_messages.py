@@ -41,7 +41,10 @@ QUICK_SIZES = [8, 4 << 10]
 # class None: a function of the module).
 # The collective's own method is the outermost stage, so what it does itself (argument checks) is its own time.
 STAGES = {
-    "the method: checks, or a replay's match": [("nbcoll.comm.collectives", "Collectives", "{collective}")],
+    "the method: checks, or a replay's match": [
+        ("nbcoll.comm.replay", "Replays", "call"),  # the replay hook around the method
+        ("nbcoll.comm.collectives", "Collectives", "{collective}"),
+    ],
     "numbering, refusals, usability": [
         ("nbcoll.comm.engine", "Engine", "settle"),
         ("nbcoll.comm.engine", "Engine", "mark_run"),
@@ -55,7 +58,7 @@ STAGES = {
     "watchdog loop (drive)": [("comm", "engine.progress", "_drive")],  # bound when the queue was made
     "waiting for peers (yield, sleep)": [
         ("nbcoll.comm.watchdog", "Watchdog", "_wait_a_little"),
-        ("nbcoll.comm.watchdog", "Watchdog", "ready_soon"),  # a replay's short wait (its polls count as polls)
+        ("nbcoll.comm.replay", None, "ready_soon"),  # a replay's short wait (its polls count as polls)
     ],
     "abort and dead-peer checks (entry, waits)": [
         ("nbcoll.comm.watchdog", "Watchdog", "check_aborted"),
@@ -153,6 +156,8 @@ class Stopwatch:
                 else:
                     owner = getattr(importlib.import_module(module_name), owner_name)
                 attribute = attribute.format(collective=collective)
+                if isinstance(owner, type):  # the class along the MRO that defines it (a mixin's method)
+                    owner = next(c for c in owner.__mro__ if attribute in c.__dict__)
                 original = owner.__dict__[attribute]
                 if isinstance(original, staticmethod):
                     setattr(owner, attribute, staticmethod(self.wrap(stage, original.__func__)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ viewcode_follow_imported_members = False
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
+# torch is an optional extra: without it, the pages of nbcoll.torch_backend are built against a stand-in module.
+if importlib.util.find_spec("torch") is None:
+    autodoc_mock_imports = ["torch"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 

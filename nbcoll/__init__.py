@@ -10,15 +10,19 @@ Example::
 
 # The backend module must be imported before anything imports numba.cuda: it decides whether the simulator is on.
 from nbcoll.backend import BACKENDS, BackendError, get_backend, set_backend, use_backend  # isort: skip
+from nbcoll.memory import bfloat16, float8_e4m3fn, float8_e5m2  # isort: skip
 from nbcoll.memory import DTYPES, empty, synchronize, to_device, to_host, zeros
 
 from nbcoll import autograd, functional  # isort: skip
 from nbcoll.tensors import Tensor, no_grad, tensor  # isort: skip
+from nbcoll.interop import from_dlpack  # isort: skip
 from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype  # isort: skip
 from nbcoll.seed import initial_seed, manual_seed  # isort: skip
 from nbcoll import nn  # isort: skip
 from nbcoll.serialization import load, save  # isort: skip
 from nbcoll import data, datasets, meters, optim  # isort: skip
+from nbcoll import amp  # isort: skip
+from nbcoll.amp import autocast  # isort: skip
 
 __version__ = "0.1.0"
 
@@ -49,6 +53,9 @@ def __getattr__(name: str):
 __all__ = [
     "BACKENDS",
     "DTYPES",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
     "BackendError",
     "CollectiveMismatchError",
     "CommAbortedError",
@@ -68,8 +75,11 @@ __all__ = [
     "save",
     "premul_sum",
     "Tensor",
+    "amp",
+    "autocast",
     "autograd",
     "functional",
+    "from_dlpack",
     "get_default_dtype",
     "initial_seed",
     "manual_seed",

@@ -100,19 +100,26 @@ def info(args: argparse.Namespace) -> int:
 
 
 def _trace_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["view"], help="what to do with the trace: view draws it")
+    what = "what to do with the trace: view draws it, export writes it for Perfetto (ui.perfetto.dev)"
+    parser.add_argument("action", choices=["view", "export"], help=what)
     parser.add_argument("directory", help="the NBCOLL_TRACE directory of a run")
     parser.add_argument("-o", "--output", default="trace.png", help="image file to write (default trace.png)")
+    parser.add_argument("--chrome", metavar="OUT.json", help="export: the Chrome trace event file to write")
     parser.add_argument("--seq", type=int, default=None, help="draw only the collective with this number")
     parser.add_argument("--time", action="store_true", help="x axis in wall-clock time instead of steps")
 
 
-@subcommand("trace", "draw an NBCOLL_TRACE directory as a space-time diagram", _trace_arguments)
+@subcommand("trace", "draw an NBCOLL_TRACE directory, or export it as Chrome trace events", _trace_arguments)
 def trace(args: argparse.Namespace) -> int:
-    from nbcoll.comm import trace_view
+    from nbcoll.comm import trace_export, trace_view
 
+    if args.action == "export" and not args.chrome:
+        raise UsageError("export: name the file to write, python -m nbcoll trace export DIR --chrome OUT.json")
     try:
-        path = trace_view.draw(args.directory, args.output, seq=args.seq, use_time=args.time)
+        if args.action == "export":
+            path = trace_export.export(args.directory, args.chrome, seq=args.seq)
+        else:
+            path = trace_view.draw(args.directory, args.output, seq=args.seq, use_time=args.time)
     except (FileNotFoundError, LookupError) as exc:
         raise UsageError(str(exc)) from None
     print(f"wrote {path}")

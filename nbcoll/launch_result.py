@@ -81,10 +81,15 @@ class RankResult:
         """Each rank's output as one block headed by ``[rank r]``, ranks in order: what
         :func:`~nbcoll.launch.relaunch` prints.
 
-        A rank that printed nothing says so, rather than leaving a bare heading (often rank 0 narrates alone).
+        A rank that printed nothing says so, and how it ended, rather than leaving a bare heading: a tutorial
+        often narrates on rank 0 alone while the other ranks run the same script silently.
         """
         blocks = []
         for rank, output in enumerate(self.outputs):
-            output = output or "(printed nothing)\n"
+            output = output or f"(printed nothing: it ran the same script silently and {self._ending(rank)})\n"
             blocks.append(f"[rank {rank}]\n{output}" + ("" if output.endswith("\n") else "\n"))
         return "".join(blocks)
+
+    def _ending(self, rank: int) -> str:
+        status = self.statuses[rank] if rank < len(self.statuses) else None
+        return "did not finish" if status is None else f"exited with status {status}"

@@ -27,12 +27,9 @@ Every array these functions create is counted (:func:`stats`): the bytes alive n
 
 from __future__ import annotations
 
-import collections
-import threading
-import weakref
-from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from nbcoll import backend
@@ -40,7 +37,34 @@ from nbcoll import backend
 DTYPES = tuple(
     np.dtype(name) for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
 )
-"""The element types every kernel and collective supports, as NCCL does (bfloat16 has no NumPy dtype)."""
+"""The element types every kernel and collective supports, as NCCL does; see also :data:`LOW_PRECISION_DTYPES`."""
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+"""The ``ml_dtypes`` NumPy dtype bfloat16 (1 sign, 8 exponent, 7 mantissa bits), exported as ``nbcoll.bfloat16``."""
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+"""The ``ml_dtypes`` NumPy dtype float8_e4m3fn (1, 4, 3 bits; no inf), exported as ``nbcoll.float8_e4m3fn``."""
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+"""The ``ml_dtypes`` NumPy dtype float8_e5m2 (1, 5, 2 bits), exported as ``nbcoll.float8_e5m2``."""
+
+LOW_PRECISION_DTYPES = (bfloat16, float8_e4m3fn, float8_e5m2)
+"""Storage types: arrays, Tensors and every collective accept them, and kernels read them as unsigned words
+(:data:`WORD_DTYPES`), converting to float32 for any arithmetic (:mod:`nbcoll.kernels.low_precision`). Only
+``astype``, the copies and the collectives' reduce steps compute on them."""
+
+WORD_DTYPES = {bfloat16: np.dtype(np.uint16), float8_e4m3fn: np.dtype(np.uint8), float8_e5m2: np.dtype(np.uint8)}
+"""Each low-precision dtype and the unsigned word a kernel reads it as."""
+
+_ACCEPTED = frozenset(DTYPES + LOW_PRECISION_DTYPES)
+
+
+def words(x: Any) -> Any:
+    """The same memory as the low-precision device array ``x``, seen as its unsigned words, without a copy.
+
+    >>> import numpy as np, nbcoll
+    >>> nbcoll.memory.words(nbcoll.to_device(np.array([1.0, -2.0], nbcoll.bfloat16)))
+    array([16256, 49152], dtype=uint16)
+    """
+    return x.view(WORD_DTYPES[x.dtype])
 
 
 def check_dtype(dtype: Any, arg: str = "dtype", allow_bool: bool = False) -> np.dtype:
@@ -52,8 +76,9 @@ def check_dtype(dtype: Any, arg: str = "dtype", allow_bool: bool = False) -> np.
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"{arg}: {dtype!r} is not a dtype") from exc
-    if dt not in DTYPES and not (allow_bool and dt == np.bool_):
-        raise TypeError(f"{arg}: dtype {dt} is not supported; expected one of {', '.join(map(str, DTYPES))}")
+    if dt not in _ACCEPTED and not (allow_bool and dt == np.bool_):
+        expected = ", ".join(map(str, DTYPES + LOW_PRECISION_DTYPES))
+        raise TypeError(f"{arg}: dtype {dt} is not supported; expected one of {expected}")
     return dt
 
 
@@ -131,111 +156,9 @@ def as_device_array(x: Any, arg: str = "array") -> Any:
     )
 
 
-# -- accounting ------------------------------------------------------------------------------------------------
+# -- accounting: nbcoll.memory_accounting counts what the functions below allocate ----------------------------
 
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """Device memory that nbcoll's allocation functions hold on this process.
-
-    Example::
-
-        nbcoll.memory.reset_peak_stats()
-        loss.backward()
-        nbcoll.memory.stats().peak_bytes      # the most bytes alive at once during backward
-    """
-
-    allocated_bytes: int
-    """Bytes of the arrays alive now."""
-    peak_bytes: int
-    """The largest ``allocated_bytes`` since the last :func:`reset_peak_stats` (or since the start)."""
-    live_allocations: int
-    """How many allocations are alive now (an array and its views are one)."""
-
-
-class _Counter:
-    """Bytes alive and their peak, by memory owner; a finalizer on each owner gives its bytes back."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # the progress thread of a communicator allocates too
-        self.allocated = 0
-        self.peak = 0
-        self.owners: set[int] = set()  # id() of each counted owner, dropped once its finalizer has run
-        # Owners freed but not yet taken off the count. A finalizer runs wherever the garbage collector does, and
-        # that can be inside add() on the very thread that holds the lock: it must not wait for the lock there.
-        self.freed: collections.deque[tuple[int, int]] = collections.deque()
-
-    def add(self, owner: Any, nbytes: int) -> None:
-        with self.lock:
-            self.take_off_freed()  # first: a new owner may have the id() of one freed a moment ago
-            if id(owner) in self.owners:
-                return
-            self.owners.add(id(owner))
-            self.allocated += nbytes
-            self.peak = max(self.peak, self.allocated)
-        weakref.finalize(owner, self.freed.append, (id(owner), nbytes))
-
-    def take_off_freed(self) -> None:
-        """Take the bytes of freed owners off the count; called with the lock held."""
-        while self.freed:
-            key, nbytes = self.freed.popleft()
-            self.owners.discard(key)
-            self.allocated -= nbytes
-
-
-_counter = _Counter()
-
-
-def _memory_owner(array: Any) -> Any:
-    """The object whose lifetime is the allocation's: views of an array keep it alive."""
-    if isinstance(array, np.ndarray):
-        host = array
-    elif backend.device_backend() == "sim":
-        host = array._ary  # the simulator keeps a NumPy array inside
-    else:
-        # numba-cuda hands each array, and each view of it, a pointer object of its own; ``owner`` is the one
-        # allocation they all share (or the object that lent the memory), which lives until the last goes.
-        owner = array.gpu_data.owner
-        try:
-            weakref.ref(owner)
-        except TypeError:  # a lender that cannot be watched: the pointer object is the next best
-            return array.gpu_data
-        return owner
-    while isinstance(host.base, np.ndarray):
-        host = host.base
-    return host
-
-
-def track(array: Any) -> Any:
-    """Count the memory under ``array`` in :func:`stats` until it is freed (once, however many views); return it.
-
-    The allocation functions here call it; so does every Tensor for its data, which counts the results of the
-    NumPy references on the ``numpy`` backend too.
-    """
-    owner = _memory_owner(array)
-    nbytes = owner.nbytes if isinstance(owner, np.ndarray) else int(owner.size)
-    _counter.add(owner, int(nbytes))
-    return array
-
-
-def stats() -> MemoryStats:
-    """Bytes allocated now and at the peak by :func:`empty`, :func:`zeros` and :func:`to_device` on this process.
-
-    That is every Tensor, gradient, optimizer state and kernel output, on every backend. A Python object that
-    is part of a reference cycle is freed (and uncounted) only when the garbage collector runs: call
-    ``gc.collect()`` first for an exact figure.
-    """
-    with _counter.lock:
-        _counter.take_off_freed()
-        return MemoryStats(_counter.allocated, _counter.peak, len(_counter.owners))
-
-
-def reset_peak_stats() -> None:
-    """Start measuring the peak again from the bytes allocated now."""
-    with _counter.lock:
-        _counter.take_off_freed()
-        _counter.peak = _counter.allocated
-
+from nbcoll.memory_accounting import MemoryStats, _counter, reset_peak_stats, stats, track  # noqa: E402, F401
 
 # -- allocation ------------------------------------------------------------------------------------------------
 

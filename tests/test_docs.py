@@ -51,6 +51,42 @@ def test_docs_build_with_warnings_as_errors(html):
         assert (html / f"{page}.html").is_file(), page
 
 
+ERROR_BOXES = {
+    'class="system-message': "a docutils system message (an error or warning written into the page)",
+    'class="problematic': "docutils' mark of markup it could not read",
+    'class="contents': "a `.. contents::` table, which Furo draws as a red box (its sidebar already lists the page)",
+}
+"""What a built page must not hold: the start of the HTML class each box has (Furo leaves a ``contents`` box
+alone only when it carries the class ``this-will-duplicate-information-and-it-is-still-useful-here``)."""
+
+
+def error_boxes(html_root: Path) -> list[str]:
+    """``"page: what"`` for each built page that holds one of :data:`ERROR_BOXES`."""
+    found = []
+    for page in sorted(html_root.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        for marker, what in ERROR_BOXES.items():
+            hits = [m.start() for m in re.finditer(re.escape(marker), text)]
+            if any("this-will-duplicate-information" not in text[i : text.find('"', i + len(marker))] for i in hits):
+                found.append(f"{page.relative_to(html_root).as_posix()}: {what}")
+    return found
+
+
+def test_no_page_shows_an_error_or_warning_box(html):
+    boxes = error_boxes(html)
+    assert not boxes, f"{len(boxes)} boxes:\n" + "\n".join(boxes[:40])
+
+
+def test_the_box_check_finds_a_system_message_and_a_contents_table(tmp_path):
+    wanted = "this-will-duplicate-information-and-it-is-still-useful-here"  # Furo leaves such a table alone
+    (tmp_path / "ok.html").write_text(f'<nav class="contents {wanted}">')
+    (tmp_path / "a.html").write_text('<aside class="system-message"><p class="system-message-title">x</p></aside>')
+    (tmp_path / "b.html").write_text('<nav class="contents local" id="on-this-page"><p class="topic-title">On')
+    found = error_boxes(tmp_path)
+    assert [line.split(":")[0] for line in found] == ["a.html", "b.html"], found
+    assert "system message" in found[0] and "red box" in found[1]
+
+
 def test_every_numbered_tutorial_is_listed_with_its_summary(html):
     page = (html / "tutorials.html").read_text(encoding="utf-8")
     tutorials = sorted(TUTORIALS.glob("[0-9][0-9]_*.py"))

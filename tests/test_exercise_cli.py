@@ -117,7 +117,7 @@ def test_check_stops_a_kernel_that_never_finishes_and_names_its_case(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS  n=1 (1 block of 32)" in proc.stdout and "FAIL  n=33 (2 blocks of 32)" in proc.stdout, proc.stdout
     assert "first failing case: n=33 (2 blocks of 32)" in proc.stdout and "did not finish within 4 s" in proc.stdout
-    assert "map_kernel: 1 of 2 cases pass" in proc.stdout
+    assert "map_kernel: 1 of 4 cases pass (2 not run: the check stops at the first failing case)" in proc.stdout
 
 
 def test_timeout_must_be_positive(tmp_path, capsys):

@@ -22,11 +22,13 @@ pytestmark = pytest.mark.skipif(
 EXPECTED = {
     "map_kernel__no_bounds_check": "missing bounds check",
     "map_kernel__thread_index_only": "blockIdx.x * blockDim.x + threadIdx.x",
+    "map_kernel__bound_off_by_one": "bound check is off by one",
     "stencil_2d__swapped_axes": "row and column swapped",
     "stencil_2d__filter_off_by_one": "range(KH)",
     "block_reduce__missing_syncthreads": "cuda.syncthreads()",
     "block_reduce__no_bounds_check_on_load": "missing bounds check",
     "block_reduce__wrong_partial_slot": "partials[blockIdx.x]",
+    "block_reduce__load_bound_off_by_one": "the load's bound is off by one",
     "tiled_matmul__skips_partial_tile": "the last, partial tile is skipped",
     "tiled_matmul__no_bounds_check_on_write": "missing bounds check",
     "fused_softmax__no_max_subtraction": "subtract the row's maximum",
@@ -49,6 +51,7 @@ def test_reference_solution_passes(name):
     report = exercises.check(name, exercises.get(name).solution, ptx=False)
     assert report.passed, report.format()
     assert len(report.cases) >= 3
+    assert report.not_run == [] and report.format().endswith(f"{name}: all cases pass"), report.format()
 
 
 @pytest.mark.parametrize("name", IN_PROCESS)
@@ -75,7 +78,23 @@ def test_every_exercise_has_two_mistakes_or_more():
 def test_kernel_failure_shows_the_input_expected_actual_and_threads():
     text = exercises.check("map_kernel", MISTAKES / "map_kernel__thread_index_only.py", ptx=False).format()
     assert "input: x shape (33,)" in text and "expected" in text and "got nan" in text
-    assert "block   1 | X" in text and "block   0 | ......" in text
+    # n=33 on 2 blocks of 32: thread 32 owns the wrong element, threads 33 to 63 own none; both rows whole
+    assert "block   0 | " + "." * 32 + "\n" in text and "block   1 | X" + "-" * 31 + "\n" in text, text
+    assert "-: owns no element" in text
+
+
+def test_the_count_is_over_every_case_and_names_the_ones_not_run():
+    report = exercises.check("map_kernel", MISTAKES / "map_kernel__thread_index_only.py")  # PTX planned too
+    text = report.format()
+    assert report.not_run == ["n=70 (3 blocks of 32)", "n=0 (1 block of 32)", exercises.PTX_CASE], text
+    assert "  ----  n=70 (3 blocks of 32)   (not run)" in text
+    assert text.endswith("map_kernel: 1 of 5 cases pass (3 not run: the check stops at the first failing case)")
+
+
+def test_a_reduction_draws_the_threads_that_own_no_partial_apart():
+    report = exercises.check("block_reduce", MISTAKES / "block_reduce__wrong_partial_slot.py", ptx=False)
+    rows = [line for line in report.first_failure.picture.splitlines() if "| " in line]
+    assert rows == ["  block   0 | X" + "-" * 31, "  block   1 | X" + "-" * 31], report.format()
 
 
 def test_reference_kernels_compile_to_ptx_and_simulator_only_code_does_not():

@@ -211,7 +211,8 @@ def test_rank_environment_drops_an_enclosing_job(monkeypatch):
 
 def test_a_rank_that_printed_nothing_says_so_in_rank_order():
     result = RankResult(nprocs=3, command=[], returncode=0, outputs=["narration\n", "", "no newline"], statuses=[0] * 3)
-    assert result.in_rank_order() == "[rank 0]\nnarration\n[rank 1]\n(printed nothing)\n[rank 2]\nno newline\n"
+    silent = "(printed nothing: it ran the same script silently and exited with status 0)"
+    assert result.in_rank_order() == f"[rank 0]\nnarration\n[rank 1]\n{silent}\n[rank 2]\nno newline\n"
 
 
 def _unmapped_mpi_segments_since(since: float, settle_seconds: float = 5.0) -> list[str]:

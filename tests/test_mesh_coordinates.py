@@ -5,6 +5,7 @@ import pytest
 import nbcoll
 from nbcoll.comm import loopback
 from nbcoll.parallel import DeviceMesh
+from nbcoll.parallel.mesh import DIMS
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +18,7 @@ def on_mesh(nranks: int, check, **sizes) -> list:
     """``check(mesh)`` on every rank of a loopback world of ``nranks`` laid out as ``sizes``."""
 
     def body(comm):
-        mesh = DeviceMesh(comm, **sizes)
+        mesh = DeviceMesh(comm, tuple(sizes.get(dim, 1) for dim in DIMS), mesh_dim_names=DIMS)
         try:
             return check(mesh)
         finally:

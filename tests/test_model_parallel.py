@@ -27,7 +27,7 @@ from nbcoll.parallel.pipeline_schedule import (
 from nbcoll.testing import run_ranks
 
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "model_parallel.py"
-CASES = {2: (17, 8, 6, 0), 3: (17, 8, 6, 0), 4: (21, 8, 6, 3)}  # tensor, pipeline, expert, hybrid cases
+CASES = {2: (15, 11, 6, 0), 3: (15, 11, 6, 0), 4: (19, 11, 6, 3)}  # tensor, pipeline, expert, hybrid cases
 
 
 @pytest.mark.mpi

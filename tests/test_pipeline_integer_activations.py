@@ -11,9 +11,11 @@ import pytest
 import nbcoll
 from nbcoll import nn
 from nbcoll.comm import loopback
-from nbcoll.parallel import Pipeline
+from nbcoll.parallel import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 VOCAB, WIDTH, CLASSES, BATCH, CHUNKS = 5, 4, 3, 8, 4
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
 class Argmax(nn.Module):
@@ -76,15 +78,16 @@ def test_integer_activations_pass_between_stages_as_in_one_process(case, schedul
             opt.step()
 
         def rank(comm):
-            pipe = Pipeline(stages, comm, chunks=CHUNKS, schedule=schedule)
-            params = list(pipe.parameters())
+            stage = PipelineStage(stages[comm.rank], comm.rank, comm.size, group=comm)
+            pipe = SCHEDULES[schedule](stage, CHUNKS, loss_fn=loss_fn)
+            params = list(stage.submod.parameters())
             opt = nbcoll.optim.SGD(params, lr=0.5) if params else None  # Argmax and Identity have none
             got = []
             for x, y in batches:
                 if opt:
                     opt.zero_grad()
-                loss = pipe.step(x if pipe.first else None, y if pipe.last else None, loss_fn)
-                got.append((loss, grads(pipe.stage)))
+                pipe.step(*([x] if stage.is_first else []), target=y if stage.is_last else None)
+                got.append((pipe.loss, grads(stage.submod)))
                 if opt:
                     opt.step()
             return got
@@ -109,7 +112,8 @@ def test_an_activation_dtype_that_cannot_travel_names_the_stage_and_the_dtype():
         stages = [Positive(), Identity()]
 
         def rank(comm):
-            Pipeline(stages, comm, chunks=1).step(np.zeros((2, 2)), np.zeros(2), lambda y, t: y.sum())
+            stage = PipelineStage(stages[comm.rank], comm.rank, comm.size, group=comm)
+            ScheduleGPipe(stage, 1, loss_fn=lambda y, t: y.sum()).step(np.zeros((2, 2)), target=np.zeros(2))
 
         with pytest.raises(TypeError, match=r"stage 0: an output of dtype bool cannot be sent .* one of .*int64"):
             loopback.run(2, rank)

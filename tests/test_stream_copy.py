@@ -139,7 +139,7 @@ def test_small_outputs_and_other_backends_do_not_stream(monkeypatch):
         x = nbcoll.to_device(np.arange(37, dtype=np.int64) + 1000 * comm.rank)
         y = nbcoll.zeros(37 * comm.size, np.int64)
         comm.all_gather(x, y, algo="direct")
-        return nbcoll.to_host(y), comm.engine._stream_bytes, comm.engine._stream_shared_bytes
+        return nbcoll.to_host(y), comm.engine.fast.stream_bytes, comm.engine.fast.stream_shared_bytes
 
     expected = np.concatenate([np.arange(37) + 1000 * p for p in range(2)])
     small = CommConfig(buffsize=256, ll_bytes=0, stream_bytes=1 << 20, stream_shared_bytes=0)

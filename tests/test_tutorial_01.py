@@ -9,8 +9,10 @@ TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "01_first_kern
 
 
 @pytest.fixture(scope="module")
-def sim_output() -> str:
-    proc = run_python([str(TUTORIAL)], "sim")
+def sim_output(tmp_path_factory) -> str:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NBCOLL_FIGURES_DIR", str(tmp_path_factory.mktemp("figures")))  # kept, as the docs build does
+        proc = run_python([str(TUTORIAL)], "sim")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -59,11 +61,16 @@ def _geometry_rows(output: str) -> list[list[str]]:
     return [line.split() for line in after if len(line.split()) == 4]
 
 
-def test_tutorial_01_moves_off_the_numpy_backend_to_launch_its_kernels():
+def test_tutorial_01_moves_off_the_numpy_backend_and_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    # Without NBCOLL_FIGURES_DIR the picture goes to a temporary folder (in TMPDIR), removed when the run ends.
+    monkeypatch.delenv("NBCOLL_FIGURES_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     proc = run_python([str(TUTORIAL)], "numpy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Tutorial 01 on the 'sim' backend" in proc.stdout
     assert "NBCOLL_BACKEND=numpy runs NumPy instead of kernels" in proc.stdout  # said, not silent
+    assert f"the same as a picture: {tmp_path}" in proc.stdout and "(removed at the end" in proc.stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 @pytest.mark.gpu

@@ -2,7 +2,6 @@
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +19,15 @@ pytestmark = pytest.mark.mpi
 _CLEARED = ("NUMBA_ENABLE_CUDASIM", "NBCOLL_BUFFSIZE", "NBCOLL_STEPS", "NBCOLL_TRACE", "NBCOLL_ALGO", "NBCOLL_CHECK")
 
 
-def _run(name: str) -> list[str]:
-    """Run a tutorial on the process's device backend; return each rank's output block, in rank order."""
+def _run(name: str, *args: str) -> list[str]:
+    """Run a tutorial (with ``args``) on the process's device backend; return each rank's output block, in rank
+    order."""
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     env["NBCOLL_BACKEND"] = device_backend()
     env["NBCOLL_TIMEOUT"] = "120"  # a hang fails in minutes, naming the stuck step
-    proc = subprocess.run([sys.executable, str(TUTORIALS / name)], env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(TUTORIALS / name), *args], env=env, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     blocks = re.split(r"^\[rank (\d+)\]\n", proc.stdout, flags=re.MULTILINE)
     ranks = [int(r) for r in blocks[1::2]]
@@ -48,8 +50,8 @@ def test_tutorial_07_rooted_collectives():
     assert "rank 3 holds [[0.0, 1.0, 2.0], [100.0, 101.0, 102.0]" in outputs[3]
 
 
-def test_tutorial_08_ring_all_reduce_step_by_step():
-    outputs = _run("08_ring_all_reduce.py")
+def test_tutorial_08_ring_all_reduce_step_by_step(tmp_path):
+    outputs = _run("08_ring_all_reduce.py", "--out", str(tmp_path))  # keeps the trace, removed by default
     for rank, out in enumerate(outputs):
         assert f"rank {rank}: step-by-step ring all-reduce matches NumPy: ok" in out
         assert re.search(rf"rank {rank}: sent \d+ elements = .* traffic formula: ok", out), out
@@ -63,10 +65,8 @@ def test_tutorial_08_ring_all_reduce_step_by_step():
     assert "recv_reduce_copy_send [ 0: 4) from 3 to 1 got [1110, 1110, 1110, 1110]" in narration
     assert "rank 1 buffer: 1111 1111 1111 1111 1111 1111 1111 1111 1111 1111" in narration
     png = Path(re.search(r"drawn to (\S+\.png)", narration).group(1))
-    try:
-        assert png.is_file() and png.stat().st_size > 0
-    finally:
-        shutil.rmtree(png.parent, ignore_errors=True)
+    assert png == tmp_path / "ring_all_reduce.png" and png.stat().st_size > 0
+    assert sorted(path.name for path in tmp_path.glob("rank*.jsonl")) == [f"rank{r}.jsonl" for r in range(NRANKS)]
 
 
 def test_tutorial_09_algorithm_choice():

@@ -12,6 +12,9 @@ def test_tutorial_15_splits_layers_and_trains_like_one_process():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stdout.startswith("[rank 0]\nTutorial 15 on the 'numpy' backend, 2 ranks")
     assert "Done: the split layers compute the full layers' results" in proc.stdout
+    assert "f: forward the identity" in proc.stdout and "g: forward an all-reduce" in proc.stdout
+    assert "|  rank 1  |  rows 8:16" in proc.stdout  # the drawing of the split
+    assert proc.stdout.rstrip().split("\n[rank 1]\n")[1].startswith("rank 1: ran every step beside rank 0")
 
 
 def test_tutorial_16_draws_both_timelines_with_the_expected_bubble(tmp_path):

@@ -123,11 +123,14 @@ def draw_thread_map(block_index, thread_index, global_index, n_elements, path):
     return path
 
 
-# NBCOLL_FIGURES_DIR, when set (the docs build sets it), receives the picture; otherwise a new temporary folder.
-figures = os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-tutorial-01-")
+# NBCOLL_FIGURES_DIR, when set (the docs build sets it), receives the picture and keeps it; otherwise a temporary
+# folder, removed when the tutorial ends.
+scratch = None if os.environ.get("NBCOLL_FIGURES_DIR") else tempfile.TemporaryDirectory(prefix="nbcoll-tutorial-01-")
+figures = os.environ.get("NBCOLL_FIGURES_DIR") or scratch.name
 os.makedirs(figures, exist_ok=True)
 picture = draw_thread_map(block_index, thread_index, global_index, n_small, os.path.join(figures, "thread_map.png"))
-print(f"   the same as a picture: {picture}")
+kept = "" if scratch is None else " (removed at the end: set NBCOLL_FIGURES_DIR=DIR to keep it)"
+print(f"   the same as a picture: {picture}{kept}")
 print()
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,5 +233,5 @@ for size in (1, 255, 256, 257, 1000, 1_000_000):
     total = grid_blocks * THREADS_PER_BLOCK
     print(f"   {size:8d}  {grid_blocks:6d}  {total:7d}  {total - size:12d}")
 print()
-print("Try it yourself: python -m nbcoll exercise map_kernel, then python -m nbcoll exercise stencil_2d")
+print("Try it yourself: python -m nbcoll exercise map_kernel")
 print("Done: every kernel matched NumPy.")

@@ -23,6 +23,7 @@ import nbcoll.launch
 nbcoll.launch.relaunch(4)
 
 # Everything below runs on each of the 4 ranks.
+import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -39,6 +40,10 @@ from nbcoll.comm import init  # noqa: E402
 from nbcoll.comm.algorithms import ring  # noqa: E402
 from nbcoll.comm.algorithms.common import Context, rounds  # noqa: E402
 from nbcoll.comm.trace_view import draw  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", default="", help="keep the trace and its picture in this folder (default: removed)")
+args = parser.parse_args()
 
 world = MPI.COMM_WORLD  # only for the tutorial's own printing and checks, never for the data
 comm = init()
@@ -156,8 +161,11 @@ say()
 #
 # NBCOLL_TRACE=DIR makes each rank write one JSON line per primitive to DIR/rank<r>.jsonl. Like every setting, it
 # is read once, when a communicator is created: so the traced call runs on a new communicator, whose config says
-# trace=DIR (what the variable would have said). Every rank must use the same directory: rank 0 makes it.
-trace_dir = world.bcast(tempfile.mkdtemp(prefix="nbcoll-ring-trace-") if rank == 0 else None, root=0)
+# trace=DIR (what the variable would have said). Every rank must use the same directory: rank 0 makes it, a
+# temporary one, removed when rank 0 ends, unless --out names a folder to keep.
+scratch = tempfile.TemporaryDirectory(prefix="nbcoll-ring-trace-") if rank == 0 and not args.out else None
+trace_dir = world.bcast(args.out or (scratch.name if scratch else None), root=0)
+os.makedirs(trace_dir, exist_ok=True)
 traced = init(config=dataclasses.replace(comm.config, trace=trace_dir))
 x = nbcoll.to_device(np.full(COUNT, 10**rank, dtype=DTYPE))
 traced.all_reduce(x, algo="ring")
@@ -172,7 +180,9 @@ if rank == 0:
     print(f"4. the trace of comm.all_reduce: {trace_dir}/rank*.jsonl, drawn to {png}")
     print("   one row per rank, one box per step, one arrow per chunk; the same picture from the command line:")
     print(f"   python -m nbcoll trace view {trace_dir} -o ring.png --seq 1")
+    if scratch is not None:
+        print("   (the folder is removed when the tutorial ends: run it with --out DIR to keep the trace)")
 
-say("Try it yourself: python -m nbcoll exercise ring_all_reduce, then python -m nbcoll exercise ddp_buckets")
+say("Try it yourself: python -m nbcoll exercise ring_all_reduce")
 comm.destroy()
 print(f"rank {rank}: Done: ok")

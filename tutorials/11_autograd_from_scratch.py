@@ -143,5 +143,5 @@ with nbcoll.use_backend("numpy"):
     ok = gradcheck(lambda *p: network(tensor(x, dtype=f64), *p)[0], params)
 print(f"   gradcheck(network, [W1, b1, w2, b2]) = {ok}")
 print()
-print("Try it yourself: python -m nbcoll exercise matmul_backward, softmax_backward and scatter_add")
+print("Try it yourself: python -m nbcoll exercise matmul_backward, then python -m nbcoll exercise softmax_backward")
 print("Done: the engine's gradients match the chain rule by hand and finite differences.")

@@ -40,12 +40,15 @@ parser.add_argument("--tiny", action="store_true", help="toy sizes (the default 
 args = parser.parse_args()
 TINY = args.tiny or nbcoll.get_backend() == "sim"
 # NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder instead of a new one.
-OUT = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-training-")
+# Otherwise a temporary folder, removed when the tutorial ends: --out keeps the curves and the checkpoint.
+asked = args.out or os.environ.get("NBCOLL_FIGURES_DIR")
+scratch = None if asked else tempfile.TemporaryDirectory(prefix="nbcoll-training-")
+OUT = asked or scratch.name
 os.makedirs(OUT, exist_ok=True)
 PROGRESS = {"leave": False, "mininterval": 0.5}  # the bar redraws at most twice a second and clears at the end
 
 print(f"Tutorial 12 on the {nbcoll.get_backend()!r} backend ({'toy' if TINY else 'full'} sizes)")
-print(f"loss curves and checkpoint go to {OUT}")
+print(f"loss curves and checkpoint go to {OUT}" + ("" if asked else " (removed at the end: --out DIR keeps them)"))
 print()
 nbcoll.manual_seed(0)  # the same initial weights and dropout masks on every run
 rng = np.random.default_rng(0)

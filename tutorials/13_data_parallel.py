@@ -12,7 +12,9 @@ What you learn here:
   computing the earlier layers. The timeline at the end is drawn from the order of events, not from timing, as
   text and as a picture, ``bucket_timeline.png``.
 
-Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches itself on 4 ranks.
+Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches itself on 4 ranks. Every rank
+runs every step; rank 0 prints, with the other ranks' numbers gathered into its lines, and each other rank adds
+one line of its own.
 """
 
 import argparse
@@ -38,8 +40,24 @@ comm = nbcoll.init()
 rank, n = comm.rank, comm.size
 TOY = nbcoll.get_backend() == "sim"  # the simulator runs one Python thread per CUDA thread: keep it tiny
 IN, HIDDEN, OUT, ROWS = (3, 4, 2, 1) if TOY else (8, 16, 4, 4)  # ROWS: rows of the batch per rank
-print(f"Tutorial 13 on the {nbcoll.get_backend()!r} backend: rank {rank} of {n}")
-print()
+
+
+def say(text: str = "") -> None:
+    """Print on rank 0 only: every rank runs the same steps, and rank 0 tells them."""
+    if rank == 0:
+        print(text, flush=True)
+
+
+def every_rank(values: list[float]) -> np.ndarray:
+    """Each rank's ``values``, one row per rank, on every rank (an all-gather: every rank must call it)."""
+    mine = nbcoll.to_device(np.asarray(values, np.float64))
+    return nbcoll.to_host(comm.all_gather(mine, nbcoll.zeros(n * len(values), np.float64))).reshape(n, len(values))
+
+
+say(f"Tutorial 13 on the {nbcoll.get_backend()!r} backend, {n} ranks")
+say(f"(every rank runs the same steps; rank 0 prints them, with ranks 1-{n - 1}'s numbers gathered to it)")
+say()
+worst = 0.0  # this rank's largest difference from one process, over every step
 
 
 def make_model() -> nn.Module:
@@ -73,7 +91,7 @@ def largest_error(model: nn.Module) -> float:
 #
 #    forward:  W_r = broadcast(W)   x_r = scatter(x)   y_r = x_r @ W_r^T   y = gather(y_r)   loss on rank 0
 #    backward: dy_r = scatter(dy)   dW_r = dy_r^T x_r  dW = reduce(dW_r): the sum of every rank's part
-print("1. DataParallel by hand: broadcast the weights, scatter the batch, gather the outputs")
+say("1. DataParallel by hand: broadcast the weights, scatter the batch, gather the outputs")
 layer = nn.Linear(IN, OUT, dtype=np.float64)
 w = F.broadcast(layer.weight, comm, root=0)  # a differentiable copy of rank 0's weight on every rank
 xs = F.scatter(nbcoll.tensor(x_global), comm, root=0)  # rows [rank*ROWS, (rank+1)*ROWS) of rank 0's batch
@@ -86,47 +104,59 @@ if rank == 0:
     one_process = nbcoll.tensor(layer.weight.numpy(), requires_grad=True)
     ((nbcoll.tensor(x_global) @ one_process.T - target) ** 2).mean().backward()
     error = np.max(np.abs(layer.weight.grad.numpy() - one_process.grad.numpy()))
-    print(f"   the weight's gradient on rank 0 equals one process's: largest difference {error:.1e}")
-else:
-    print(f"   rank {rank} ran the duals (scatter of dy, reduce of dW); its own weight's gradient is 0")
-print()
+    say(f"   the weight's gradient on rank 0 equals one process's: largest difference {error:.1e}")
+    worst = max(worst, float(error))
+zero = every_rank([float(np.abs(layer.weight.grad.numpy()).max())])[1:, 0]
+say(f"   ranks 1-{n - 1} ran the duals (scatter of dy, reduce of dW); their own weight's gradients: {zero.tolist()}")
+say()
 
 # ---------------------------------------------------------------------------------------------------------------
 # 2. Data parallelism: every rank holds the model and computes the gradient of its own rows. The mean over the
 #    ranks of their gradients is the gradient of the mean loss over the global batch.
-print("2. naive data parallelism: one all-reduce per parameter, after backward")
+say("2. naive data parallelism: one all-reduce per parameter, after backward")
 model = make_model()
 nn.MSELoss()(model(nbcoll.tensor(x_global[my_rows])), nbcoll.tensor(y_global[my_rows])).backward()
 comm.reset_counters()
 for p in model.parameters():
     comm.all_reduce(p.grad.data, op="avg")
-print(
-    f"   {len(list(model.parameters()))} all-reduces, largest difference from one process: {largest_error(model):.1e}"
-)
-print()
+worst = max(worst, largest_error(model))
+errors = every_rank([largest_error(model)])[:, 0]
+say(f"   {len(list(model.parameters()))} all-reduces on each rank; largest difference from one process, per rank:")
+say("   " + "  ".join(f"rank {r}: {e:.1e}" for r, e in enumerate(errors)))
+say()
 
 # ---------------------------------------------------------------------------------------------------------------
 # 3. Buckets: parameters grouped, in reverse registration order, into flat buffers of about bucket_cap_mb MiB.
 #    Each all-reduce has a fixed cost, so fewer and larger ones are faster.
-print("3. DistributedDataParallel: buckets")
+say("3. DistributedDataParallel: buckets (the same on every rank; the difference is the largest over the ranks)")
 for cap_mb in (25, 0.0003, 0):
     ddp = DistributedDataParallel(make_model(), comm, bucket_cap_mb=cap_mb)
     nn.MSELoss()(ddp(nbcoll.tensor(x_global[my_rows])), nbcoll.tensor(y_global[my_rows])).backward()
     launches = sum(1 for kind, _ in ddp.events if kind == "all_reduce")
-    print(
+    worst = max(worst, largest_error(ddp.module))
+    error = every_rank([largest_error(ddp.module)]).max()
+    say(
         f"   bucket_cap_mb={cap_mb:<7g}: {len(ddp.buckets)} bucket(s) of {[len(b.params) for b in ddp.buckets]} "
-        f"parameters, {launches} all-reduce(s), largest difference {largest_error(ddp.module):.1e}"
+        f"parameters, {launches} all-reduce(s), largest difference {error:.1e}"
     )
-print()
+say()
 
 # ---------------------------------------------------------------------------------------------------------------
 # 4. Overlap: the events of the last step (one parameter per bucket), in the order they happened, one column
 #    each: g a gradient accumulated, L a bucket's all-reduce launched, d a hook finding one done, S all waited for.
 #    A bucket's row runs from its launch (L) until it is seen done (|), while backward goes on.
-print("4. overlap: when each bucket's all-reduce starts during backward")
+say("4. overlap: when each bucket's all-reduce starts during backward (rank 0's last step)")
+say("   The events string has one letter per event of DDP's hooks, in the order they happened (ddp.events):")
+say("     g  a parameter's gradient is accumulated (backward goes from the last layer to the first)")
+say("     L  a bucket's all-reduce is launched: the last gradient it waited for has just come")
+say("     d  a hook finds that an all-reduce launched earlier is done (when depends on the other ranks)")
+say("     S  synchronize: the optimizer step waits for every bucket, then the averaged gradients are in place")
 symbol = {"gradient": "g", "all_reduce": "L", "all_reduce done": "d", "synchronized": "S"}
 events = ddp.events
-print("   events            " + "".join(symbol[kind] for kind, _ in events))
+event_string = "".join(symbol[kind] for kind, _ in events)
+say("   Here each bucket holds one parameter, so each g is followed by its bucket's L. Below, a bucket's row runs")
+say("   from its launch (L) until it is seen done (|): its all-reduce is in flight while backward goes on.")
+say("   events            " + event_string)
 for bucket in ddp.buckets:
     start = events.index(("all_reduce", bucket.index))
     done = ("all_reduce done", bucket.index)
@@ -134,11 +164,19 @@ for bucket in ddp.buckets:
     row = "".join(
         "L" if t == start else "|" if t == end else "=" if start < t < end else " " for t in range(len(events))
     )
-    print(f"   bucket {bucket.index} {bucket.names[0]:>8} {row}")
+    say(f"   bucket {bucket.index} {bucket.names[0]:>8} {row}")
 last_gradient = max(t for t, (kind, _) in enumerate(events) if kind == "gradient")
 early = sum(1 for b in ddp.buckets if events.index(("all_reduce", b.index)) < last_gradient)
-print(f"   {early} of {len(ddp.buckets)} all-reduces started before backward's last gradient")
-print()
+# The other ranks' strings, as letter codes padded with zeros (an all-gather needs the same length everywhere).
+codes = np.zeros(4 * len(ddp.buckets) + 2)
+codes[: len(event_string)] = [ord(c) for c in event_string]
+gathered = every_rank([early, *codes])
+starts, strings = gathered[:, 0].astype(int), ["".join(chr(int(c)) for c in row if c) for row in gathered[:, 1:]]
+say(f"   {early} of {len(ddp.buckets)} all-reduces started before backward's last gradient")
+say("   every rank's events (only the d's move: they depend on when the other ranks' parts arrive):")
+for r, (text, count) in enumerate(zip(strings, starts, strict=True)):
+    say(f"     rank {r}: {text:<{len(codes)}}  {count} of {len(ddp.buckets)} started before its last gradient")
+say()
 
 # ---------------------------------------------------------------------------------------------------------------
 # 5. The same timeline as a picture: the x axis counts events, not seconds. The top row is backward producing
@@ -172,7 +210,13 @@ if rank == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    print(f"5. the picture: {path}")
-    print()
-print(f"Done: rank {rank} ok")
+    say(f"5. the picture: {path}")
+    say()
+    say("Try it yourself: python -m nbcoll exercise ddp_buckets")
+    say(f"Done: rank 0 ok, largest difference from one process {worst:.1e}")
+else:
+    print(
+        f"Done: rank {rank} ok: it ran the same steps as rank 0, whose lines show its numbers (largest difference "
+        f"from one process {worst:.1e})"
+    )
 comm.destroy()

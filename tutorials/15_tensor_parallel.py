@@ -11,8 +11,9 @@ What you learn here:
   block give the same parameters as one process.
 
 Run it with ``python tutorials/15_tensor_parallel.py``: it re-launches itself on 2 ranks, in float64. Rank 0
-narrates; every rank checks. On the simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, the
-same steps run at toy sizes (a few features, one training step).
+narrates; every rank runs the same steps and checks its results, and the other rank says so in one line. On the
+simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, the same steps run at toy sizes (a few
+features, one training step).
 
 Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
@@ -34,9 +35,9 @@ from nbcoll.parallel.tensor_parallel import (  # noqa: E402
     RowParallelLinear,
     full_state_dict,
     load_full_state,
-    vocab_parallel_cross_entropy,
 )
 from nbcoll.parallel.tensor_parallel_transformer import tensor_parallel_block  # noqa: E402
+from nbcoll.parallel.vocab_parallel import vocab_parallel_cross_entropy  # noqa: E402
 
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
@@ -59,19 +60,42 @@ say("1. An MLP split across ranks: column parallel, then row parallel")
 nbcoll.manual_seed(0)
 up, down = nn.Linear(WIDTH, 2 * WIDTH), nn.Linear(2 * WIDTH, WIDTH)  # every rank builds them alike (same seed)
 col = load_full_state(ColumnParallelLinear(WIDTH, 2 * WIDTH, comm), up.state_dict(), comm)  # rank r's rows of up
-row = load_full_state(RowParallelLinear(2 * WIDTH, WIDTH, comm), down.state_dict(), comm)  # its columns of down
-say(
-    f"   full weights {up.weight.shape} and {down.weight.shape}; rank 0 holds {col.weight.shape} and {row.weight.shape}"
-)
+row = RowParallelLinear(2 * WIDTH, WIDTH, comm, input_is_parallel=True)  # its input: col's split output
+row = load_full_state(row, down.state_dict(), comm)  # its columns of down
+hidden, per_rank = 2 * WIDTH, 2 * WIDTH // n
+mine = f"{rank * per_rank}:{(rank + 1) * per_rank}"  # this rank's slice of the hidden features
+say(f"   The MLP is y = gelu(x @ up.T) @ down.T, with {hidden} hidden features. Each rank holds a slice of them:")
+say("   rank r holds the rows of up that compute its hidden features, and the columns of down that read them.")
+say()
+spans = [f"{r * per_rank}:{(r + 1) * per_rank}" for r in range(n)]
+up_box = [f"up {tuple(up.weight.shape)}, by rows", "+----------+"]
+for r in range(n):
+    up_box += [f"|  rank {r}  |  rows {spans[r]}", "+----------+"]
+down_box = [f"down {tuple(down.weight.shape)}, by columns", "+" + "---------+" * n]
+down_box += ["|" + "".join(f" rank {r}  |" for r in range(n)), "|" + "".join(f" {span:<8}|" for span in spans)]
+down_box += ["+" + "---------+" * n]
+for left, right in zip(up_box, down_box + [""] * (len(up_box) - len(down_box)), strict=True):
+    say(f"     {left:<28}{right}".rstrip())
+say()
+say("   x --f--> rank r: h_r = gelu(x @ up[rows of r].T) --> y_r = h_r @ down[:, columns of r].T --g--> y = sum of y_r")
+say()
+say("   f and g are the only communication, Megatron's two conjugate functions:")
+say("     f: forward the identity (every rank needs all of x); backward an all-reduce, since each rank's part")
+say("        of the network gives only a partial gradient of x")
+say("     g: forward an all-reduce (y is the sum of the ranks' partial y_r); backward the identity")
+say(f"   Here rank 0 holds up {tuple(col.weight.shape)} and down {tuple(row.weight.shape)}: half of each matrix.")
 x = nbcoll.tensor(np.random.default_rng(1).standard_normal((4, WIDTH)), requires_grad=True)
 y_split = row(col(x).gelu())  # f before col, g after row: one all-reduce each way
 y_full = down(up(x).gelu())
-say(f"   max |split - full| of the output: {np.abs(y_split.numpy() - y_full.numpy()).max():.1e}")
+output_difference = np.abs(y_split.numpy() - y_full.numpy()).max()
+say(f"   forward, g's all-reduce: max |split - full| of y: {output_difference:.1e}")
 y_split.sum().backward()
 split_grad = x.grad.numpy().copy()
 x.grad = None
 y_full.sum().backward()
-say(f"   max |split - full| of the input's gradient (f's all-reduce): {np.abs(split_grad - x.grad.numpy()).max():.1e}")
+gradient_difference = np.abs(split_grad - x.grad.numpy()).max()
+say(f"   backward, f's all-reduce: max |split - full| of x's gradient: {gradient_difference:.1e}")
+assert output_difference < 1e-10 and gradient_difference < 1e-10, (output_difference, gradient_difference)
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,7 +121,9 @@ solo = comm.split(rank)  # this rank alone: the same function on the full logits
 _, one_process_peak = peak_of_loss(logits, solo)
 split_loss, split_peak = peak_of_loss(logits[:, rank * per : (rank + 1) * per], comm)
 solo.destroy()
+say(f"   rank r holds the logits' columns [{per}r, {per}(r+1)) of {vocab}: the vocabulary is split, not the rows")
 say(f"   loss {split_loss:.12f} split, {full_loss:.12f} full")
+assert abs(split_loss - full_loss) < 1e-10, (split_loss, full_loss)
 say(f"   peak memory of loss + backward: {split_peak} B per rank, {one_process_peak} B in one process")
 say(f"   (the full logits alone are {rows * vocab * 8} B: only per-row numbers crossed the ranks)")
 say()
@@ -123,3 +149,8 @@ assert worst < 1e-10, worst
 comm.destroy()
 say()
 say("Done: the split layers compute the full layers' results, and train to the same parameters.")
+if rank != 0:
+    print(
+        f"rank {rank}: ran every step beside rank 0, holding features {mine} of the MLP and its share of the "
+        f"vocabulary and heads, and passed the same checks (largest difference {max(worst, gradient_difference):.1e})"
+    )

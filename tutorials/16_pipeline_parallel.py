@@ -29,14 +29,17 @@ import numpy as np  # noqa: E402
 
 import nbcoll  # noqa: E402
 from nbcoll import nn  # noqa: E402
-from nbcoll.parallel.pipeline import Pipeline  # noqa: E402
 from nbcoll.parallel.pipeline_schedule import bubble_fraction, draw_timeline, timeline  # noqa: E402
+from nbcoll.parallel.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", default="", help="folder for the timeline pictures")
 args = parser.parse_args()
 # NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder for the pictures.
-out = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or os.path.join(tempfile.gettempdir(), "nbcoll_tutorial_16")
+# Otherwise a temporary folder, removed when the tutorial ends (--out keeps the pictures).
+asked = args.out or os.environ.get("NBCOLL_FIGURES_DIR")
+scratch = None if asked else tempfile.TemporaryDirectory(prefix="nbcoll-tutorial-16-")
+out = asked or scratch.name
 
 nbcoll.set_default_dtype(np.float64)
 comm = nbcoll.init()
@@ -79,13 +82,16 @@ say()
 
 for section, (schedule, chunks) in enumerate([("gpipe", CHUNKS), ("1f1b", CHUNKS)], start=2):
     say(f"{section}. {schedule}, {chunks} micro-batches of {BATCH // chunks} rows")
-    pipe = Pipeline(build_stages(), comm, chunks=chunks, schedule=schedule)
-    opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.1)
+    # PyTorch's names: this rank's part of the model is a PipelineStage, and a schedule runs its micro-batches.
+    stage = PipelineStage(build_stages()[rank], stage_index=rank, num_stages=p, group=comm)
+    pipe = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule](stage, n_microbatches=chunks, loss_fn=loss_fn)
+    opt = nbcoll.optim.SGD(stage.submod.parameters(), lr=0.1)
     for x, y in batches:
         opt.zero_grad()
-        loss = pipe.step(x, y, loss_fn)  # inputs are read on stage 0, targets on the last stage
+        pipe.step(x, target=y)  # inputs are read on stage 0, targets on the last stage
+        loss = pipe.loss  # the batch's mean loss, on every rank
         opt.step()
-    mine, want = pipe.stage.state_dict(), reference[rank].state_dict()
+    mine, want = stage.submod.state_dict(), reference[rank].state_dict()
     worst = max(np.abs(mine[k] - want[k]).max() for k in want)
     assert worst < 1e-12, worst
     say(f"   loss at the last step {loss:.6f}; stage parameters equal one process's (max difference {worst:.1e})")

@@ -107,11 +107,14 @@ rows = run(comm, world, options, on_row=lambda row, algo: say(table.row(row)))
 say(table.footer(rows))
 if lead:
     # The busbw column as a picture (--plot does the same from a shell). NBCOLL_FIGURES_DIR, when set (the docs
-    # build sets it), receives it; otherwise a new temporary folder.
-    figures = os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-tutorial-17-")
+    # build sets it), receives it and keeps it; otherwise a temporary folder, removed when the tutorial ends.
+    asked = os.environ.get("NBCOLL_FIGURES_DIR")
+    scratch = None if asked else tempfile.TemporaryDirectory(prefix="nbcoll-tutorial-17-")
+    figures = asked or scratch.name
     os.makedirs(figures, exist_ok=True)
     title = f"all_reduce on {n} ranks, {nbcoll.get_backend()} backend: busbw against size"
-    say(f"   busbw against size: {draw_busbw(rows, os.path.join(figures, 'busbw_all_reduce.png'), title)}")
+    kept = "" if asked else " (removed at the end: set NBCOLL_FIGURES_DIR=DIR to keep it)"
+    say(f"   busbw against size: {draw_busbw(rows, os.path.join(figures, 'busbw_all_reduce.png'), title)}{kept}")
 
 # ---------------------------------------------------------------------------------------------------------------
 # 5. One size, every algorithm, and what the tuner predicted.

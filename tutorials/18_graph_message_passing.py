@@ -34,7 +34,10 @@ parser.add_argument("--out", default=None, help="folder for the picture (default
 args = parser.parse_args()
 BACKEND = nbcoll.get_backend()
 # NBCOLL_FIGURES_DIR, when set (the docs build sets it), is the default folder of the picture.
-OUT = args.out or os.environ.get("NBCOLL_FIGURES_DIR") or tempfile.mkdtemp(prefix="nbcoll-graph-")
+# Otherwise a temporary folder, removed when the tutorial ends (--out keeps the picture).
+asked = args.out or os.environ.get("NBCOLL_FIGURES_DIR")
+scratch = None if asked else tempfile.TemporaryDirectory(prefix="nbcoll-graph-")
+OUT = asked or scratch.name
 os.makedirs(OUT, exist_ok=True)
 print(f"Tutorial 18 on the {BACKEND!r} backend")
 print()
@@ -250,7 +253,7 @@ figure.tight_layout()
 picture = os.path.join(OUT, "karate_club_gcn.png")
 figure.savefig(picture, dpi=100)
 plt.close(figure)
-print(f"6. The picture: {picture}")
+print(f"6. The picture: {picture}" + ("" if asked else " (removed at the end: --out DIR keeps it)"))
 print()
 print("What to try next:")
 print("   - label one member only, or four, and watch the accuracy;")

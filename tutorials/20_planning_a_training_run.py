@@ -11,8 +11,9 @@ What you learn here:
   run will meet (``benchmarks/plan_fit.py`` calls the same function);
 - how the planner ranks layouts and says why the best one wins (``python -m nbcoll plan`` prints the same);
 - how far the prediction is from a measured step, for a few layouts (``benchmarks/plan_fit.py`` runs them all);
-- a 4-rank run on the 3-D mesh (``DeviceMesh(comm, dp=, tp=, pp=)``) in the layout the planner ranks first among
-  those that combine two dimensions (with 4 ranks one size is 1), trained a few steps (a loss that falls).
+- a 4-rank run on the 3-D mesh (``DeviceMesh(comm, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``) in the
+  layout the planner ranks first among those that combine two dimensions (with 4 ranks one size is 1), trained a
+  few steps (a loss that falls).
 
 Run it with ``python tutorials/20_planning_a_training_run.py``: it re-launches itself on 4 ranks. On the
 simulator (``NBCOLL_BACKEND=sim``), where every GPU thread runs in Python, it keeps to toy sizes: a two-block
@@ -110,15 +111,17 @@ if TINY:
 say()
 
 # ---------------------------------------------------------------------------------------------------------------
-# DeviceMesh(comm, dp=, tp=, pp=) lays the ranks out on all three dimensions at once; with 4 ranks at least one of
-# the three sizes is 1 (2 x 2 x 2 needs 8 ranks), so a 4-rank run combines two of them. The planner picks which.
+# DeviceMesh(comm, (pp, dp, tp), mesh_dim_names=...) lays the ranks out on all three dimensions at once; with 4
+# ranks at least one of the three sizes is 1 (2 x 2 x 2 needs 8 ranks), so a 4-rank run combines two of them. The
+# planner picks which.
 hybrids = [p for p in predictions if sorted((p.layout.dp, p.layout.tp, p.layout.pp)) == [1, 2, 2]]
 chosen_layout = hybrids[0].layout  # the planner's ranking, fastest first
 say(f"3. A hybrid run on the 3-D mesh: the planner's best layout that combines two dimensions, {chosen_layout}")
 say(f"   (its fastest layout overall is {predictions[0].layout}; with 4 ranks one of dp, tp, pp is 1, since")
 say("   2 x 2 x 2 needs 8 ranks)")
-run = HybridLM(SPEC, comm, chosen_layout, lr=0.05)  # DeviceMesh(comm, dp=, tp=, pp=) inside
-say(f"   mesh sizes {run.mesh.shape}; rank 0 sits at {run.mesh.coords}; {STEPS} steps")
+run = HybridLM(SPEC, comm, chosen_layout, lr=0.05)  # a (pp, dp, tp) DeviceMesh inside
+sizes = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
+say(f"   mesh sizes {sizes}; rank 0 sits at {run.mesh.coords}; {STEPS} steps")
 ids = rng.integers(0, SPEC.vocab, (SPEC.batch, SPEC.seq_len))
 losses = [run.step(ids, np.roll(ids, -1, axis=1)) for _ in range(STEPS)]
 run.destroy()

@@ -32,7 +32,10 @@ except ImportError:  # the comm package imports without MPI; only communicators 
     MPI = None
 
 from nbcoll.comm.errors import CollectiveMismatchError, CommTimeoutError
-from nbcoll.memory import DTYPES
+from nbcoll.memory import DTYPES, LOW_PRECISION_DTYPES
+
+SIGNATURE_DTYPES = DTYPES + LOW_PRECISION_DTYPES
+"""The dtypes a signature can name, by position: what is exchanged is the index."""
 
 COLLECTIVES = (
     "all_reduce",
@@ -69,7 +72,7 @@ class Signature:
             [
                 COLLECTIVES.index(self.collective),
                 self.count,
-                [str(d) for d in DTYPES].index(self.dtype) if self.dtype != "-" else -1,
+                [str(d) for d in SIGNATURE_DTYPES].index(self.dtype) if self.dtype != "-" else -1,
                 OPS.index(self.op.split("(")[0]),
                 self.root,
                 int(self.refused),
@@ -79,7 +82,7 @@ class Signature:
 
     @staticmethod
     def decode(row: np.ndarray) -> Signature:
-        dtype = "-" if row[2] < 0 else str(DTYPES[row[2]])
+        dtype = "-" if row[2] < 0 else str(SIGNATURE_DTYPES[row[2]])
         return Signature(COLLECTIVES[row[0]], int(row[1]), dtype, OPS[row[3]], int(row[4]), bool(row[5]))
 
     def __str__(self) -> str:

@@ -1,21 +1,23 @@
-"""The one hook of the device path in the collectives: run a call as one kernel per rank where ``proto="device"``
-(or ``NBCOLL_PROTO=device``) asks for it, before the host path plans it (a mixin of
-:class:`~nbcoll.comm.collectives.Collectives`).
+"""What runs a checked collective call (a mixin of :class:`~nbcoll.comm.collectives.Collectives`): the device
+path's hook, which runs a call as one kernel per rank where ``proto="device"`` (or ``NBCOLL_PROTO=device``) asks
+for it, before the host path plans it, and ``estimate``, the tuner's prediction for a call.
 
 Example::
 
     ran, result = comm._on_device("broadcast", "device", x, None, None, 0, None, False)   # one kernel per rank
+    comm.estimate("all_reduce", 1 << 20)                                                  # seconds
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.collective_checks import CollectiveChecks
 
 
 class CollectiveLaunch(CollectiveChecks):
-    """The device path's hook, ahead of the host path (a mixin of the communicator).
+    """The device path's hook and the tuner's estimate (a mixin of the communicator).
 
     >>> from nbcoll.comm.collectives import Collectives
     >>> issubclass(Collectives, CollectiveLaunch)
@@ -31,3 +33,23 @@ class CollectiveLaunch(CollectiveChecks):
         from nbcoll.comm import device_collective
 
         return device_collective.run(self, name, sendbuf, recvbuf, op, root, algo, async_op, proto)
+
+    def estimate(self, collective: str, nbytes: int, algo: str | None = None) -> float:
+        """Predicted seconds for ``collective`` of ``nbytes`` (per rank's block) on this communicator.
+
+        >>> import nbcoll
+        >>> comm = nbcoll.init()
+        >>> seconds = comm.estimate("all_reduce", 1 << 20, algo="ring")     # the tuner's alpha-beta model
+        >>> seconds >= 0
+        True
+        >>> comm.destroy()
+        """
+        name = algorithms.canonical_collective(collective) if isinstance(collective, str) else None
+        if name is None:
+            raise ValueError(f"collective: unknown {collective!r}; expected one of {', '.join(algorithms.ALGORITHMS)}")
+        collective = name
+        algo = algo or self.engine.choose(collective, nbytes)
+        algorithms.check_algo(collective, algo)
+        return tuner.estimate(
+            collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.choice.link_model()
+        )

@@ -12,7 +12,10 @@ point-to-point operations (timeouts, abort, flight recorder)::
     reduce_scatter recvbuf = op over ranks of sendbuf[rank*count:...]        ring, direct
     all_to_all     recvbuf[p*count:...] = sendbuf[rank*count:...] of rank p  pairwise, direct
 
-Gather and scatter, which NCCL leaves to grouped sends and receives, are in :mod:`nbcoll.comm.gather_scatter`.
+This module holds the reductions (all-reduce, reduce, reduce-scatter), :mod:`nbcoll.comm.copy_collectives` the
+collectives that only copy (broadcast, all-gather, all-to-all, and the barrier); ``_launch``, here, runs the checked
+call of either. Gather and scatter, which NCCL leaves to grouped sends
+and receives, are in :mod:`nbcoll.comm.gather_scatter`.
 
 Buffers are contiguous device arrays of one dtype; ``count`` is the number of elements of the per-rank block.
 ``recvbuf=None`` means in place, where NCCL allows it: all-reduce, broadcast and reduce reuse ``sendbuf``;
@@ -30,22 +33,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from nbcoll import memory
-from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.check import Signature
 from nbcoll.comm.collective_checks import _address_range, _dtype_name, _nbytes
-from nbcoll.comm.collective_launch import CollectiveLaunch
-from nbcoll.comm.deferred import DeferredCollective
+from nbcoll.comm.copy_collectives import CopyCollectives
 from nbcoll.comm.work import Work
 from nbcoll.kernels import combine as combine_kernels
 
 premul_sum = combine_kernels.premul_sum
 
 
-class Collectives(CollectiveLaunch):
-    """The collective operations of :class:`~nbcoll.comm.communicator.Communicator` (a mixin).
+class Collectives(CopyCollectives):
+    """The collective operations of :class:`~nbcoll.comm.communicator.Communicator` (a mixin): the reductions here,
+    the copies in :class:`~nbcoll.comm.copy_collectives.CopyCollectives`.
 
     Example::
 
@@ -89,11 +89,6 @@ class Collectives(CollectiveLaunch):
         ran, result = self._on_device("all_reduce", proto, sendbuf, recvbuf, op, -1, algo, async_op)
         if ran:
             return result
-        key, replay = self.engine.replays.find(
-            "all_reduce", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
-        )
-        if replay is not None:
-            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("all_reduce") as seq:
             op = combine_kernels.parse_op(op)
             send = self._buffer(sendbuf, "sendbuf")
@@ -108,59 +103,11 @@ class Collectives(CollectiveLaunch):
                 algo,
                 async_op,
                 Signature("all_reduce", send.size, _dtype_name(send.dtype), str(op), -1),
-                lambda run, ctx: run(ctx, local, recv),
+                (local, recv),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
                 op=op,
                 single=[(local, recv)],
-                keep=(key, sendbuf, recvbuf),
-            )
-
-    def broadcast(
-        self,
-        sendbuf: Any,
-        recvbuf: Any = None,
-        root: int = 0,
-        algo: str | None = None,
-        async_op: bool = False,
-        proto: str | None = None,
-    ) -> Any:
-        """``recvbuf = sendbuf of root`` on every rank (``sendbuf`` is only read on the root); ``proto`` as for
-        :meth:`all_reduce`.
-
-        >>> import numpy as np, nbcoll
-        >>> comm = nbcoll.init()
-        >>> x = nbcoll.to_device(np.full(3, 10.0 * comm.rank, np.float32))
-        >>> nbcoll.to_host(comm.broadcast(x, root=0))          # rank 0's values everywhere
-        array([0., 0., 0.], dtype=float32)
-        >>> comm.destroy()
-        """
-        ran, result = self._on_device("broadcast", proto, sendbuf, recvbuf, None, root, algo, async_op)
-        if ran:
-            return result
-        key, replay = self.engine.replays.find(
-            "broadcast", sendbuf, recvbuf, root, algo, async_op or self._group.depth or self.engine.later
-        )
-        if replay is not None:
-            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
-        with self.engine.call("broadcast") as seq:
-            root = self._root(root)
-            send = self._buffer(sendbuf, "sendbuf")
-            recv = send if recvbuf is None else self._buffer(recvbuf, "recvbuf")
-            self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            self._same_or_apart(send, recv)
-            memory.require_writable(recv, "sendbuf" if recvbuf is None else "recvbuf")
-            return self._launch(
-                seq,
-                "broadcast",
-                algo,
-                async_op,
-                Signature("broadcast", recv.size, _dtype_name(recv.dtype), "-", root),
-                lambda run, ctx: run(ctx, send, recv, root),
-                result=recvbuf if recvbuf is not None else sendbuf,
-                nbytes=_nbytes(recv),
-                single=[(send, recv)],
-                keep=(key, sendbuf, recvbuf),
             )
 
     def reduce(
@@ -204,53 +151,11 @@ class Collectives(CollectiveLaunch):
                 algo,
                 async_op,
                 Signature("reduce", send.size, _dtype_name(send.dtype), str(op), root),
-                lambda run, ctx: run(ctx, local, out, root),
+                (local, out, root),
                 result=recvbuf if recvbuf is not None else sendbuf,
                 nbytes=_nbytes(send),
                 op=op,
                 single=[(local, recv)],
-            )
-
-    def all_gather(
-        self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False, proto: str | None = None
-    ) -> Any:
-        """``recvbuf[r*count:(r+1)*count] = sendbuf of rank r``, with ``count = sendbuf.size``; ``proto`` as for
-        :meth:`all_reduce`.
-
-        >>> import numpy as np, nbcoll
-        >>> comm = nbcoll.init()
-        >>> mine = nbcoll.to_device(np.full(2, comm.rank, np.int32))
-        >>> everyone = nbcoll.zeros(2 * comm.size, np.int32)
-        >>> nbcoll.to_host(comm.all_gather(mine, everyone))   # under mpiexec -n 3: [0 0 1 1 2 2]
-        array([0, 0], dtype=int32)
-        >>> comm.destroy()
-        """
-        ran, result = self._on_device("all_gather", proto, sendbuf, recvbuf, None, -1, algo, async_op)
-        if ran:
-            return result
-        key, replay = self.engine.replays.find(
-            "all_gather", sendbuf, recvbuf, "-", algo, async_op or self._group.depth or self.engine.later
-        )
-        if replay is not None:
-            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
-        with self.engine.call("all_gather") as seq:
-            send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
-            count = send.size
-            self._same_size(recv, "recvbuf", send, "sendbuf", count * self.size, f"{self.size} x sendbuf.size")
-            own = recv[self.rank * count : (self.rank + 1) * count]
-            self._no_overlap(send, recv, allowed=_address_range(send) == _address_range(own))
-            memory.require_writable(recv, "recvbuf")
-            return self._launch(
-                seq,
-                "all_gather",
-                algo,
-                async_op,
-                Signature("all_gather", count, _dtype_name(send.dtype), "-", -1),
-                lambda run, ctx: run(ctx, send, recv),
-                result=recvbuf,
-                nbytes=_nbytes(send),
-                single=[(send, recv)],
-                keep=(key, sendbuf, recvbuf),
             )
 
     def reduce_scatter(
@@ -276,11 +181,6 @@ class Collectives(CollectiveLaunch):
         ran, result = self._on_device("reduce_scatter", proto, sendbuf, recvbuf, op, -1, algo, async_op)
         if ran:
             return result
-        key, replay = self.engine.replays.find(
-            "reduce_scatter", sendbuf, recvbuf, op, algo, async_op or self._group.depth or self.engine.later
-        )
-        if replay is not None:
-            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
         with self.engine.call("reduce_scatter") as seq:
             op = combine_kernels.parse_op(op)
             send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
@@ -296,95 +196,14 @@ class Collectives(CollectiveLaunch):
                 algo,
                 async_op,
                 Signature("reduce_scatter", count, _dtype_name(send.dtype), str(op), -1),
-                lambda run, ctx: run(ctx, local, recv),
+                (local, recv),
                 result=recvbuf,
                 nbytes=_nbytes(recv),
                 op=op,
                 single=[(local, recv)],
-                keep=(key, sendbuf, recvbuf),
             )
 
-    def all_to_all(self, sendbuf: Any, recvbuf: Any, algo: str | None = None, async_op: bool = False) -> Any:
-        """``recvbuf[p*count:(p+1)*count] = sendbuf[rank*count:(rank+1)*count] of rank p``.
-
-        >>> import numpy as np, nbcoll
-        >>> comm = nbcoll.init()
-        >>> blocks = [10 * comm.rank + p for p in range(comm.size)]     # block p goes to rank p
-        >>> out = nbcoll.to_device(np.array(blocks, np.int32))
-        >>> into = nbcoll.zeros(comm.size, np.int32)
-        >>> nbcoll.to_host(comm.all_to_all(out, into))           # block p came from rank p
-        array([0], dtype=int32)
-        >>> comm.destroy()
-        """
-        key, replay = self.engine.replays.find(
-            "all_to_all", sendbuf, recvbuf, "-", algo, async_op or self._group.depth or self.engine.later
-        )
-        if replay is not None:
-            return replay.run(self.engine, sendbuf, recvbuf)  # the same call again: no checks, no plan
-        with self.engine.call("all_to_all") as seq:
-            send, recv = self._buffer(sendbuf, "sendbuf"), self._buffer(recvbuf, "recvbuf")
-            self._same_size(recv, "recvbuf", send, "sendbuf", send.size)
-            if send.size % self.size:
-                raise ValueError(f"sendbuf: size {send.size} is not a multiple of the {self.size} ranks")
-            self._no_overlap(send, recv, allowed=False)
-            memory.require_writable(recv, "recvbuf")
-            return self._launch(
-                seq,
-                "all_to_all",
-                algo,
-                async_op,
-                Signature("all_to_all", send.size // self.size, _dtype_name(send.dtype), "-", -1),
-                lambda run, ctx: run(ctx, send, recv),
-                result=recvbuf,
-                nbytes=_nbytes(send) // self.size,
-                single=[(send, recv)],
-                keep=(key, sendbuf, recvbuf),
-            )
-
-    def barrier(self, async_op: bool = False) -> Any:
-        """Return only when every rank has called it.
-
-        >>> import nbcoll
-        >>> comm = nbcoll.init()
-        >>> comm.barrier()                         # every rank has reached this line
-        >>> comm.barrier(async_op=True).wait()
-        >>> comm.destroy()
-        """
-        with self.engine.call("barrier") as seq:
-            token = memory.zeros(1, np.uint8)
-            return self._launch(
-                seq,
-                "barrier",
-                None,
-                async_op,
-                Signature("barrier", 0, "-", "-", -1),
-                lambda run, ctx: run(ctx, token),
-                result=None,
-                nbytes=0,
-                single=[],
-            )
-
-    def estimate(self, collective: str, nbytes: int, algo: str | None = None) -> float:
-        """Predicted seconds for ``collective`` of ``nbytes`` (per rank's block) on this communicator.
-
-        >>> import nbcoll
-        >>> comm = nbcoll.init()
-        >>> seconds = comm.estimate("all_reduce", 1 << 20, algo="ring")     # the tuner's alpha-beta model
-        >>> seconds >= 0
-        True
-        >>> comm.destroy()
-        """
-        name = algorithms.canonical_collective(collective) if isinstance(collective, str) else None
-        if name is None:
-            raise ValueError(f"collective: unknown {collective!r}; expected one of {', '.join(algorithms.ALGORITHMS)}")
-        collective = name
-        algo = algo or self.engine.choose(collective, nbytes)
-        algorithms.check_algo(collective, algo)
-        return tuner.estimate(
-            collective, algo, nbytes, self.size, self.config.chunk_bytes, self.engine.choice.link_model()
-        )
-
-    # -- running a checked call -----------------------------------------------------------------------------------
+    # -- running a checked call ---------------------------------------------------------------------------------
 
     def _launch(
         self,
@@ -393,26 +212,22 @@ class Collectives(CollectiveLaunch):
         algo: str | None,
         async_op: bool,
         signature: Signature,
-        build: Any,
+        args: tuple[Any, ...],
         *,
         result: Any,
         nbytes: int,
         single: list[tuple[Any, Any]],
         op: Any = None,
-        keep: tuple[Any, Any, Any] | None = None,
     ) -> Any:
         """Plan call ``seq`` on the engine, then run it now, in the background, or at the end of the open group.
 
-        ``keep`` is ``(key, sendbuf, recvbuf)`` of a call whose plan may be kept for replay once it has run.
+        ``args`` are what the algorithm takes after its context: the checked buffers (and the root).
         """
         queued = not self._group.depth  # a group's calls are bound now, and run at its end
-        coll = self.engine.plan(seq, name, algo, signature, build, nbytes=nbytes, single=single, op=op, queued=queued)
+        coll = self.engine.plan(seq, name, algo, signature, args, nbytes=nbytes, single=single, op=op, queued=queued)
         if not async_op and not self._group.depth:  # the common case: run it now, no handle to make
             self.engine.mark_run(seq)
             self.engine.progress.submit([coll], [], wait=True, checked=True)  # engine.call checked it just now
-            if keep is not None and coll.replayable is not None:
-                planned = coll.op if isinstance(coll, DeferredCollective) else coll  # bound in its turn: coll.op
-                self.engine.replays.keep(keep[0], planned, keep[1], keep[2], result)
             return result
         work = Work(f"{coll.headline()} on rank {self.rank}", result)
         if self._group.depth:

@@ -43,6 +43,9 @@ variable                       default   meaning
 ``NBCOLL_STREAM_SHARED_BYTES`` 16384     smallest collective whose copies into memory a peer reads next (a piece staged
                                          in a direct window, a chunk in a peer's FIFO slot, LL lines) the ``numpy``
                                          backend makes with streaming stores, on an x86-64 CPU; 0 turns it off
+``NBCOLL_FASTPATH``            1         0: every CPU fast path off at once (replay, compiled LL loops, streaming
+                                         stores, cross-memory reads: :mod:`nbcoll.comm.fast_paths`); the teaching
+                                         path alone, with the same results
 ============================== ========= ===================================================================
 
 Channels: every pair of ranks is joined by ``NBCOLL_NCHANNELS`` independent connections, each with its own FIFO
@@ -61,6 +64,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nbcoll import backend
 
@@ -157,6 +161,7 @@ class CommConfig:
     cma_bytes: int = 8 << 20
     stream_bytes: int = 8 << 20
     stream_shared_bytes: int = 16 << 10
+    fastpath: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < MIN_STEPS:
@@ -198,6 +203,17 @@ class CommConfig:
         return self.buffsize // self.steps
 
     @classmethod
+    def teaching(cls, **settings: Any) -> CommConfig:
+        """The settings with every fast path off (``NBCOLL_FASTPATH=0``): only the teaching path runs.
+
+        >>> from nbcoll.comm import CommConfig
+        >>> config = CommConfig.teaching(nchannels=1)
+        >>> config.fastpath, config.nchannels
+        (False, 1)
+        """
+        return cls(**{**settings, "fastpath": False})
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommConfig:
         """The settings of the ``NBCOLL_*`` variables in ``env`` (default ``os.environ``), each checked.
 
@@ -229,4 +245,5 @@ class CommConfig:
             cma_bytes=_int(env, "NBCOLL_CMA_BYTES", 8 << 20, 0),
             stream_bytes=_int(env, "NBCOLL_STREAM_BYTES", 8 << 20, 0),
             stream_shared_bytes=_int(env, "NBCOLL_STREAM_SHARED_BYTES", 16 << 10, 0),
+            fastpath=_int(env, "NBCOLL_FASTPATH", 1, 0) != 0,
         )

@@ -7,24 +7,22 @@ from one collective call to the next:
 * the algorithm choice: ``NBCOLL_ALGO`` and the tuner's link model (:mod:`nbcoll.comm.algorithm_choice`);
 * the tracer (``NBCOLL_TRACE``), the direct windows of the one-shot algorithms and their LL buffers, set up by
   the first call that needs them, in its turn in the queue (:mod:`nbcoll.comm.deferred`);
-* the plans of small calls kept for replay (:mod:`nbcoll.comm.replay`);
+* the CPU fast paths it uses (:mod:`nbcoll.comm.fast_paths`): the copy policy, and the plans kept for replay;
 * the progress queue every operation runs through (:mod:`nbcoll.comm.progress`).
 
 A collective call goes through it top-down::
 
     with comm.engine.call("all_reduce") as seq:       # number the call; a failure inside is a refusal
         ...check the arguments, once...
-        coll = comm.engine.plan(seq, "all_reduce", algo, signature, build, ...)   # algorithm -> CollectiveOp
+        coll = comm.engine.plan(seq, "all_reduce", algo, signature, (x, y), ...)   # algorithm -> CollectiveOp
         comm.engine.progress.submit([coll], [work], wait=True)                    # watchdog -> steps -> kernels
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,24 +33,18 @@ from nbcoll import memory
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.algorithm_choice import AlgorithmChoice
 from nbcoll.comm.algorithms import direct
-from nbcoll.comm.algorithms.common import Context, single_rank
 from nbcoll.comm.check import Signature, compare_across_ranks
 from nbcoll.comm.collective_op import CollectiveOp
 from nbcoll.comm.deferred import DeferredCollective
 from nbcoll.comm.errors import CommAbortedError, CommError
+from nbcoll.comm.fast_paths import FastPaths
 from nbcoll.comm.ll import LLBuffers, buffer_bytes
-from nbcoll.comm.primitives import Step
+from nbcoll.comm.planning import Call, Links, fits_ll, plan_call
 from nbcoll.comm.progress import Progress
 from nbcoll.comm.refusal import Refusals
-from nbcoll.comm.replay import Replays
 from nbcoll.comm.trace import Tracer
 from nbcoll.comm.window import DirectWindows
 from nbcoll.comm.work import Work, records_of
-from nbcoll.kernels import combine as combine_kernels
-from nbcoll.kernels import stream_copy
-
-NOTE_PROBE_SECONDS = 1e-3
-"""A replayed call asks MPI for peers' notes at most this often (:meth:`Engine.start_replay`)."""
 
 
 class Engine:
@@ -62,8 +54,8 @@ class Engine:
 
         comm = nbcoll.init()
         with comm.engine.call("barrier") as seq:
-            coll = comm.engine.plan(seq, "barrier", None, Signature("barrier", 0, "-", "-", -1),
-                                    lambda run, ctx: run(ctx, token), nbytes=0, single=[])
+            coll = comm.engine.plan(seq, "barrier", None, Signature("barrier", 0, "-", "-", -1), (token,),
+                                    nbytes=0, single=[])
         comm.engine.progress.submit([coll], [], wait=True)
     """
 
@@ -83,11 +75,19 @@ class Engine:
         self.device: Any = None  # all_reduce(proto="device"), made at its first call (nbcoll.comm.device_collective)
         self.later: DeferredCollective | None = None  # the last plan left to the queue (see plan)
         self._later_lock = threading.Lock()  # set here, cleared by the queue's thread once that plan is bound
-        self._next_note_probe = 0.0  # when a replayed call next asks MPI for notes (start_replay)
-        streams = stream_copy.on_host()  # host arrays, on an x86-64 CPU
-        self._stream_bytes = config.stream_bytes if streams else 0
-        self._stream_shared_bytes = config.stream_shared_bytes if streams else 0
-        self.replays = Replays(enabled=not config.check)  # with NBCOLL_CHECK, every call is compared across ranks
+        self.watch: list[Any] | None = None  # while the replay hook watches a call: the plans it makes
+        # The CPU fast paths, each in a module of its own, imported only when it is on (NBCOLL_FASTPATH=0: none)
+        self.fast = FastPaths.of(config)
+        self.copies: Any = None  # a CopyPolicy: which copies stream (nbcoll.comm.copy_policy)
+        if self.fast.streams:
+            from nbcoll.comm.copy_policy import CopyPolicy
+
+            self.copies = CopyPolicy(self.fast.stream_bytes, self.fast.stream_shared_bytes)
+        self.replays: Any = None  # the plans kept for replay; the hook wraps comm's collectives (nbcoll.comm.replay)
+        if self.fast.replay:
+            from nbcoll.comm import replay
+
+            self.replays = replay.install(comm, self)
 
     # -- numbering and refusals ---------------------------------------------------------------------------------
 
@@ -109,24 +109,8 @@ class Engine:
                 self.refuse(seq, name)
             raise
 
-    def start_replay(self) -> int:
-        """Number a replayed call and mark it run: what :meth:`call` and :meth:`mark_run` do for a call that has
-        no checks left to fail, so nothing between them can refuse it.
-
-        The same steps, with the usability check's common case written out. MPI is asked whether a peer's note (an
-        abort, a refusal) has arrived at most once per :data:`NOTE_PROBE_SECONDS`: in a 2-rank loop of small calls,
-        a probe on every call (MPI's progress engine) cost about 5% of the call. A note is still heard in time:
-        replays run over the windows of ranks on one machine, whose aborts are on the control page, read on every
-        call, and a call that a peer refused waits for that peer in the watchdog's loop, which probes on every pass.
-        """
-        comm = self.comm
-        now = time.monotonic()
-        probe = now >= self._next_note_probe
-        if probe:
-            self._next_note_probe = now + NOTE_PROBE_SECONDS
-        if comm._poll_aborted(probe) is not None or comm.closed:
-            comm._check_usable()  # raises, saying why
-        self.settle()
+    def number_run(self) -> int:
+        """Number a call that has no checks left to fail and mark it run (a replay; :mod:`nbcoll.comm.replay`)."""
         return self._abort_on_conflict(self.refusals.number_run)
 
     def refuse(self, seq: int, name: str) -> None:
@@ -205,7 +189,7 @@ class Engine:
         name: str,
         algo: str | None,
         signature: Signature,
-        build: Callable[[Callable, Context], Iterator[Step]],
+        args: tuple[Any, ...],
         *,
         nbytes: int,
         single: list[tuple[Any, Any]],
@@ -214,7 +198,8 @@ class Engine:
     ) -> CollectiveOp | DeferredCollective:
         """Choose the algorithm, compare the call across ranks (``NBCOLL_CHECK``), and bind this rank's program.
 
-        ``build(algorithm, ctx)`` calls the algorithm with the checked buffers; ``single`` lists the (input,
+        ``args`` are the algorithm's arguments after its context: the checked buffers (and the root); ``single``
+        lists the (input,
         output) pairs that a communicator of one rank copies instead. ``queued``: the call goes to the progress
         queue as it is (not into a group), so a plan that must first set memory up with the peers, or that comes
         behind such a plan, is bound there, in its turn (a :class:`DeferredCollective`).
@@ -231,17 +216,22 @@ class Engine:
                 self.refusals.skipped(seq)  # every rank raises here: none runs the call
                 raise
         record = comm.recorder.record(name, -1, nbytes, f"{signature} via {algo}")
-        bind = functools.partial(self._bind, seq, name, algo, signature, build, nbytes, single, op, record)
+        bind = functools.partial(self._bind, seq, name, algo, signature, args, nbytes, single, op, record)
         later = self.later
         behind = later is not None and later.pending()
         if queued and (behind or self._sets_up(name, algo, nbytes)):
             with self._later_lock:
                 self.later = DeferredCollective(f"{name} #{seq} ({algo})", record, bind, self.progress, self._settled)
+            if self.watch is not None:
+                self.watch.append(self.later)
             return self.later
         if behind:  # a call of a group, bound here: the plans queued before it number their rounds first
             self.progress.quiesce()
         self._settled(later)  # (one the queue dropped unplanned, when cancelled)
-        return bind()
+        coll = bind()
+        if self.watch is not None:
+            self.watch.append(coll)
+        return coll
 
     def _settled(self, later: DeferredCollective | None) -> None:
         """``later`` numbers no more rounds: unless a newer plan was left to the queue, calls may replay again."""
@@ -253,70 +243,31 @@ class Engine:
         """Whether a plan of ``name`` via ``algo`` would first set the LL buffers or the windows up."""
         if algo != "direct" or name not in tuner.ONE_SHOT:
             return False
-        return not (self._ll_made if self._fits_ll(name, nbytes) else self._windows_made)
+        return not (
+            self._ll_made if fits_ll(name, nbytes, self.comm.size, self.comm.config.ll_bytes) else self._windows_made
+        )
 
-    def _bind(self, seq: int, name: str, algo: str, signature: Signature, build: Callable, nbytes: int,
+    def _bind(self, seq: int, name: str, algo: str, signature: Signature, args: tuple[Any, ...], nbytes: int,
               single: list[tuple[Any, Any]], op: Any, record: Any) -> CollectiveOp:  # fmt: skip
-        """The plan of a checked call: its path (LL, windows or FIFOs), its contexts and its steps."""
+        """The plan of a checked call (:func:`~nbcoll.comm.planning.plan_call`), on the path it takes: LL lines for a
+        small one-shot message, else the windows (and registered buffers), else FIFOs. Every input here (algorithm,
+        size, settings, transports) is the same on every rank, so is the path."""
         comm = self.comm
-        dtype = _dtype_named(signature.dtype)
-        post = None
-        if op is not None and combine_kernels.parse_op(op) == "avg":
-            nranks = comm.size
-            post = lambda value: combine_kernels.divide_in_place(value, nranks)  # noqa: E731 - unchecked, per chunk
-        # The direct path: LL lines for a small message, else the windows (and registered buffers), else FIFOs.
-        # Every input here (algorithm, size, settings, transports) is the same on every rank, so is the path.
         ll = windows = None
         if algo == "direct" and name in tuner.ONE_SHOT:
-            fits_ll = self._fits_ll(name, nbytes)
+            fits = fits_ll(name, nbytes, comm.size, comm.config.ll_bytes)
             # The first one-shot call sets the LL buffers or the windows up, with every peer: a refusal is heard there.
             with self.refusals.setting_up(seq) if self._sets_up(name, algo, nbytes) else contextlib.nullcontext():
                 call = f"{name} #{seq} ({algo})"
-                ll = self.ll_buffers(call) if fits_ll else None
+                ll = self.ll_buffers(call) if fits else None
                 windows = self.direct_windows(call) if ll is None else None
-        ctx = Context(
-            rank=comm.rank,
-            nranks=comm.size,
-            chunk_elems=max(1, comm.config.chunk_bytes // dtype.itemsize),
-            fifo_steps=comm.config.steps,
-            op=op,
-            post=post,
-            send_connection=comm.send_connection,
-            recv_connection=comm.recv_connection,
-            counters=comm.peer_counters,
-            windows=windows,
-            ll=ll,
-            call=f"{name} ({algo})",
-            stream_bytes=self._stream_bytes,
-            stream_shared_bytes=self._stream_shared_bytes,
-        )
-        if comm.size == 1:
-            channels = [single_rank(ctx, single)]
-        else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
-            run = algorithms.ALGORITHMS[name][algo]
-            count = nbytes // dtype.itemsize
-            nch = algorithms.channels_for(name, algo, count, ctx.chunk_elems, comm.config.nchannels, comm.size)
-            contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]
-            channels = [build(run, channel_ctx) for channel_ctx in contexts]
-        steps = None
-        if (ll is not None or ctx.windows is not None) and len(channels) == 1:  # one-shot rounds, numbered now:
-            steps = list(channels[0])  # the steps are known now, and can be replayed
-            channels = [iter(steps)]
+        links = Links(comm.rank, comm.size, comm.send_connection, comm.recv_connection, comm.peer_counters, windows, ll,
+                      self.copies)  # fmt: skip
+        call = Call(seq, name, algo, _dtype_named(signature.dtype), args, nbytes, single, op)
+        coll = plan_call(call, comm.config, links, record, self.tracer)
         if comm.log.enabled("INFO", "COLL"):  # not formatted when nobody reads it
             comm.log.info("COLL", f"{name} #{seq} via {algo}: {signature}")
-        coll = CollectiveOp(name, algo, channels, record, self.tracer, seq)
-        coll.replayable = steps
         return coll
-
-    def _fits_ll(self, name: str, nbytes: int) -> bool:
-        """Whether a direct ``name`` of ``nbytes`` per rank fits one LL buffer (``NBCOLL_LL_BYTES``).
-
-        All-to-all and reduce-scatter write one segment per peer, each padded to whole 4-byte words.
-        """
-        if name not in tuner.ONE_SHOT:
-            return False
-        segments = self.comm.size if name in ("all_to_all", "reduce_scatter") else 1
-        return 0 < segments * -(-nbytes // 4) * 4 <= self.comm.config.ll_bytes
 
     def direct_windows(self, call: str = "") -> DirectWindows | None:
         """The direct windows, made at the first one-shot collective; ``None`` unless every peer is on ipc.
@@ -331,7 +282,7 @@ class Engine:
         if not self._windows_made:
             config = self.comm.config
             nbytes = direct.window_bytes(config.buffsize, self.comm.size)
-            self._windows = self._map_windows(nbytes, config.cma_bytes, call)
+            self._windows = self._map_windows(nbytes, self.fast.cma_bytes, call)
             self._windows_made = True
         return self._windows
 
@@ -361,8 +312,9 @@ class Engine:
         """Let go of a buffer from :meth:`alloc` (local; see :meth:`DirectWindows.free`)."""
         self._after_queued_plans()
         windows = self.direct_windows()
-        if windows is not None:
+        if windows is not None and self.replays is not None:
             self.replays.clear()  # a kept plan may lend the buffer that is freed here
+        if windows is not None:
             windows.free(array)
 
     def _after_queued_plans(self) -> None:
@@ -381,18 +333,15 @@ class Engine:
         if not self._ll_made:
             config = self.comm.config
             windows = self._map_windows(buffer_bytes(config.ll_bytes, config.steps), call=call)
-            self._ll = (
-                None
-                if windows is None
-                else LLBuffers(windows, config.steps, config.ll_compiled, stream_bytes=self._stream_shared_bytes)
-            )
+            self._ll = None if windows is None else LLBuffers(windows, config.steps, self.fast.ll_compiled, self.copies)
             self._ll_made = True
         return self._ll
 
     def close(self) -> None:
         """Release what the engine holds: the call numbers' notes, the direct and LL windows, the trace file."""
         self.refusals.close()
-        self.replays.clear()
+        if self.replays is not None:
+            self.replays.clear()
         if self._windows is not None:
             self._windows.close()
         if self._ll is not None:

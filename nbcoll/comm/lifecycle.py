@@ -90,7 +90,8 @@ class Lifecycle:
 
     def _poll_aborted(self, probe: bool) -> int | None:
         """:meth:`aborted_by`; with ``probe=False``, without asking MPI whether a note has arrived: the control
-        page and the notes already received only (a replayed call's check; see :meth:`Engine.start_replay`)."""
+        page and the notes already received only (a replayed call's check: :meth:`nbcoll.comm.replay.Replays.start`).
+        """
         if self._aborted_by is None and not self._destroyed:
             # One probe for any message (mpi4py's defaults: any source, any tag) answers for both kinds of note
             # below in almost every call, where nothing has arrived; only when something has are they asked apart.
@@ -120,10 +121,8 @@ class Lifecycle:
     # -- new communicators --------------------------------------------------------------------------------------
 
     def _derive(self, mpi_comm: Any) -> Communicator:
-        from nbcoll.comm.communicator import Communicator  # that module imports this one
-
-        try:
-            return Communicator(mpi_comm, self.config, _node_key=self._wiring.node_key)
+        try:  # a communicator of this one's class (the mixin knows no class of its own: no import of it here)
+            return type(self)(mpi_comm, self.config, _node_key=self._wiring.node_key)
         finally:
             mpi_comm.Free()
 

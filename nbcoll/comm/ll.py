@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import backend, memory
+from nbcoll import memory
 from nbcoll.comm.ll_step import LLStep
 from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims
 from nbcoll.kernels.ll import LINE_BYTES, WORD_BYTES
@@ -74,14 +74,19 @@ class LLBuffers:
         ll.capacity(np.float32)            # elements of one round: 16384
     """
 
-    def __init__(self, windows: Any, slots: int, compiled: bool = False, stream_bytes: int = 0) -> None:
+    def __init__(self, windows: Any, slots: int, compiled: bool = False, copies: Any = None) -> None:
         self.windows = windows  # the mapped buffers (their set-up is the direct windows')
         self.rank, self.nranks, self.slots = windows.rank, windows.nranks, slots
-        # NBCOLL_LL_COMPILED: steps write and poll through kernels.ll_host (the numpy backend's only)
-        self.compiled = compiled and backend.get_backend() == "numpy"
-        # NBCOLL_STREAM_SHARED_BYTES: a step that writes at least so many bytes of lines writes them around the
-        # caches (kernels.ll_host.stream_store; numpy backend, x86-64; 0: never)
-        self.stream_bytes = stream_bytes
+        # CPU fast paths, each decided by nbcoll.comm.fast_paths: NBCOLL_LL_COMPILED's steps write and poll through
+        # compiled loops (nbcoll.comm.ll_compiled); a CopyPolicy may stream the lines (NBCOLL_STREAM_SHARED_BYTES)
+        self.compiled = compiled
+        self.copies = copies
+        if compiled:
+            from nbcoll.comm.ll_compiled import CompiledLLStep  # a fast path's module: imported only when it is on
+
+            self.step_class: type[LLStep] = CompiledLLStep
+        else:
+            self.step_class = LLStep
         self.lines_per_slot = windows.nbytes // (slots * LINE_BYTES)
         self.line_views = [window.array.view(np.uint64) for window in windows.windows]  # every rank's, as lines
         self.rounds = 0
@@ -120,7 +125,7 @@ class LLBuffers:
         With ``segments`` > 1, segment ``s`` holds ``local[s*block + lo : s*block + hi]``, each padded to whole
         words: an all-to-all writes one segment per destination, and each peer reads its own.
         """
-        return LLStep(self, prims, DIRECT | SEND, lo, hi, round_, block, segments)
+        return self.step_class(self, prims, DIRECT | SEND, lo, hi, round_, block, segments)
 
     def send_recv_reduce_copy(self, prims: Prims, lo: int, hi: int, round_: int, block: int = 0, segments: int = 1,
                               segment: int = 0) -> LLStep:  # fmt: skip
@@ -130,7 +135,7 @@ class LLBuffers:
         ``segment`` this rank, whose input part is ``local[segment*block + lo : segment*block + hi]``) is then one
         step, as an NCCL LL primitive writes and reads in one pass."""
         flags = DIRECT | SEND | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
-        return LLStep(self, prims, flags, lo, hi, round_, block, segments, segment)
+        return self.step_class(self, prims, flags, lo, hi, round_, block, segments, segment)
 
     def send_recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segments: int = 1,
                   segment: int = 0) -> LLStep:  # fmt: skip
@@ -138,7 +143,8 @@ class LLBuffers:
         (``out[me*block + lo : me*block + hi] = local[segment*block + lo : segment*block + hi]``) while its peers
         may still be writing, poll, copy every peer's block. An all-gather's round (``segments`` 1) or an
         all-to-all's (``segments`` n, ``segment`` this rank)."""
-        return LLStep(self, prims, DIRECT | SEND | RECV | COPY, lo, hi, round_, block, segments, segment, own=True)
+        flags = DIRECT | SEND | RECV | COPY
+        return self.step_class(self, prims, flags, lo, hi, round_, block, segments, segment, own=True)
 
     def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
              sources: list[int] | None = None, announce: bool = False) -> LLStep:  # fmt: skip
@@ -149,8 +155,8 @@ class LLBuffers:
         (``line 0 of lines(me) = round_``, no data): it has begun the round, which is what the writers of the
         next round wait for (see the module's docstring).
         """
-        return LLStep(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment, sources=sources,
-                      announce=announce)  # fmt: skip
+        return self.step_class(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment,
+                               sources=sources, announce=announce)  # fmt: skip
 
     def close(self) -> None:
         self.windows.close()

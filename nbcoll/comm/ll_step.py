@@ -6,11 +6,8 @@ yields (:func:`nbcoll.comm.algorithms.direct.all_reduce` and the others), with t
 :class:`~nbcoll.comm.primitives.Step`, so the progress queue, the watchdog and replays run it like any other.
 
 The write and the poll are launches of :mod:`nbcoll.kernels.ll`'s kernels (their references on the ``numpy``
-backend), a segment and a source at a time. With ``NBCOLL_LL_COMPILED=1`` the ``numpy`` backend runs them as the
-compiled loops of :mod:`nbcoll.kernels.ll_host` instead: one call writes every segment, one call polls every source
-and puts the words of a complete one where they go (the output block itself, for a copy of whole words). There a
-small collective's time goes to the Python around a few lines, not to the lines; the price is Numba's start-up,
-about 0.25 s, at each process's first LL round.
+backend), a segment and a source at a time. With ``NBCOLL_LL_COMPILED=1`` (a CPU fast path) the ``numpy`` backend
+runs them as compiled loops instead: :mod:`nbcoll.comm.ll_compiled`'s step, a subclass of this one.
 
 Example::
 
@@ -28,19 +25,15 @@ import numpy as np
 
 from nbcoll import memory
 from nbcoll.comm.connection import apart_from, copy_device
-from nbcoll.comm.primitives import DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims, name_of
+from nbcoll.comm.primitives import DIRECT, POST_BIT, RECV_BIT, REDUCE_BIT, SEND, SEND_BIT, Flag, Prims, name_of
 from nbcoll.kernels import combine as combine_kernels
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.kernels import ll as ll_kernels
-from nbcoll.kernels import ll_host
 from nbcoll.kernels.dispatch import resolve
 from nbcoll.kernels.ll import LINE_BYTES, WORD_BYTES
 
 if TYPE_CHECKING:
     from nbcoll.comm.ll import LLBuffers
-
-# plain ints: a test on a Flag builds an enum member
-_SEND, _RECV, _REDUCE, _POST = int(SEND), int(RECV), int(REDUCE), int(POST)
 PROBE_ABOVE = 256
 """Segments of more lines than this are polled by their last line first (one thread), then read whole: a load of
 every line costs a launch of as many threads, which the simulator runs one by one. A step whose poll has already
@@ -75,10 +68,7 @@ class _SlotLines:
         # what a read polls: the step's segment of each source's lines
         self.lines = {p: ll.lines(p, slot, step.segment * step.words, step.words) for p in step.sources}
         self.last_lines = {p: lines[-1:] for p, lines in self.lines.items()}
-        if step.compiled:  # the same places as offsets into the buffers, for the compiled write and poll
-            base = slot * ll.lines_per_slot
-            self.line_at = np.array([base + s * step.words for s in step.stored_segments], np.int64)
-            self.read_at = base + step.segment * step.words
+        self.line_at = self.read_at = None  # the same places as offsets, where a compiled step needs them
 
 
 class LLStep:
@@ -94,6 +84,9 @@ class LLStep:
 
     ``block``, ``segments`` and ``segment`` place the chunks of an all-to-all (see :meth:`LLBuffers.send`).
     """
+
+    compiled = False  # NBCOLL_LL_COMPILED's steps are nbcoll.comm.ll_compiled.CompiledLLStep
+    fills_out = False  # whether the poll puts the words straight into the output (then run() copies none)
 
     def __init__(
         self,
@@ -115,7 +108,8 @@ class LLStep:
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
         self.nbytes = (hi - lo) * prims.itemsize
         self.words = -(-self.nbytes // WORD_BYTES)
-        self.stores, self.receives = bool(self.bits & _SEND), bool(self.bits & _RECV)  # data into its lines; reads
+        # data into its lines; reads of its peers' lines
+        self.stores, self.receives = bool(self.bits & SEND_BIT), bool(self.bits & RECV_BIT)
         self.probes_first = self.words > PROBE_ABOVE  # a round's first poll looks at the last line first
         self.announces = announce and not self.stores
         self.writes = self.stores or self.announces  # into this rank's lines: data, or a presence line
@@ -129,8 +123,9 @@ class LLStep:
         self.recv = [_Peer(p) for p in self.sources]
         # Each launch's backend half, chosen once: a replay reruns this step on every call
         written = len(self.stored_segments) * self.words * LINE_BYTES  # this step's lines, in bytes
-        self.streams = bool(ll.stream_bytes) and written >= ll.stream_bytes
-        self.store_lines = ll_host.stream_store if self.streams else resolve(ll_kernels.store_lines)
+        copies = ll.copies  # a CopyPolicy where a CPU fast path may stream the lines (nbcoll.comm.copy_policy)
+        self.streams = copies is not None and copies.streams_shared(written)
+        self.store_lines = resolve(ll_kernels.store_lines) if copies is None else copies.store_lines(written)
         self.load_lines = resolve(ll_kernels.load_lines)
         self.first_round = resolve(ll_kernels.first_round)
         self.copy_chunk = resolve(copy_kernels.copy_chunk)
@@ -139,32 +134,11 @@ class LLStep:
             self.snapshots = {p: ll.snapshots[p][: self.words] for p in self.sources}
             self.received = {p: w.view(np.uint8)[: self.nbytes].view(prims.dtype) for p, w in self.snapshots.items()}
         self.whole_words = prims.itemsize % WORD_BYTES == 0  # else each segment is staged, padded to whole words
-        self.compiled = ll.compiled  # NBCOLL_LL_COMPILED, on the numpy backend (see the module's docstring)
-        self.fills_out = False  # whether the poll puts the words straight into the output (then run() copies none)
-        if self.compiled:
-            self._plan_compiled()
+        self._plan()
         self.rearm(round_)
 
-    def _plan_compiled(self) -> None:
-        """Where the compiled write reads each segment's words, and where the compiled poll puts each source's."""
-        ll, p, words = self.ll, self.prims, self.words
-        self.word_at = np.array(
-            [(s * self.block + self.lo) * p.itemsize // WORD_BYTES if self.whole_words else s * words
-             for s in self.stored_segments], np.int64)  # fmt: skip
-        self.source_lines = tuple(ll.line_views[peer] for peer in self.sources)
-        self.complete = np.zeros(len(self.sources), np.int64)  # the round in which each source was last complete
-        self.fills_out = self.receives and self.whole_words and not self.bits & _REDUCE  # a copy, into its block
-        if self.fills_out:
-            at = [(peer * self.block + self.lo) * p.itemsize // WORD_BYTES for peer in self.sources]
-        else:  # a fold reads each source's snapshot
-            at = [0] * len(self.sources)
-            self.snapshot_rows = tuple(ll.snapshots[peer] for peer in self.sources)
-        self.dest_at = np.array(at, np.int64)
-        if self.copies_own and self.fills_out:  # this rank's block too, word for word (none in place)
-            own = slice(self.ll.rank * self.block + self.lo, self.ll.rank * self.block + self.hi)
-            local = slice(self.segment * self.block + self.lo, self.segment * self.block + self.hi)
-            self.own_in_place = memory.same_memory(p.out[own], p.local[local])
-            self.own_at = own.start * p.itemsize // WORD_BYTES, local.start * p.itemsize // WORD_BYTES
+    def _plan(self) -> None:
+        """What a compiled step prepares before its first round (:mod:`nbcoll.comm.ll_compiled`); nothing here."""
 
     def rearm(self, round_: int) -> None:
         """Make this step new again, for ``round_``: a replayed collective (:mod:`nbcoll.comm.replay`) reruns it."""
@@ -221,10 +195,7 @@ class LLStep:
             self._copy_own()
         if not self.late:
             return True
-        if self.compiled:
-            self._poll_compiled()
-        else:
-            self.late = [peer for peer in self.late if self._lines_missing(peer)]
+        self._poll()
         if self.late:
             self.probing = self.words > 1  # the writer is still at it: from now on look at its last line first
             return False
@@ -258,12 +229,6 @@ class LLStep:
         the peers' lines (an all-gather's or an all-to-all's; nothing to copy in place)."""
         p, lo, hi = self.prims, self.lo, self.hi
         self.to_copy_own = False
-        if self.fills_out:  # compiled: the words of the block, unless it is the output's own
-            if not self.own_in_place:
-                dest_at, src_at = self.own_at
-                ll_host.copy(p.out.view(np.uint32), dest_at, p.local.view(np.uint32), src_at, self.words)
-                p.charge_copy(self.ll.rank, self.nbytes)
-            return
         at, start = self.segment * self.block, self.ll.rank * self.block + lo
         dst, src = p.out[start : start + hi - lo], p.local[at + lo : at + hi]
         if self.nbytes and not memory.same_memory(dst, src):
@@ -281,14 +246,9 @@ class LLStep:
             return 1  # the last line is not there yet: no need to read them all
         return self.load_lines(self.snapshots[peer], cut.lines[peer], self.flag, ll.missing)
 
-    def _poll_compiled(self) -> None:
-        """One look at every late source, in one call; ``late`` keeps those still incomplete."""
-        dests = (self.prims.out.view(np.uint32),) * len(self.sources) if self.fills_out else self.snapshot_rows
-        if ll_host.poll(self.source_lines, self.cut.read_at, self.words, self.round_word, self.complete, self.round,
-                        dests, self.dest_at):  # fmt: skip
-            self.late = [peer for k, peer in enumerate(self.sources) if self.complete[k] != self.round]
-        else:
-            self.late = []
+    def _poll(self) -> None:
+        """One look at every late source; ``late`` keeps those still incomplete."""
+        self.late = [peer for peer in self.late if self._lines_missing(peer)]
 
     def waiting_peers(self) -> list[int]:
         return list(self.unseen or self.late)
@@ -310,7 +270,7 @@ class LLStep:
         if not self.receives:
             self._store()
             return
-        if not self.bits & _REDUCE:
+        if not self.bits & REDUCE_BIT:
             self._copy_blocks()
             return
         p, ll, lo, hi = self.prims, self.ll, self.lo, self.hi
@@ -322,34 +282,19 @@ class LLStep:
                 local = apart_from(dst, local)
             sources = [local if r == ll.rank else self._words_of(r) for r in range(ll.nranks)]
             combine_kernels.fold_into(p.rule, dst, sources)  # unchecked: checked at the call
-            if self.bits & _POST:
+            if self.bits & POST_BIT:
                 p.post(dst)
         self._charge_received()
 
     def _store(self) -> None:
         p, ll = self.prims, self.ll
         ll.slot_is_read[self.slot] = True
-        if self.compiled:
-            self._write_compiled()
-        else:
-            self._write_launched()
+        self._write()
         p.charge_copy(ll.rank, len(self.stored_segments) * self.nbytes)  # into this rank's lines, read by its peers
         for peer in ll.others:
             p.charge(peer, self.nbytes, sent=True)
 
-    def _write_compiled(self) -> None:
-        """Every stored segment into this rank's lines in one call; data not of whole words is staged first."""
-        p, ll = self.prims, self.ll
-        if self.whole_words:
-            words = p.local.view(np.uint32)
-        else:  # each segment staged into its row (word_at points there)
-            for s in self.stored_segments:
-                self._segment_words(s)
-            words = ll.staging
-        ll_host.write(ll.line_views[ll.rank], self.cut.line_at, words, self.word_at, self.words, self.round_word,
-                      self.streams)  # fmt: skip
-
-    def _write_launched(self) -> None:
+    def _write(self) -> None:
         """Segment by segment, a launch each (an all-to-all's own segment is read by no one)."""
         lines, words = self.cut.own, self.words
         for s in self.stored_segments:

@@ -45,7 +45,6 @@ Example (one step of a ring all-reduce on rank ``r``)::
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,9 +53,24 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from
 from nbcoll.comm.counters import PeerCounters
+from nbcoll.comm.direct_prims import DirectPrims
 from nbcoll.comm.errors import CommMismatchError
+from nbcoll.comm.step_flags import (  # noqa: F401  (every flag and name_of: importable from here, as before)
+    COPY,
+    COPY_BIT,
+    DIRECT,
+    POST,
+    POST_BIT,
+    RECV,
+    RECV_BIT,
+    REDUCE,
+    REDUCE_BIT,
+    SEND,
+    SEND_BIT,
+    Flag,
+    name_of,
+)
 from nbcoll.kernels import combine as combine_kernels
-from nbcoll.kernels import stream_copy
 from nbcoll.kernels.copy import copy_chunk
 from nbcoll.kernels.dispatch import resolve
 
@@ -64,42 +78,7 @@ PostOp = Callable[[Any], Any]
 """What the rank holding a final value does to it before it leaves (avg's division), or ``None``."""
 
 
-class Flag(enum.IntFlag):
-    """What one step does; a primitive's name is the list of its flags (NCCL's ``genericOp`` arguments)."""
-
-    RECV = 1  # read one chunk from each peer it receives from
-    REDUCE = 2  # fold the local input with what arrived
-    COPY = 4  # write the step's value into the output
-    SEND = 8  # write the step's value into each peer's slot
-    DIRECT = 16  # read or write the peers' buffers in place (a window), not FIFO slots
-    POST = 32  # the value is final here: apply the op's last step (avg's division)
-
-
-RECV, REDUCE, COPY, SEND, DIRECT, POST = Flag.RECV, Flag.REDUCE, Flag.COPY, Flag.SEND, Flag.DIRECT, Flag.POST
-
-# The same bits as plain ints, for the tests a step makes while it runs: an operation on a Flag builds an enum
-# member (about half a microsecond each), one on an int does not.
-_RECV, _REDUCE, _COPY, _SEND, _POST = int(RECV), int(REDUCE), int(COPY), int(SEND), int(POST)
-
-_NAMES = {
-    SEND: "send",
-    RECV | COPY: "recv",
-    RECV | REDUCE | SEND: "recv_reduce_send",
-    RECV | COPY | SEND: "recv_copy_send",
-    RECV | REDUCE | COPY: "recv_reduce_copy",
-    RECV | REDUCE | COPY | SEND: "recv_reduce_copy_send",
-    COPY | SEND: "copy_send",
-    COPY: "copy",
-}
-
-
-def name_of(flags: Flag) -> str:
-    """The primitive's name: ``RECV | REDUCE | COPY`` is ``recv_reduce_copy``; ``DIRECT`` adds ``direct_``."""
-    base = _NAMES.get(flags & ~(DIRECT | POST), "post_op")
-    return "direct_" + base if flags & DIRECT else base
-
-
-class Prims:
+class Prims(DirectPrims):
     """NCCL's ``Primitives`` object: one algorithm part's buffers, peers and op, bound once; calls take ranges.
 
     Example::
@@ -112,9 +91,8 @@ class Prims:
     it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
     per-peer counters to charge (``rank``'s own entry counts the copies within this rank). ``windows`` are the
     peers' windows and registered buffers, for the ``direct_*`` steps; ``by_address``: an unregistered input may
-    be lent by its address, which only collectives that copy it do (a fold's input never is). ``stream_bytes``:
-    an output of at least so many bytes is copied into with streaming stores; ``stream_shared_bytes``: so is every
-    copy into memory a peer reads next, when ``local`` or ``out`` has at least so many bytes (``copy_shared``).
+    be lent by its address, which only collectives that copy it do (a fold's input never is). ``copies``: a
+    :class:`~nbcoll.comm.copy_policy.CopyPolicy` that may choose streaming stores (a CPU fast path), or ``None``.
     """
 
     def __init__(
@@ -132,8 +110,7 @@ class Prims:
         rank: int = -1,
         by_address: bool = True,
         call: str = "",
-        stream_bytes: int = 0,
-        stream_shared_bytes: int = 0,
+        copies: Any = None,
     ) -> None:
         self.local, self.out = local, out
         self.recv_conns, self.send_conns = list(recv), list(send)
@@ -155,20 +132,12 @@ class Prims:
         # Traces place a chunk in the collective's larger buffer (the input of a reduce-scatter, the output of an
         # all-gather), so that every rank's spans of one collective index the same array.
         self.spans_in_out = out is not None and (local is None or out.size > local.size)
-        # An output too large for the caches to keep is written around them (nbcoll.kernels.stream_copy).
-        self.streams = bool(stream_bytes) and out is not None and out.nbytes >= stream_bytes
-        # dst[:] = src for a chunk of an output (this rank's, or one a broadcast root writes into): chosen here,
-        # once, so that a step's copy costs no more than the copy it replaced.
+        # dst[:] = src into a chunk of an output (copy_out), and into memory a peer reads next: a FIFO slot, a
+        # window (copy_shared). The ordinary copy kernel, unless a copy policy (a CPU fast path) chooses streaming
+        # stores for them (nbcoll.comm.copy_policy); chosen here, once, not per step.
         ordinary = resolve(copy_chunk)
-        self.copy_out: Callable[[Any, Any], Any] = stream_copy.copy if self.streams else ordinary
-        # dst[:] = src into a peer's FIFO slot or this rank's window, which a peer reads next. An ordinary store
-        # first takes the line back from the reader's cache, which on some machines costs several times the copy
-        # itself; a streaming store writes the whole line without that (NBCOLL_STREAM_SHARED_BYTES;
-        # benchmarks/lab/NOTES.md, "Copies into memory a peer reads"). Small collectives keep ordinary stores: they
-        # save little, and the compiled loop costs a process about 0.2 s to load the first time.
-        largest = max(0 if b is None else b.nbytes for b in (local, out))
-        streams_shared = bool(stream_shared_bytes) and largest >= stream_shared_bytes
-        self.copy_shared: Callable[[Any, Any], Any] = stream_copy.copy if streams_shared else ordinary
+        self.copy_out: Callable[[Any, Any], Any] = ordinary if copies is None else copies.copy_out(out)
+        self.copy_shared: Callable[[Any, Any], Any] = ordinary if copies is None else copies.copy_shared(local, out)
 
     # -- the named primitives: each is one Step with its flags ------------------------------------------------
 
@@ -204,51 +173,6 @@ class Prims:
     @property
     def _post(self) -> Flag:
         return POST if self.post is not None else Flag(0)
-
-    # -- the direct primitives: the peers' buffers in place instead of FIFO slots (nbcoll.comm.window) ---------
-
-    def direct_send(self, lo: int, hi: int, round_: int, in_block: int = 0, at: int = 0, after: int = 1) -> Any:
-        """Post ``local[q*in_block + lo : q*in_block + hi]`` for every peer ``q``: lent in place when ``local`` is
-        registered, else copied into this rank's window from byte ``at``, once every peer is done with round
-        ``round_ - after`` (the last one staged there). Peers read it in round ``round_``."""
-        return self.windows.step(self, DIRECT | SEND, lo, hi, round_, in_block=in_block, at=at, after=after)
-
-    def direct_copy_send(self, lo: int, hi: int, round_: int, out_block: int, in_block: int = 0, at: int = 0,
-                         after: int = 1) -> Any:  # fmt: skip
-        """:meth:`direct_send`, then ``out[me*out_block + lo : ...] = local[me*in_block + lo : ...]``: this rank's
-        own block, copied while the peers' posts are on their way (an all-gather's, an all-to-all's)."""
-        return self.windows.step(
-            self, DIRECT | COPY | SEND, lo, hi, round_, in_block=in_block, out_block=out_block, at=at, after=after
-        )
-
-    def direct_recv(self, lo: int, hi: int, round_: int, sources: Sequence[int], out_block: int = 0,
-                    in_block: int = 0, at: int = 0) -> Any:  # fmt: skip
-        """``out[p*out_block + lo : ...] = local of p [me*in_block + lo : ...]`` for every ``p`` in ``sources``,
-        read in place (or from byte ``at`` of a window it was staged in); then this rank is done reading in round
-        ``round_`` (also with no source)."""
-        where = {"sources": list(sources), "out_block": out_block, "in_block": in_block, "at": at}
-        return self.windows.step(self, DIRECT | RECV | COPY, lo, hi, round_, **where)
-
-    def direct_recv_reduce_copy(self, lo: int, hi: int, round_: int, in_block: int = 0, at: int = 0) -> Any:
-        """``out[lo:hi] = op(local of 0 [me*in_block + lo : ...], ..., local of n-1 [...])``, read in place (or from
-        byte ``at`` of a window), in rank order (``in_block``: a reduce-scatter folds this rank's block of every
-        rank's input)."""
-        flags = DIRECT | RECV | REDUCE | COPY | self._post
-        return self.windows.step(self, flags, lo, hi, round_, in_block=in_block, at=at)
-
-    def direct_open(self, lo: int, hi: int, round_: int, root: int, target: tuple[int, int] | None) -> Any:
-        """Open ``out[lo:hi]`` to ``root``'s write in round ``round_`` when ``out`` is registered (``target``, from
-        ``windows.find(out)``); else say it is closed. Either way ``root`` learns that this rank has come."""
-        return self.windows.open_output(self, lo, hi, round_, root, target)
-
-    def direct_write(self, lo: int, hi: int, round_: int) -> Any:
-        """``out of p [lo:hi] = local[lo:hi]`` for every peer ``p`` that opened its output in round ``round_``
-        (NCCL's direct write); then this rank is done with the round."""
-        return self.windows.write_shares(self, lo, hi, round_)
-
-    def direct_release(self) -> Any:
-        """The collective's last step: return only when no peer still reads what this rank lent."""
-        return self.windows.release(self)
 
     # -- what the steps share -----------------------------------------------------------------------------------
 
@@ -304,8 +228,8 @@ class Step:
         self.prims, self.flags, self.lo, self.hi = prims, flags, lo, hi
         self.out_at = lo if out_at is None else out_at
         bits = int(flags)
-        self.recv = prims.recv_conns if bits & _RECV else ()
-        self.send = prims.send_conns if bits & _SEND else ()
+        self.recv = prims.recv_conns if bits & RECV_BIT else ()
+        self.send = prims.send_conns if bits & SEND_BIT else ()
 
     @property
     def name(self) -> str:
@@ -355,10 +279,10 @@ class Step:
         """Do the step (every connection must be :meth:`ready`): receive, fold, post-op, copy out, send."""
         p, flags, lo, hi = self.prims, int(self.flags), self.lo, self.hi
         nbytes = (hi - lo) * p.itemsize
-        dst = p.out[self.out_at : self.out_at + hi - lo] if flags & _COPY else None
+        dst = p.out[self.out_at : self.out_at + hi - lo] if flags & COPY_BIT else None
         received = [self._arrived(conn, nbytes) for conn in self.recv]
         folded_into = None
-        if flags & _REDUCE:
+        if flags & REDUCE_BIT:
             local = p.local[lo:hi]
             if p.local_position and dst is not None:  # in place, the local part not first: fold a copy of it
                 local = apart_from(dst, local)
@@ -369,16 +293,16 @@ class Step:
             # The combine kernel, launched unchecked: the buffers and the op were checked when the call began.
             combine_kernels.fold_into(p.rule, dst, received)
             value = dst
-        elif flags & _RECV:
+        elif flags & RECV_BIT:
             value = received[0]
         else:
             value = p.local[lo:hi]
-        if flags & _POST:
+        if flags & POST_BIT:
             p.post(value)
         if dst is not None and value is not dst and not memory.same_memory(dst, value):
             p.copy_out(dst, value)  # in place (a broadcast root, an all-gather's own block) there is no copy
-            p.charge_copy(self.recv[0].peer if flags & _RECV and not flags & _REDUCE else p.rank, nbytes)
-        for conn in self.recv if flags & _REDUCE else ():
+            p.charge_copy(self.recv[0].peer if flags & RECV_BIT and not flags & REDUCE_BIT else p.rank, nbytes)
+        for conn in self.recv if flags & REDUCE_BIT else ():
             p.charge_copy(conn.peer, nbytes)  # the fold read the peer's slot
         for conn in self.send:
             if conn is not folded_into and nbytes:

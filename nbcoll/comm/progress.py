@@ -43,7 +43,7 @@ class Progress:
         self._check = check
         self._name = name
         self._queue: deque[tuple[list[Any], list[Work]]] = deque()
-        # One lock, taken bare on the hot path (claim, release) and as a condition where a thread waits; release
+        # One lock, taken bare on the hot path (_claim, _release) and as a condition where a thread waits; release
         # wakes the waiters only when there are some, since a replayed collective claims and releases every call.
         self._mutex = threading.RLock()
         self._lock = threading.Condition(self._mutex)
@@ -58,7 +58,7 @@ class Progress:
         checked that the communicator is usable (a collective's entry), so a batch run at once skips that check;
         an abort that lands in between is still noticed by the watchdog while the batch waits.
         """
-        if not (wait and self.claim()):  # something runs or waits already: this batch goes behind it
+        if not (wait and self._claim()):  # something runs or waits already: this batch goes behind it
             with self._lock:
                 if wait:
                     works = [*works, Work(f"{len(ops)} operation(s) on {self._name}", None)]  # to wait on
@@ -81,26 +81,35 @@ class Progress:
         if error is not None:
             raise error
 
-    def claim(self) -> bool:
-        """Take the queue for work on the caller's thread, if nothing is queued or running; then :meth:`release` it.
-
-        A replayed collective whose steps are ready at once runs them so (:mod:`nbcoll.comm.replay`), with no batch.
+    def run_here(self, run: Callable[[], Any]) -> bool:
+        """``run()`` on the caller's thread if nothing is queued or running, holding the queue meanwhile; return
+        whether it ran. A replayed collective whose steps are ready at once runs them so (:mod:`nbcoll.comm.replay`).
         """
+        if not self._claim():
+            return False
+        try:
+            run()
+        finally:
+            self._release()
+        return True
+
+    def _claim(self) -> bool:
+        """Take the queue for work on the caller's thread, if nothing is queued or running; then :meth:`_release`."""
         with self._mutex:
             if self._busy or self._queue:
                 return False
             self._busy = True
             return True
 
-    def release(self) -> None:
-        """Give back the queue taken by :meth:`claim`: a batch waiting behind may run."""
+    def _release(self) -> None:
+        """Give back the queue taken by :meth:`_claim`: a batch waiting behind may run."""
         with self._mutex:
             self._busy = False
             if self._waiters:
                 self._lock.notify_all()
 
     def _finish(self, works: list[Work], error: BaseException | None) -> None:
-        self.release()
+        self._release()
         for work in works:
             work._finish(error)
 

@@ -11,7 +11,8 @@ have freed the peer. When nothing moves it polls, and every poll asks four quest
 
 Each question has its own error: :class:`CommAbortedError`, :class:`CommPeerLostError`,
 :class:`CommTimeoutError`, and every message names the operation, the rank, the peer, the step reached and what
-the rank waited for, followed by the rank's flight recorder.
+the rank waited for, followed by the rank's flight recorder (:mod:`nbcoll.comm.watchdog_checks` asks them and
+words the errors).
 
 Example::
 
@@ -27,15 +28,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nbcoll.comm.debug import FlightRecorder, Logger
-from nbcoll.comm.errors import CommAbortedError, CommPeerLostError, CommTimeoutError
-from nbcoll.ipc_memory import unlink_names_of
+from nbcoll.comm.watchdog_checks import MPI_ERRORS, WatchdogChecks, process_alive  # noqa: F401  (as before)
 
 try:
     from mpi4py import MPI
-
-    MPI_ERRORS: tuple[type[BaseException], ...] = (MPI.Exception,)
 except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
-    MPI, MPI_ERRORS = None, ()
+    MPI = None
 
 TAG_ABORT = 77
 """Tag of the abort message, on the communicator's control MPI communicator (never on the data one)."""
@@ -46,33 +44,10 @@ HEALTH_CHECK_INTERVAL = 0.01
 SPIN_SECONDS = 0.002
 """How long a waiting rank only yields the core (``sched_yield``) before it starts to sleep."""
 
-SHORT_POLL_SECONDS = 1e-3
-"""How long :meth:`Watchdog.ready_soon` polls one step on the caller's thread before the watchdog's loop takes it
-over. A replayed call (:mod:`nbcoll.comm.replay`) runs alone, and its peer is most often a few microseconds
-behind: a bare poll between two yields of the core costs less than a pass of the loop, so it notices the peer
-sooner and leaves more of the core to a peer that shares it (four ranks on two cores). Abort and dead peers are
-noticed by the loop, every :data:`HEALTH_CHECK_INTERVAL`, which this poll delays by at most its length."""
-
 MAX_SLEEP_SECONDS = 0.001
 
 
-def process_alive(pid: int) -> bool:
-    """True unless process ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
-class Watchdog:
+class Watchdog(WatchdogChecks):
     """Progresses operations, bounded by a timeout, released by an abort, failed by a dead peer.
 
     ``aborted_by()`` returns the rank that aborted the communicator, or ``None``; ``peer_pids`` maps the
@@ -95,73 +70,6 @@ class Watchdog:
         self.recorder = recorder
         self.log = log
         self.failed = False  # an operation ended in an error: messages may still be on their way
-
-    def _report(self, error: Exception) -> Exception:
-        self.log.warn("P2P", f"{type(error).__name__}: {str(error).splitlines()[0]}")
-        return error
-
-    def _context(self, ops: Sequence[Any]) -> str:
-        lines = [f"  pending: {op.describe()}; waiting for {op.waiting_for()}" for op in ops]
-        return "\n".join(lines) + "\n" + self.recorder.format(self.rank)
-
-    def check_aborted(self, ops: Sequence[Any] = ()) -> None:
-        by = self.aborted_by()
-        if by is None:
-            return
-        for op in ops:
-            op.record.finish("aborted")
-        who = "this rank" if by == self.rank else f"rank {by}"
-        what = f"{ops[0].headline()} stopped" if ops else "operation refused"
-        raise self._report(
-            CommAbortedError(
-                f"rank {self.rank}: {what}: the communicator was aborted by {who}; every operation on it fails"
-                + (":\n" + self._context(ops) if ops else "")
-            )
-        )
-
-    def check_peers(self, ops: Sequence[Any], still_moving: Callable[[], bool] = lambda: False) -> None:
-        """Raise if a peer an operation waits for has exited (every peer of its step, not only the first) and
-        nothing can move any more.
-
-        A peer that wrote its last chunk and then left is not lost: what it wrote is still there to read, so
-        ``still_moving()`` (one more progress pass) is asked before the error is raised.
-        """
-        for op in ops:
-            waiting = op.waiting_peers() if hasattr(op, "waiting_peers") else [op.peer]
-            for peer in waiting:
-                pid = self.peer_pids.get(peer)
-                if pid is not None and not process_alive(pid):
-                    unlink_names_of(pid)  # what it had not unlinked yet (a window it was setting up)
-                    if still_moving():
-                        return
-                    op.record.finish("failed")
-                    raise self._report(
-                        CommPeerLostError(
-                            f"rank {self.rank}: {op.headline()} failed: peer rank {peer} (pid {pid}) has exited "
-                            f"during {op.describe()}:\n" + self._context(ops)
-                        )
-                    )
-
-    def check_peer_processes(self, what: str) -> None:
-        """Raise if any peer on this machine has exited (for waits that are not operations: split, dup)."""
-        for peer, pid in sorted(self.peer_pids.items()):
-            if not process_alive(pid):
-                unlink_names_of(pid)
-                raise self._report(
-                    CommPeerLostError(f"rank {self.rank}: {what} failed: peer rank {peer} (pid {pid}) has exited")
-                )
-
-    def _mpi_failure(self, op: Any, pending: Sequence[Any], exc: BaseException) -> Exception:
-        """MPI's own report of a broken connection, usually a dead peer, as a :class:`CommPeerLostError`."""
-        op.record.finish("failed")
-        reason = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
-        return self._report(
-            CommPeerLostError(
-                f"rank {self.rank}: {op.headline()} failed: MPI reported an error on the connection with peer "
-                f"rank {op.peer}, most often because that peer has exited ({reason}), during {op.describe()}:\n"
-                + self._context(pending)
-            )
-        )
 
     def _progress_pass(self, pending: Sequence[Any], tracing: bool = False) -> bool:
         """Give every pending operation its turn once; return whether any took a step."""
@@ -213,29 +121,6 @@ class Watchdog:
         except BaseException:
             self.failed = True
             raise
-
-    def _timed_out(self, pending: Sequence[Any]) -> Exception:
-        for op in pending:
-            op.record.finish("timed out")
-        first = pending[0]
-        return self._report(
-            CommTimeoutError(
-                f"rank {self.rank}: {first.headline()} made no progress for {self.timeout:g} s "
-                f"(NBCOLL_TIMEOUT) at connection step {first.conn.step}, waiting for {first.waiting_for()}:\n"
-                + self._context(pending)
-            )
-        )
-
-    @staticmethod
-    def ready_soon(step: Any) -> bool:
-        """Poll ``step.ready()`` between yields of the core for up to :data:`SHORT_POLL_SECONDS`; return whether it
-        became ready (if not, the caller hands it to :meth:`drive`, which bounds the wait)."""
-        deadline = time.perf_counter() + SHORT_POLL_SECONDS
-        while time.perf_counter() < deadline:
-            os.sched_yield()
-            if step.ready():
-                return True
-        return False
 
     @staticmethod
     def _wait_a_little(waited: float) -> None:

@@ -88,22 +88,13 @@ from typing import Any
 
 import numpy as np
 
-try:
-    from mpi4py import MPI
-except ImportError:  # the comm package imports without MPI; only communicators over MPI need it
-    MPI = None
-
 from nbcoll import backend, memory
 from nbcoll.comm.bootstrap import shared_memory_of
-from nbcoll.comm.debug import FlightRecorder, OperationRecord
+from nbcoll.comm.debug import FlightRecorder
 from nbcoll.comm.primitives import Flag
-from nbcoll.comm.transport import cross_memory
+from nbcoll.comm.window_setup import TAG_WINDOWS, Exchange  # noqa: F401  (TAG_WINDOWS: as before)
 from nbcoll.comm.window_step import BY_ADDRESS, OpenOutput, Release, WindowStep, WriteShares
 from nbcoll.ipc_memory import IpcBuffer
-
-TAG_WINDOWS = 91
-"""Tag of the setup messages on the control communicator, apart from the others there (77 the abort message,
-78 shrink's, and the few after them)."""
 
 POSTED, DONE, LENT, LENT_AT = 0, 1, 2, 3
 """The rows of the flags page, one column per rank, each written by its rank only: the last round it posted, the
@@ -229,6 +220,8 @@ class DirectWindows:
     def read_lent(self, rank: int, first_byte: int, into: Any) -> None:
         """``into[:] =`` the bytes from ``first_byte`` of what ``rank`` lent by address in its current round: one
         copy, by the kernel, out of ``rank``'s process (:mod:`nbcoll.comm.transport.cross_memory`)."""
+        from nbcoll.comm.transport import cross_memory  # a fast path's module: lent by address only when it is on
+
         cross_memory.read(self.pids[rank], int(self.lent_at[rank]) + first_byte, into)
 
     def _probe_cross_memory(self, call: str = "") -> list[int] | None:
@@ -237,14 +230,26 @@ class DirectWindows:
         ``process_vm_readv``, or ``cma_bytes`` 0 on that rank), reads every peer's probe, and says whether all
         came back right; the probes stay alive until every rank has said so."""
         probe = np.arange(8, dtype=np.int64) + 1000 * self.rank
-        on_host = backend.get_backend() != "cuda" and cross_memory.available() and self.cma_bytes > 0
-        offer = (os.getpid(), memory.address_range(probe)[0]) if on_host else None
+        offer = (os.getpid(), memory.address_range(probe)[0]) if self._can_read_peers() else None
         offers = _exchange(self.mpi_comm, self.uid, offer, "cma", self.drive, self.recorder, call)
-        readable = all(o is not None for o in offers) and all(
-            cross_memory.probe(*offers[p], np.arange(8, dtype=np.int64) + 1000 * p)
-            for p in range(self.nranks) if p != self.rank)  # fmt: skip
+        readable = all(o is not None for o in offers) and self._read_probes(offers)
         verdicts = _exchange(self.mpi_comm, self.uid, readable, "cma-read", self.drive, self.recorder, call)
         return [o[0] for o in offers] if all(verdicts) else None
+
+    def _read_probes(self, offers: list[Any]) -> bool:
+        """Whether every peer's probe reads back right out of its process (every rank offered one)."""
+        from nbcoll.comm.transport import cross_memory  # this rank offered too: the fast path is on
+
+        expected = [np.arange(8, dtype=np.int64) + 1000 * p for p in range(self.nranks)]
+        return all(cross_memory.probe(*offers[p], expected[p]) for p in range(self.nranks) if p != self.rank)
+
+    def _can_read_peers(self) -> bool:
+        """Whether this rank offers cross-memory reads: on the host, ``cma_bytes`` > 0, ``process_vm_readv``."""
+        if self.cma_bytes <= 0 or backend.get_backend() == "cuda":
+            return False
+        from nbcoll.comm.transport import cross_memory  # a fast path's module (NBCOLL_CMA_BYTES): imported if on
+
+        return cross_memory.available()
 
     def lent_view(self, rank: int, first_byte: int, nbytes: int, dtype: Any) -> Any:
         """``nbytes`` of what ``rank`` lent in its current round, from ``first_byte`` of its registered buffer."""
@@ -339,63 +344,6 @@ def _exchange(
     mpi_comm: Any, uid: int, value: Any, what: str, drive: Callable, recorder: FlightRecorder, call: str = ""
 ) -> list:
     """Every rank's ``value``, in rank order, exchanged in messages that the watchdog polls (for ``call``)."""
-    op = _Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what), call)
+    op = Exchange(mpi_comm, uid, value, what, recorder.record("window_setup", -1, 0, what), call)
     drive([op])
     return [op.values[p] for p in range(op.nranks)]
-
-
-class _Exchange:
-    """Sends one value to every peer and receives theirs, never blocking: an operation the watchdog drives.
-
-    Point-to-point messages rather than a collective, so that a rank that waits knows which peers are late.
-    """
-
-    kind = "collective"
-
-    def __init__(self, mpi_comm: Any, uid: int, value: Any, what: str, record: OperationRecord, call: str = "") -> None:
-        self.mpi_comm, self.uid, self.what, self.record, self.call = mpi_comm, uid, what, record, call
-        self.rank, self.nranks = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        self.others = [p for p in range(self.nranks) if p != self.rank]
-        self.values: dict[int, Any] = {self.rank: value}
-        self.sends = [mpi_comm.isend((uid, what, value), dest=p, tag=TAG_WINDOWS) for p in self.others]
-        self.step = 0
-        self.done = False
-
-    @property
-    def conn(self) -> _Exchange:
-        return self
-
-    @property
-    def peer(self) -> int:
-        late = self.waiting_peers()
-        return late[0] if late else -1
-
-    def waiting_peers(self) -> list[int]:
-        return [p for p in self.others if p not in self.values]
-
-    def progress(self) -> bool:
-        moved = False
-        for p in self.waiting_peers():
-            while p not in self.values and self.mpi_comm.Iprobe(source=p, tag=TAG_WINDOWS):
-                uid, what, value = self.mpi_comm.recv(source=p, tag=TAG_WINDOWS)  # arrived: returns at once
-                if (uid, what) == (self.uid, self.what):  # else left over from an earlier communicator's setup
-                    self.values[p] = value
-                    self.step += 1
-                    moved = True
-        if not self.waiting_peers() and MPI.Request.Testall(self.sends):
-            self.done = True
-            self.record.finish()
-            moved = True
-        return moved
-
-    def headline(self) -> str:
-        return f"direct window setup ({self.what})" + (f" for {self.call}" if self.call else "")
-
-    def describe(self) -> str:
-        return f"{self.headline()}: heard from {len(self.values)} of {self.nranks} ranks"
-
-    def waiting_for(self) -> str:
-        late = self.waiting_peers()
-        if late:
-            return f"ranks {late} to reach their first one-shot collective on this communicator"
-        return "this rank's messages to be delivered"

@@ -14,10 +14,9 @@ from typing import Any
 from nbcoll.comm.connection import apart_from, synchronize
 from nbcoll.comm.counters import charge_copied, charge_read, charge_sent
 from nbcoll.comm.errors import CommError, CommPeerLostError
-from nbcoll.comm.primitives import Flag, name_of
+from nbcoll.comm.primitives import COPY_BIT, POST_BIT, REDUCE_BIT, SEND_BIT, Flag, name_of
 from nbcoll.kernels import combine as combine_kernels
 
-_SEND, _REDUCE, _COPY, _POST = int(Flag.SEND), int(Flag.REDUCE), int(Flag.COPY), int(Flag.POST)
 BY_ADDRESS = -2
 """``lent[r]`` of a rank that lent an unregistered input by its address (``lent_at[r]``): its peers read it out of
 its process (:meth:`nbcoll.comm.window.DirectWindows.read_lent`)."""
@@ -95,13 +94,15 @@ class WindowStep(_RoundStep):
         self.at, self.after = at, after  # where in the window a staged chunk lies; the round last staged there
         self.sources = self.others if sources is None else sources
         self.bits = int(flags)  # tested while running: int tests cost less than Flag ones
-        sending = bool(self.bits & _SEND)
+        sending = bool(self.bits & SEND_BIT)
         self.send = [_Peer(p) for p in self.others] if sending else []
         self.recv = [] if sending else [_Peer(p) for p in self.sources]
         # What a replay reruns on every call, looked up once: the flags row a wait reads and the ranks it waits
         # for, the counters it charges, and the sources' memory as last found (see source()).
         self.watched = self.others if sending else self.sources
-        self.read_counters = prims.counters_of([] if sending else self.others if self.bits & _REDUCE else self.sources)
+        self.read_counters = prims.counters_of(
+            [] if sending else self.others if self.bits & REDUCE_BIT else self.sources
+        )
         self.sent_counters = prims.counters_of(self.others if sending else [])
         self.own_counters = prims.counters_of([windows.rank])
         self.views: dict[tuple[int, int, int], Any] = {}
@@ -117,7 +118,7 @@ class WindowStep(_RoundStep):
     def _awaited(self) -> tuple[Any, int] | None:
         """The flags row this step waits on and the round each watched peer must have reached in it, or ``None``
         when it waits for nobody."""
-        if self.bits & _SEND:  # nobody may still read what this rank is about to overwrite
+        if self.bits & SEND_BIT:  # nobody may still read what this rank is about to overwrite
             if self.prims.lent is not None and self.prims.lent_round is not None:
                 return None  # lent again in the same collective: the same buffer, nothing overwritten
             return self.w.done, self.round - self.after
@@ -144,7 +145,7 @@ class WindowStep(_RoundStep):
         late = self._late()
         if not late:
             return "nothing (ready)"
-        if self.bits & _SEND:
+        if self.bits & SEND_BIT:
             return f"ranks {late} to finish reading this rank's window in round {self.round - self.after}"
         return f"ranks {late} to post their data for round {self.round}"
 
@@ -214,19 +215,19 @@ class WindowStep(_RoundStep):
 
     def run(self) -> None:
         """Post this rank's chunk, or read every source's (a fold, or a copy into each source's block)."""
-        if self.bits & _SEND:
+        if self.bits & SEND_BIT:
             self._post()
-            if self.bits & _COPY:
+            if self.bits & COPY_BIT:
                 self._copy_own()
             return
         w, p, lo, hi = self.w, self.prims, self.lo, self.hi
-        if self.nbytes and self.bits & _REDUCE:  # fold every rank's chunk, in rank order, into out
+        if self.nbytes and self.bits & REDUCE_BIT:  # fold every rank's chunk, in rank order, into out
             dst = p.out[lo:hi]
             sources = [self.source(rank) for rank in range(w.nranks)]
             if w.rank >= 2:  # in place, ours is not the first operand: fold a copy of it
                 sources[w.rank] = apart_from(dst, sources[w.rank])
             combine_kernels.fold_into(p.rule, dst, sources)  # unchecked: checked at the call
-            if self.bits & _POST:
+            if self.bits & POST_BIT:
                 p.post(dst)
         elif self.nbytes:  # copy each source's chunk into its block of out
             for rank in self.sources:

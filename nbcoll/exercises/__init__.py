@@ -81,9 +81,18 @@ EXERCISES: dict[str, Exercise] = {
             summary="a 2-D stencil: out[r, c] = sum of x[r + a, c + b] * w[a, b]",
             entry="conv2d_kernel",
             checker="kernel_checks:check_stencil",
-            tutorial="01_first_kernel.py",
+            tutorial="02_communication_patterns.py",
             kind="kernel",
             ptx_signature=f"void({_F32_2D}, {_F32_2D}, {_F32_2D})",
+        ),
+        Exercise(
+            name="scatter_add",
+            summary="scatter_add with atomics: out[index[i]] += src[i]",
+            entry="scatter_add_kernel",
+            checker="kernel_checks:check_scatter_add",
+            tutorial="02_communication_patterns.py",
+            kind="kernel",
+            ptx_signature=f"void(int64[::1], {_F32}, {_F32})",
         ),
         Exercise(
             name="block_reduce",
@@ -95,15 +104,6 @@ EXERCISES: dict[str, Exercise] = {
             ptx_signature=f"void({_F32}, {_F32})",
         ),
         Exercise(
-            name="tiled_matmul",
-            summary="a tiled matmul through shared memory",
-            entry="matmul_tiled_kernel",
-            checker="block_checks:check_tiled_matmul",
-            tutorial="04_tiled_matmul.py",
-            kind="kernel",
-            ptx_signature=f"void({_F32_2D}, {_F32_2D}, {_F32_2D})",
-        ),
-        Exercise(
             name="fused_softmax",
             summary="a fused row softmax: max, sum and divide in one kernel",
             entry="softmax_rows_kernel",
@@ -113,13 +113,29 @@ EXERCISES: dict[str, Exercise] = {
             ptx_signature=f"void({_F32_2D}, {_F32_2D})",
         ),
         Exercise(
-            name="scatter_add",
-            summary="scatter_add with atomics: out[index[i]] += src[i]",
-            entry="scatter_add_kernel",
-            checker="kernel_checks:check_scatter_add",
-            tutorial="11_autograd_from_scratch.py",
+            name="tiled_matmul",
+            summary="a tiled matmul through shared memory",
+            entry="matmul_tiled_kernel",
+            checker="block_checks:check_tiled_matmul",
+            tutorial="04_tiled_matmul.py",
             kind="kernel",
-            ptx_signature=f"void(int64[::1], {_F32}, {_F32})",
+            ptx_signature=f"void({_F32_2D}, {_F32_2D}, {_F32_2D})",
+        ),
+        Exercise(
+            name="ring_all_reduce",
+            summary="the ring all-reduce, written in nbcoll's primitives",
+            entry="all_reduce",
+            checker="algorithm_checks:check_ring_all_reduce",
+            tutorial="08_ring_all_reduce.py",
+            kind="algorithm",
+        ),
+        Exercise(
+            name="tree_broadcast",
+            summary="a broadcast down a binary tree, written in nbcoll's primitives",
+            entry="broadcast",
+            checker="algorithm_checks:check_tree_broadcast",
+            tutorial="09_trees_and_algorithm_choice.py",
+            kind="algorithm",
         ),
         Exercise(
             name="batched_copy",
@@ -147,27 +163,11 @@ EXERCISES: dict[str, Exercise] = {
             kind="function",
         ),
         Exercise(
-            name="ring_all_reduce",
-            summary="the ring all-reduce, written in nbcoll's primitives",
-            entry="all_reduce",
-            checker="algorithm_checks:check_ring_all_reduce",
-            tutorial="08_ring_all_reduce.py",
-            kind="algorithm",
-        ),
-        Exercise(
-            name="tree_broadcast",
-            summary="a broadcast down a binary tree, written in nbcoll's primitives",
-            entry="broadcast",
-            checker="algorithm_checks:check_tree_broadcast",
-            tutorial="09_trees_and_algorithm_choice.py",
-            kind="algorithm",
-        ),
-        Exercise(
             name="ddp_buckets",
             summary="DDP's gradient buckets: parameters grouped, last registered first",
             entry="ddp_buckets",
             checker="function_checks:check_ddp_buckets",
-            tutorial="08_ring_all_reduce.py",
+            tutorial="13_data_parallel.py",
             kind="function",
         ),
         Exercise(
@@ -181,7 +181,7 @@ EXERCISES: dict[str, Exercise] = {
         ),
     )
 }
-"""Every exercise, in the order of the tutorial path."""
+"""Every exercise, in the order of the tutorial path: each follows the tutorial that teaches what it needs."""
 
 
 def get(name: str) -> Exercise:
@@ -287,8 +287,11 @@ def run_checks(
     if exercise.kind == "algorithm":
         checker(report, path, trace_dir)
         return report
+    compiles = ptx and exercise.kind == "kernel"
+    if compiles:
+        report.plan([PTX_CASE], final=True)  # after the simulator's cases, which the checker plans as it starts
     checker(report, entry)
-    if ptx and exercise.kind == "kernel" and report.passed:
+    if compiles and report.passed:
         from nbcoll.exercises import ptx as ptx_check
 
         report.begin(PTX_CASE)

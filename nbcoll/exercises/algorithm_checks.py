@@ -163,11 +163,18 @@ def check_tree_broadcast(report: Report, path: str | Path, trace_dir: str | Path
     check_files("tree_broadcast", [(report, path)], trace_dir)
 
 
+def case_names(exercise: str) -> list[str]:
+    """Every case of ``exercise``, on 2, 3 and 4 ranks, in the order they run."""
+    return [name for nranks in RANK_COUNTS for name, _ in _cases(exercise, nranks)]
+
+
 def check_files(exercise: str, files: list[tuple[Report, str | Path]], trace_dir: str | Path | None) -> None:
     """Check several learners' files, filling each one's report (one file's report hears each case begin)."""
     from nbcoll.comm import CommError
 
     begin = files[0][0].begin if len(files) == 1 else None
+    for report, _ in files:
+        report.plan(case_names(exercise))
     with tempfile.TemporaryDirectory(prefix="nbcoll_exercise_") as trace_root:
         try:
             returns = run_ranks(exercise, [str(Path(path).resolve()) for _, path in files], trace_root, begin)

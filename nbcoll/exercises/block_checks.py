@@ -1,7 +1,8 @@
 """Checks of the kernels whose threads cooperate through shared memory on a tile or a row: tiled matmul, softmax.
 
 Each failing case is also matched against the results the usual mistakes produce (the last partial tile
-skipped, no subtraction of the maximum, a thread that covers one column only), so the hint can name the mistake.
+skipped, no subtraction of the maximum, a thread that covers one column only), so the hint can name the mistake;
+otherwise the hint is chosen by the symptom (:mod:`nbcoll.exercises.symptoms`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from nbcoll.exercises import symptoms
 from nbcoll.exercises.launching import UNWRITTEN, blocks_for, compare, run_kernel, unwritten_hint
-from nbcoll.exercises.report import Report, show, thread_picture_1d, thread_picture_2d
+from nbcoll.exercises.report import Report, show, thread_picture_1d, thread_picture_2d, wrong_mask
 from nbcoll.kernels.matmul import matmul_reference
 from nbcoll.kernels.softmax import softmax_reference
 
@@ -22,14 +24,36 @@ ROW_THREADS = 16
 """Threads per block of the softmax: one block per row."""
 
 
+MATMUL_HINTS = {
+    symptoms.BLOCKS: "whole tiles of out are wrong: row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + "
+    "threadIdx.x",
+    symptoms.LAST: (
+        "only the last rows or columns of out are wrong: a bound check is off by one; write out[row, col] when "
+        "row < m and col < n (not m - 1, n - 1), and load 0 only past the edge (k index >= k)"
+    ),
+    symptoms.SPREAD: (
+        "wrong elements spread over a tile, the others right: a thread reads the tile before the others loaded "
+        "it; cuda.syncthreads() after the loads and after the multiply-add loop"
+    ),
+}
+"""The tiled matmul's hints by symptom, after the usual mistakes it can compute (the last partial tile skipped)."""
+
+
+def _matmul_case(m: int, k: int, n: int) -> str:
+    grid = (blocks_for(n, TILE), blocks_for(m, TILE))
+    return f"({m} x {k}) @ ({k} x {n}) (grid {grid[0]} x {grid[1]} blocks of {TILE} x {TILE})"
+
+
 def check_tiled_matmul(report: Report, kernel: Any) -> None:
     rng = np.random.default_rng(7)
-    for m, k, n in ((1, 1, 1), (5, 3, 6), (4, 8, 4), (6, 9, 7), (0, 3, 2)):
+    shapes = ((1, 1, 1), (5, 3, 6), (4, 8, 4), (6, 9, 7), (0, 3, 2))
+    report.plan([_matmul_case(*shape) for shape in shapes])
+    for m, k, n in shapes:
         a = rng.integers(-3, 4, (m, k)).astype(np.float32)
         b = rng.integers(-3, 4, (k, n)).astype(np.float32)
         expected = matmul_reference(a, b)
         grid = (blocks_for(n, TILE), blocks_for(m, TILE))
-        case = f"({m} x {k}) @ ({k} x {n}) (grid {grid[0]} x {grid[1]} blocks of {TILE} x {TILE})"
+        case = _matmul_case(m, k, n)
         runs = []
         for _ in range(2):  # twice: a race shows as a result that changes from run to run
             out = np.full((m, n), UNWRITTEN, np.float32)
@@ -37,7 +61,7 @@ def check_tiled_matmul(report: Report, kernel: Any) -> None:
                 return
             runs.append(out)
 
-        def diagnose(actual: np.ndarray, a=a, b=b, k=k, runs=runs) -> str:
+        def diagnose(actual: np.ndarray, a=a, b=b, k=k, runs=runs, expected=expected) -> str:
             if not np.array_equal(runs[0], runs[1], equal_nan=True):
                 return (
                     "the result changes from run to run: a thread reads a tile before the others loaded it, or "
@@ -50,11 +74,15 @@ def check_tiled_matmul(report: Report, kernel: Any) -> None:
                     f"the result is the product over the first {full} of k={k} terms: the last, partial tile "
                     f"is skipped; loop over (k + TILE - 1) // TILE tiles and load 0 past the edge"
                 )
-            missing = unwritten_hint(actual, "each thread writes out[row, col] when row < m and col < n")
-            return missing or (
-                "elements of a tile past the edge of a or b must be loaded as 0; out[row, col] "
-                "with row from y, col from x"
+            found = symptoms.classify(
+                wrong_mask(expected, actual), np.isnan(actual), symptoms.blocks_2d(expected.shape, (TILE, TILE))
             )
+            hint = MATMUL_HINTS.get(
+                found,
+                "elements of a tile past the edge of a or b must be loaded as 0; out[row, col] with row from y, "
+                "col from x",
+            )
+            return unwritten_hint(actual, hint) or hint
 
         picture = lambda wrong: thread_picture_2d(wrong, (TILE, TILE))  # noqa: E731
         if not compare(report, case, expected, runs[-1], f"a {show(a)}\nb {show(b)}", picture, diagnose):
@@ -64,12 +92,18 @@ def check_tiled_matmul(report: Report, kernel: Any) -> None:
 def check_fused_softmax(report: Report, kernel: Any) -> None:
     rng = np.random.default_rng(11)
     shapes = [((1, 1), 0.0), ((3, 5), 0.0), ((2, 37), 0.0), ((2, 6), 1000.0), ((0, 4), 0.0)]
+
+    def case_of(rows: int, cols: int, offset: float) -> str:
+        blocks = max(rows, 1)
+        large = " (values near 1000)" if offset else ""
+        return f"{rows} x {cols}{large} ({blocks} block{'s' if blocks != 1 else ''} of {ROW_THREADS}, one per row)"
+
+    report.plan([case_of(rows, cols, offset) for (rows, cols), offset in shapes])
     for (rows, cols), offset in shapes:
         x = (rng.standard_normal((rows, cols)) * 3 + offset).astype(np.float32)
         expected = softmax_reference(x, axis=-1)
         blocks = max(rows, 1)
-        large = " (values near 1000)" if offset else ""
-        case = f"{rows} x {cols}{large} ({blocks} block{'s' if blocks != 1 else ''} of {ROW_THREADS}, one per row)"
+        case = case_of(rows, cols, offset)
         y = np.full((rows, cols), UNWRITTEN, np.float32)
         with np.errstate(all="ignore"):
             overflow = "exp(1000) overflows float32; subtract the row's maximum before exp (softmax does not change)"

@@ -75,8 +75,9 @@ def check_recv_reduce_send(report: Report, recv_reduce_send: Any) -> None:
     kernel = ring_launch.ring_kernel_with(recv_reduce_send)
     group = 32 if device_backend() == "cuda" else 4
     spins = 50 if device_backend() == "sim" else dp.SPINS_BEFORE_CHECK_ABORT
+    report.plan([_case_name(*case) for case in CASES])
     for nranks, count, slot, steps, dtype in CASES:
-        case = f"{nranks} ranks, {count} elements of {np.dtype(dtype).name}, slots of {slot}, a FIFO of {steps}"
+        case = _case_name(nranks, count, slot, steps, dtype)
         ring = rd.DeviceRing(nranks, slot_elems=slot, steps=steps, group_threads=group)
         x = _inputs(nranks, count, dtype)
         local, out, status = cuda.to_device(x), cuda.to_device(np.zeros_like(x)), ring_launch.new_status(ring)
@@ -111,6 +112,10 @@ def check_recv_reduce_send(report: Report, recv_reduce_send: Any) -> None:
                        "and write it to next's slot, fifo[channel, nxt, sent % nsteps, i]")  # fmt: skip
             return
         report.add(case, True)
+
+
+def _case_name(nranks: int, count: int, slot: int, steps: int, dtype: Any) -> str:
+    return f"{nranks} ranks, {count} elements of {np.dtype(dtype).name}, slots of {slot}, a FIFO of {steps}"
 
 
 def _launch(report: Report, case: str, launch: Any) -> bool:

@@ -32,7 +32,9 @@ def _call(report: Report, case: str, function: Callable, *args: Any) -> tuple[bo
 
 def check_matmul_backward(report: Report, function: Callable) -> None:
     rng = np.random.default_rng(5)
-    for m, k, n in ((1, 1, 1), (2, 3, 4), (5, 2, 3), (0, 3, 2)):
+    shapes = ((1, 1, 1), (2, 3, 4), (5, 2, 3), (0, 3, 2))
+    report.plan([f"a {m} x {k}, b {k} x {n}" for m, k, n in shapes])
+    for m, k, n in shapes:
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         grad_out = rng.standard_normal((m, n))
         case = f"a {m} x {k}, b {k} x {n}"
@@ -71,7 +73,9 @@ def _matmul_hint(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, grad_
 
 def check_softmax_backward(report: Report, function: Callable) -> None:
     rng = np.random.default_rng(6)
-    for shape in ((1,), (4,), (3, 5), (2, 1), (0, 3)):
+    shapes = ((1,), (4,), (3, 5), (2, 1), (0, 3))
+    report.plan([f"y and dy of shape {shape}" for shape in shapes])
+    for shape in shapes:
         y = softmax_reference(rng.standard_normal(shape), axis=-1)
         dy = rng.standard_normal(shape)
         case = f"y and dy of shape {shape}"
@@ -128,6 +132,7 @@ def check_ddp_buckets(report: Report, function: Callable) -> None:
         ("one parameter larger than the cap", [30, 400, 30, 30], 100),
         ("a model of 7 layers", [64, 8, 256, 16, 128, 8, 32], 150),
     ]
+    report.plan([f"{name}: sizes {sizes}, cap {cap}" for name, sizes, cap in cases])
     for name, sizes, cap in cases:
         case = f"{name}: sizes {sizes}, cap {cap}"
         ok, got = _call(report, case, function, list(sizes), cap)

@@ -1,7 +1,9 @@
 """Checks of the one-thread-one-element kernels: map, 2-D stencil, block reduction, scatter_add, batched copy.
 
 Every check launches the learner's kernel on the simulator at sizes 0, 1 and sizes that are not multiples of the
-block, compares with nbcoll's own NumPy reference, and draws which threads own the wrong elements.
+block, compares with nbcoll's own NumPy reference, and draws which threads own the wrong elements. The hint is
+chosen by the symptom (:mod:`nbcoll.exercises.symptoms`: the last elements wrong, whole blocks, ...), after the
+results of the usual mistakes that a check can compute.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from nbcoll.exercises import symptoms
 from nbcoll.exercises.launching import UNWRITTEN, blocks_for, blocks_text, compare, run_kernel, unwritten_hint
-from nbcoll.exercises.report import Report, show, thread_picture_1d, thread_picture_2d
+from nbcoll.exercises.report import Report, show, thread_picture_1d, thread_picture_2d, wrong_mask
 from nbcoll.kernels.copy import CopyDescriptors, batched_copy_reference
 from nbcoll.kernels.index import scatter_add_reference
 from nbcoll.kernels.reduction import reduce_reference
@@ -28,40 +31,67 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng(2024)
 
 
+MAP_HINTS = {
+    symptoms.BLOCKS: "is i = blockIdx.x * blockDim.x + threadIdx.x, so each block starts after the one before?",
+    symptoms.LAST: (
+        "only the last elements are wrong: the bound check is off by one; write out[i] when i < out.size "
+        "(i < out.size - 1 leaves out the last element)"
+    ),
+}
+"""The map's hints by symptom; any other symptom gets the formula's hint."""
+
+
 def check_map(report: Report, kernel: Any) -> None:
     a, b = np.float32(2.5), np.float32(-1.0)
     rng = _rng()
-    for n in (1, 33, 70, 0):
+    sizes = (1, 33, 70, 0)
+    report.plan([f"n={n} ({blocks_text(blocks_for(n, THREADS), THREADS)})" for n in sizes])
+    for n in sizes:
         case = f"n={n} ({blocks_text(blocks_for(n, THREADS), THREADS)})"
         x = rng.standard_normal(n).astype(np.float32)
         out = np.full(n, UNWRITTEN, np.float32)
         if not run_kernel(report, case, kernel[blocks_for(n, THREADS), THREADS], (x, out, a, b)):
             return
-
-        def diagnose(actual: np.ndarray) -> str:
-            return (
-                unwritten_hint(
-                    actual, "is i = blockIdx.x * blockDim.x + threadIdx.x, so each block starts after the one before?"
-                )
-                or "is it out[i] = a * x[i] + b, with a and b in that order?"
-            )
-
         expected = (a * x + b).astype(np.float32)
-        picture = lambda wrong: thread_picture_1d(wrong, THREADS)  # noqa: E731
+
+        def diagnose(actual: np.ndarray, expected=expected, n=n) -> str:
+            found = symptoms.classify(wrong_mask(expected, actual), np.isnan(actual), symptoms.blocks_1d(n, THREADS))
+            hint = MAP_HINTS.get(found, "is it out[i] = a * x[i] + b, with a and b in that order?")
+            return unwritten_hint(actual, hint) or hint
+
+        picture = lambda wrong, n=n: thread_picture_1d(wrong, THREADS, blocks=blocks_for(n, THREADS))  # noqa: E731
         if not compare(report, case, expected, out, f"x {show(x)}, a={a}, b={b}", picture, diagnose):
             return
+
+
+STENCIL_HINTS = {
+    symptoms.BLOCKS: "row = blockIdx.y * blockDim.y + threadIdx.y and col likewise in x: cuda.grid(2) gives (col, row)",
+    symptoms.LAST: (
+        "only the last rows or columns of out are wrong: a bound check is off by one; out has H - KH + 1 rows and "
+        "W - KW + 1 columns: write when r < out.shape[0] and c < out.shape[1]"
+    ),
+}
+"""The stencil's hints by symptom, after the usual mistakes it can compute (swapped axes, the filter cut short)."""
 
 
 def check_stencil(report: Report, kernel: Any) -> None:
     rng = _rng()
     by, bx = STENCIL_BLOCK
-    for x_shape, w_shape in (((1, 1), (1, 1)), ((5, 7), (3, 3)), ((12, 10), (2, 3)), ((2, 3), (3, 3))):
+    shapes = (((1, 1), (1, 1)), ((5, 7), (3, 3)), ((12, 10), (2, 3)), ((2, 3), (3, 3)))
+
+    def case_of(x_shape: tuple[int, int], w_shape: tuple[int, int]) -> str:
+        rows, cols = max(x_shape[0] - w_shape[0] + 1, 0), max(x_shape[1] - w_shape[1] + 1, 0)
+        grid = (blocks_for(cols, bx), blocks_for(rows, by))
+        return f"x {x_shape}, w {w_shape} -> out {(rows, cols)} (grid {grid[0]} x {grid[1]} blocks of {bx} x {by})"
+
+    report.plan([case_of(*shape) for shape in shapes])
+    for x_shape, w_shape in shapes:
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         expected = conv2d_reference(x, w)
         rows, cols = expected.shape
         grid = (blocks_for(cols, bx), blocks_for(rows, by))
-        case = f"x {x_shape}, w {w_shape} -> out {expected.shape} (grid {grid[0]} x {grid[1]} blocks of {bx} x {by})"
+        case = case_of(x_shape, w_shape)
         out = np.full(expected.shape, UNWRITTEN, np.float32)
         if not run_kernel(report, case, kernel[grid, (bx, by)], (x, w, out)):
             return
@@ -78,22 +108,45 @@ def check_stencil(report: Report, kernel: Any) -> None:
                     "the last row and column of the filter are left out: loop a over range(KH), b over range(KW) "
                     "with KH, KW = w.shape"
                 )
-            return "out[r, c] sums x[r + a, c + b] * w[a, b] over a in range(KH), b in range(KW) (KH, KW = w.shape)"
+            found = symptoms.classify(
+                wrong_mask(expected, actual), np.isnan(actual), symptoms.blocks_2d(expected.shape, (by, bx))
+            )
+            hint = STENCIL_HINTS.get(
+                found, "out[r, c] sums x[r + a, c + b] * w[a, b] over a in range(KH), b in range(KW) (KH, KW = w.shape)"
+            )
+            return unwritten_hint(actual, hint) or hint
 
         picture = lambda wrong: thread_picture_2d(wrong, (by, bx))  # noqa: E731
         if not compare(report, case, expected, out, f"x {show(x)}\nw {show(w)}", picture, diagnose):
             return
 
 
+REDUCE_HINTS = {
+    symptoms.LAST: (
+        "only the last block's partial is wrong: the threads at the end of x load the wrong value; the load's "
+        "bound is off by one? load x[i] when i < x.size (not x.size - 1), and 0 past the end"
+    ),
+    symptoms.SPREAD: (
+        "partials of several blocks are wrong, not only the last: threads read shared memory before the others "
+        "wrote it; call cuda.syncthreads() after the load and after every halving step"
+    ),
+}
+"""The block reduction's hints by symptom (each partial is one element; there are no blocks of elements)."""
+
+
+def _block_sums(x: np.ndarray, blocks: int) -> np.ndarray:
+    return np.array([reduce_reference("sum", x[b * THREADS : (b + 1) * THREADS]) for b in range(blocks)], np.float32)
+
+
 def check_block_reduce(report: Report, kernel: Any) -> None:
     rng = _rng()
-    for n in (1, 45, 100, 0):
+    sizes = (1, 45, 100, 0)
+    report.plan([f"n={n} ({blocks_text(blocks_for(n, THREADS), THREADS)})" for n in sizes])
+    for n in sizes:
         blocks = blocks_for(n, THREADS)
         case = f"n={n} ({blocks_text(blocks, THREADS)})"
         x = rng.integers(-9, 10, n).astype(np.float32)  # small integers: sums are exact in any order
-        expected = np.array(
-            [reduce_reference("sum", x[b * THREADS : (b + 1) * THREADS]) for b in range(blocks)], np.float32
-        )
+        expected = _block_sums(x, blocks)
         runs = []
         for _ in range(2):  # twice: a race shows as a result that changes from run to run
             partials = np.full(blocks, UNWRITTEN, np.float32)
@@ -101,19 +154,27 @@ def check_block_reduce(report: Report, kernel: Any) -> None:
                 return
             runs.append(partials)
 
-        def diagnose(actual: np.ndarray, runs=runs) -> str:
-            if not np.array_equal(runs[0], runs[1], equal_nan=True):
+        def diagnose(actual: np.ndarray, runs=runs, x=x, expected=expected, blocks=blocks) -> str:
+            changes = not np.array_equal(runs[0], runs[1], equal_nan=True)
+            if changes:  # the symptom CHANGES
                 return (
                     "the result changes from run to run: threads read shared memory before the others wrote it; "
                     "call cuda.syncthreads() after the load and after every halving step"
                 )
+            if x.size and np.array_equal(actual, _block_sums(np.append(x[:-1], 0), blocks)):
+                return (
+                    f"the last element of x (x[{x.size - 1}]) is left out of the sum: the load's bound is off by "
+                    "one; load x[i] when i < x.size (not i < x.size - 1), and 0 past the end"
+                )
             missing = unwritten_hint(actual, "thread 0 of each block writes partials[blockIdx.x]")
-            return missing or (
-                "threads past the end must load 0 (the identity of sum), and every step must be "
-                "followed by cuda.syncthreads()"
+            found = symptoms.classify(wrong_mask(expected, actual), np.isnan(actual))
+            return missing or REDUCE_HINTS.get(
+                found, "threads past the end must load 0 (the identity of sum), then the tree adds pairs"
             )
 
-        picture = lambda wrong: thread_picture_1d(wrong, THREADS, owner=lambda block: block * THREADS)  # noqa: E731
+        def picture(wrong: np.ndarray) -> str:
+            return thread_picture_1d(wrong, THREADS, owner=lambda block: block * THREADS)
+
         if not compare(report, case, expected, runs[-1], f"x {show(x)}", picture, diagnose):
             return
 
@@ -121,7 +182,10 @@ def check_block_reduce(report: Report, kernel: Any) -> None:
 def check_scatter_add(report: Report, kernel: Any) -> None:
     code = kernel.py_func.__code__
     rng = _rng()
-    for m in (1, 33, 70, 0):
+    sizes = (1, 33, 70, 0)
+    names = [f"{m} source elements into 5 slots ({blocks_text(blocks_for(m, THREADS), THREADS)})" for m in sizes]
+    report.plan([*names, "atomic update"])
+    for m in sizes:
         case = f"{m} source elements into 5 slots ({blocks_text(blocks_for(m, THREADS), THREADS)})"
         index = rng.integers(0, 5, m).astype(np.int64)
         src = rng.integers(-4, 5, m).astype(np.float32)
@@ -158,10 +222,16 @@ def check_batched_copy(report: Report, kernel: Any) -> None:
         ("segments of 3, 0, 40 and 5", [0, 7, 10, 50], [60, 0, 3, 44], [3, 0, 40, 5]),
     ]
     src = np.arange(1, 61, dtype=np.float32)
+
+    def case_of(name: str, lengths: list[int]) -> str:
+        total = sum(lengths)
+        return f"{name} ({total} elements, {blocks_text(blocks_for(total, THREADS), THREADS)})"
+
+    report.plan([case_of(name, lengths) for name, _, _, lengths in tables])
     for name, src_off, dst_off, lengths in tables:
         table = CopyDescriptors.build(src_off, dst_off, lengths)
         blocks = blocks_for(table.total, THREADS)
-        case = f"{name} ({table.total} elements, {blocks_text(blocks, THREADS)})"
+        case = case_of(name, lengths)
         dst = np.full(64, -1.0, np.float32)
         args = (table.src_offsets, table.dst_offsets, table.starts, np.int64(table.total))
         if not run_kernel(report, case, kernel[blocks, THREADS], (dst, src, *args)):
@@ -190,11 +260,11 @@ def check_batched_copy(report: Report, kernel: Any) -> None:
                 "of that segment (check the comparison at segment boundaries)"
             )
 
-        def picture(wrong: np.ndarray, owner=owner, total=table.total) -> str:
+        def picture(wrong: np.ndarray, owner=owner, total=table.total, blocks=blocks) -> str:
             per_thread = np.zeros(total, bool)
             for element, thread in owner.items():
                 per_thread[thread] = wrong[element]
-            return thread_picture_1d(per_thread, THREADS)
+            return thread_picture_1d(per_thread, THREADS, blocks=blocks)
 
         inputs = f"src {show(src)}\ntable src_offsets={src_off}, dst_offsets={dst_off}, lengths={lengths}"
         if not compare(report, case, expected, dst, inputs, picture, diagnose):

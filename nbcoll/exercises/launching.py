@@ -86,8 +86,13 @@ def compare(
         report.add(case, True)
         return True
     hint = ""
-    if expected.size and np.isnan(actual).all():
+    if expected.size and np.isnan(actual).all():  # the symptom NOTHING (nbcoll.exercises.symptoms)
         hint = "no thread wrote anything: the kernel body is still empty (the starter's comments give the plan)"
+        if expected.size == 1:  # one element: a bound off by one leaves out all there is
+            hint += (
+                "; or, if it is written, its bound check is off by one and leaves out the only element "
+                "(i < n, not i < n - 1)"
+            )
     elif diagnose is not None:
         hint = diagnose(actual)
     detail = f"input: {inputs}\n{difference}"
@@ -104,4 +109,5 @@ def unwritten_hint(actual: np.ndarray, what: str) -> str:
     if not missing.any():
         return ""
     first = tuple(int(i) for i in np.argwhere(missing)[0])
-    return f"{int(missing.sum())} elements were never written (first at {list(first)}): {what}"
+    count = int(missing.sum())
+    return f"{count} element{' was' if count == 1 else 's were'} never written (first at {list(first)}): {what}"

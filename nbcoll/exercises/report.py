@@ -3,10 +3,11 @@
 Example::
 
     report = Report("map_kernel")
+    report.plan(["n=0", "n=33", "n=70"])   # every case the check has: "k of N cases pass" counts them all
     report.add("n=0", ok=True)
     report.add("n=33", ok=False, detail="out[32] expected 1.0, got 0.0", picture=thread_picture(...))
-    print(report.format())
-    report.passed                       # False
+    print(report.format())               # n=70 is listed as not run: the check stops at the first failure
+    report.passed                        # False
 """
 
 from __future__ import annotations
@@ -34,13 +35,27 @@ class Report:
 
     ``listener(event, what)``, if given, hears ``("begin", name)`` as the learner's code starts to run for a
     case (or ``"import"``) and ``("case", case)`` as each case is recorded: a process that watches the check
-    (:mod:`nbcoll.exercises.supervised`) times each case by them.
+    (:mod:`nbcoll.exercises.supervised`) times each case by them, and hears ``("plan", (names, final))`` too.
+
+    ``planned`` names every case the check has, in order (:meth:`plan`), ``final`` those that come after all of
+    them (the PTX compile). A check stops at its first failing case, so the cases after it did not run: the
+    report lists them as such, and its count, "k of N cases pass", is over all N.
     """
 
     exercise: str
     cases: list[Case] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     listener: Callable[[str, Any], None] | None = field(default=None, repr=False, compare=False)
+    planned: list[str] = field(default_factory=list)
+    final: list[str] = field(default_factory=list)
+
+    def plan(self, names: list[str], final: bool = False) -> None:
+        """Name the cases the check will run (adding to those already planned), before the first one runs;
+        ``final``: cases that run after every other, whenever these are planned."""
+        known = self.planned + self.final
+        (self.final if final else self.planned).extend(name for name in names if name not in known)
+        if self.listener is not None:
+            self.listener("plan", (list(names), final))
 
     def begin(self, name: str) -> None:
         """Say that the learner's code starts to run for case ``name``."""
@@ -65,9 +80,17 @@ class Report:
     def first_failure(self) -> Case | None:
         return next((case for case in self.cases if not case.ok), None)
 
+    @property
+    def not_run(self) -> list[str]:
+        """The planned cases that did not run (those after the first failing case)."""
+        ran = {case.name for case in self.cases}
+        return [name for name in self.planned + self.final if name not in ran]
+
     def format(self) -> str:
         lines = [f"exercise {self.exercise}:"]
         lines += [f"  {'PASS' if case.ok else 'FAIL'}  {case.name}" for case in self.cases]
+        not_run = self.not_run
+        lines += [f"  ----  {name}   (not run)" for name in not_run]
         failure = self.first_failure
         if failure is not None:
             lines += ["", f"first failing case: {failure.name}"]
@@ -75,18 +98,31 @@ class Report:
             if failure.picture:
                 lines += ["", *("  " + line for line in failure.picture.splitlines())]
         lines += [""] + self.notes if self.notes else []
-        passed = sum(case.ok for case in self.cases)
-        verdict = "all cases pass" if self.passed else f"{passed} of {len(self.cases)} cases pass"
-        lines += ["", f"{self.exercise}: {verdict}"]
+        lines += ["", f"{self.exercise}: {self.verdict()}"]
         return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """The last line's count: ``"1 of 4 cases pass (2 not run: ...)"``, over every case the check has."""
+        if self.passed and not self.not_run:
+            return "all cases pass"
+        failure = self.first_failure
+        if failure is not None and failure.name == "import":
+            return "the file did not load, so none of its cases ran"
+        passed, total, not_run = sum(case.ok for case in self.cases), len(self.cases) + len(self.not_run), self.not_run
+        after = f" ({len(not_run)} not run: the check stops at the first failing case)" if not_run else ""
+        return f"{passed} of {total} case{'s' if total != 1 else ''} pass{'es' if total == 1 else ''}{after}"
 
     def to_json(self) -> dict:
         """The report as JSON-ready data (what a child process sends back); ``Report.from_json`` reads it."""
-        return {"exercise": self.exercise, "cases": [asdict(case) for case in self.cases], "notes": self.notes}
+        cases = [asdict(case) for case in self.cases]
+        planned = {"planned": self.planned, "final": self.final}
+        return {"exercise": self.exercise, "cases": cases, "notes": self.notes, **planned}
 
     @classmethod
     def from_json(cls, data: dict) -> Report:
-        return cls(data["exercise"], [Case(**case) for case in data["cases"]], list(data["notes"]))
+        cases = [Case(**case) for case in data["cases"]]
+        planned = {"planned": list(data.get("planned", [])), "final": list(data.get("final", []))}
+        return cls(data["exercise"], cases, list(data["notes"]), **planned)
 
 
 def exit_text(exc: SystemExit) -> str:
@@ -127,40 +163,68 @@ def show(array: np.ndarray, limit: int = 12) -> str:
     return f"shape {tuple(np.shape(array))}: {text}{more}"
 
 
-def thread_picture_1d(wrong: np.ndarray, threads: int, owner: Callable[[int], int] | None = None) -> str:
-    """One row per block, one character per thread: ``X`` where that thread's element is wrong, ``.`` where right.
+NO_ELEMENT = "-"
+"""The mark of a thread that owns no element (past the end of the input, or idle by design)."""
 
-    ``owner(i)`` is the global thread index that should write element ``i`` (``i`` itself by default).
+
+def thread_picture_1d(
+    wrong: np.ndarray, threads: int, owner: Callable[[int], int] | None = None, blocks: int | None = None
+) -> str:
+    """One row per block, one character per thread: ``X`` where that thread's element is wrong, ``.`` where it is
+    right, ``-`` where the thread owns no element. Every row is a whole block, ``threads`` characters wide.
+
+    ``owner(i)`` is the global thread index that should write element ``i`` (``i`` itself by default); a thread
+    that owns several elements is ``X`` if any of them is wrong. ``blocks``: the blocks launched (by default
+    enough for the last owner, and at least one, as a launch on an empty input still runs a block).
+
+    >>> print(thread_picture_1d(np.array([False, False, True]), 4, blocks=2))
+    threads per block: 4; X: its element is wrong, .: right, -: owns no element
+      block   0 | ..X-
+      block   1 | ----
     """
     owner = owner or (lambda i: i)
     total = max((owner(i) for i in range(wrong.size)), default=-1) + 1
-    marks = ["."] * max(total, threads)
-    for i in np.flatnonzero(wrong):
-        marks[owner(int(i))] = "X"
-    for i in range(total, len(marks)):
-        marks[i] = " "  # threads with no element: idle by design
-    lines = [f"threads that own a wrong element (X) or a right one (.), {threads} per block:"]
-    for block in range(0, len(marks), threads):
-        lines.append(f"  block {block // threads:3d} | {''.join(marks[block : block + threads])}".rstrip())
+    blocks = max(blocks or 0, -(-total // threads), 1)
+    marks = [NO_ELEMENT] * (blocks * threads)
+    for i in range(wrong.size):
+        thread = owner(i)
+        marks[thread] = "X" if wrong.flat[i] or marks[thread] == "X" else "."
+    lines = [f"threads per block: {threads}; X: its element is wrong, .: right, {NO_ELEMENT}: owns no element"]
+    for block in range(blocks):
+        lines.append(f"  block {block:3d} | {''.join(marks[block * threads : (block + 1) * threads])}")
     return "\n".join(lines)
 
 
 def thread_picture_2d(wrong: np.ndarray, block: tuple[int, int], limit: int = 24) -> str:
-    """The output grid, one character per element (``X`` wrong), with block boundaries as ``|`` and ``-`` lines.
+    """The launched grid, one character per thread (``X`` its element wrong, ``.`` right, ``-`` no element: past
+    the edge of the output), with block boundaries as ``|`` and ``=`` lines; every block is drawn whole.
 
     Element ``[row, col]`` belongs to the thread ``threadIdx = (col % bx, row % by)`` of the block
     ``blockIdx = (col // bx, row // by)``: ``x`` runs along columns, as in ``cuda.grid(2)`` read as ``col, row``.
+
+    >>> print(thread_picture_2d(np.array([[False, True, False]]), (2, 2)))
+    threads, one per output element (2 x 2 per block, blockIdx.x along columns); X: wrong, .: right, -: no element
+      .X|.-
+      --|--
     """
     by, bx = block
-    rows, cols = min(wrong.shape[0], limit), min(wrong.shape[1], limit)
-    lines = [f"output elements, X where wrong ({by} x {bx} threads per block, blockIdx.x along columns):"]
+    height, width = -(-max(wrong.shape[0], 1) // by) * by, -(-max(wrong.shape[1], 1) // bx) * bx
+    rows, cols = min(height, limit), min(width, limit)
+
+    def mark(r: int, c: int) -> str:
+        if r >= wrong.shape[0] or c >= wrong.shape[1]:
+            return NO_ELEMENT
+        return "X" if wrong[r, c] else "."
+
+    lines = [
+        f"threads, one per output element ({by} x {bx} per block, blockIdx.x along columns); "
+        f"X: wrong, .: right, {NO_ELEMENT}: no element"
+    ]
     for r in range(rows):
         if r and r % by == 0:
-            lines.append("  " + "+".join("-" * min(bx, cols - c) for c in range(0, cols, bx)))
-        row = "|".join(
-            "".join("X" if wrong[r, c] else "." for c in range(c0, min(c0 + bx, cols))) for c0 in range(0, cols, bx)
-        )
+            lines.append("  " + "+".join("=" * min(bx, cols - c) for c in range(0, cols, bx)))
+        row = "|".join("".join(mark(r, c) for c in range(c0, min(c0 + bx, cols))) for c0 in range(0, cols, bx))
         lines.append("  " + row)
-    if wrong.shape[0] > rows or wrong.shape[1] > cols:
-        lines.append(f"  (first {rows} x {cols} of {wrong.shape[0]} x {wrong.shape[1]})")
+    if height > rows or width > cols:
+        lines.append(f"  (first {rows} x {cols} threads of the grid's {height} x {width})")
     return "\n".join(lines)

@@ -98,7 +98,10 @@ def _watch(
         event = json.loads(data)
         if "report" in event:
             return Report.from_json(event["report"])
-        if "begin" in event:
+        if "plan" in event:
+            names, final = event["plan"]
+            report.plan(names, final)
+        elif "begin" in event:
             running, deadline = event["begin"], time.monotonic() + timeout
         else:
             report.cases.append(Case(**event["case"]))
@@ -203,7 +206,7 @@ def main(argv: list[str]) -> None:
             channel.flush()
 
     def listen(event: str, what: Any) -> None:
-        send({"begin": what} if event == "begin" else {"case": asdict(what)})
+        send({"begin": what} if event == "begin" else {"plan": what} if event == "plan" else {"case": asdict(what)})
 
     report = Report(name, listener=listen)
     exercises.run_checks(report, exercises.get(name), path, ptx=bool(int(ptx)), trace_dir=trace_dir or None)

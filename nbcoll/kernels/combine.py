@@ -16,7 +16,16 @@ The reduction ops are NCCL's: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"av
 :func:`pre_op` and :func:`post_op` apply those extra steps for any op, so a collective can be written once.
 
 float16 is widened to float32 for the arithmetic and rounded back, as NCCL accumulates half precision; integer
-overflow wraps around like NumPy's fixed-width integers. With NaNs in the input, ``max`` and ``min`` follow the
+overflow wraps around like NumPy's fixed-width integers. bfloat16, float8_e4m3fn and float8_e5m2 follow the same
+rule, one step at a time, as NCCL does per step::
+
+    for i: dst[i] = round_to_dtype(op(float32(dst[i]), float32(src[i])))      # once per step, nearest even
+
+so a ring's sum of n inputs is rounded n - 1 times, in the ring's order. avg's division and premul_sum's
+multiplication are one more such step: float32, then one rounding. The words are converted by
+:mod:`nbcoll.kernels.low_precision` (on numpy, ``ml_dtypes``' casts, which equal those kernels bit for bit).
+
+With NaNs in the input, ``max`` and ``min`` follow the
 kernel's rule ``a if a >= b else b`` and may differ from NumPy's NaN-propagating ``maximum``.
 
 Example::
@@ -47,15 +56,14 @@ from numba import cuda
 from numba.types import float16, float32
 
 from nbcoll import memory
+from nbcoll.kernels import low_precision as lp
+from nbcoll.kernels import scale as scale_kernels
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
 from nbcoll.kernels.scale import (  # noqa: F401  (importable from here as before)
     accumulation_dtype,
-    divide,
-    divide_in_place,
     divide_reference,
-    premul,
     scale,
     scale_reference,
 )
@@ -166,10 +174,11 @@ _NUMPY_RULES = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np
 
 
 def combine_reference(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16 through float32).
+    """``for i: out[i] = op(a[i], b[i])`` in NumPy for op in sum, prod, max, min (float16, bfloat16 and fp8
+    through float32).
 
     With ``out`` the result is written there (it may be ``a`` or ``b``) in one pass, without temporaries,
-    except for float16, which is widened first.
+    except for float16 and the low-precision dtypes, which are widened first.
     """
     with np.errstate(all="ignore"):
         return _combine_quietly(op, a, b, out)
@@ -179,7 +188,7 @@ def _combine_quietly(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | No
     """:func:`combine_reference` inside the caller's ``np.errstate``: an overflow or ``inf - inf`` makes NumPy warn,
     and a kernel does not."""
     rule = _NUMPY_RULES[op]
-    if a.dtype == np.float16:
+    if a.dtype == np.float16 or a.dtype in lp.WORD_DTYPES:  # float32 arithmetic, one rounding back
         result = rule(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
         if out is None:
             return result
@@ -216,9 +225,11 @@ _SIG_COMBINE_HALF = ("void(float16[::1], float16[::1], float16[::1])",)
 
 
 def _make_combine_kernel(op: str, widen, narrow, signatures: tuple[str, ...], name: str) -> Any:
+    """The kernel for ``op`` with the element -> accumulator conversion ``widen`` and back ``narrow`` (Python
+    functions, or device functions already: the low-precision conversions)."""
     f = cuda.jit(device=True)(RULES[op])
-    to_acc = cuda.jit(device=True)(widen)
-    from_acc = cuda.jit(device=True)(narrow)
+    to_acc = widen if widen in lp.WIDEN.values() else cuda.jit(device=True)(widen)
+    from_acc = narrow if narrow in lp.NARROW.values() else cuda.jit(device=True)(narrow)
 
     @cuda.jit
     def combine_kernel(out, a, b):
@@ -235,6 +246,29 @@ COMBINE_KERNELS = {op: _make_combine_kernel(op, _same, _same, _SIG_COMBINE, f"co
 COMBINE_HALF_KERNELS = {
     op: _make_combine_kernel(op, _to_float32, _to_float16, _SIG_COMBINE_HALF, f"combine_{op}_float16") for op in RULES
 }
+COMBINE_LOW_PRECISION_KERNELS = {
+    dtype: {
+        op: _make_combine_kernel(
+            op,
+            lp.WIDEN[dtype],
+            lp.NARROW[dtype],
+            (f"void({w}[::1], {w}[::1], {w}[::1])",),
+            f"combine_{op}_{dtype.name}",
+        )
+        for op in RULES
+    }
+    for dtype, w in ((dtype, word.name) for dtype, word in lp.WORD_DTYPES.items())
+}
+"""For bfloat16 and fp8, on their words: each element widened to float32, combined, rounded back once."""
+
+
+def _kernels_and_views(out: Any, *arrays: Any) -> tuple[dict[str, Any], list[Any]]:
+    """The kernels for ``out``'s dtype, and the arrays as those kernels take them (low precision: the words)."""
+    dtype = out.dtype
+    if dtype in lp.WORD_DTYPES:
+        return COMBINE_LOW_PRECISION_KERNELS[dtype], [flat_view(lp.words(x)) for x in (out, *arrays)]
+    kernels = COMBINE_HALF_KERNELS if dtype == np.float16 else COMBINE_KERNELS
+    return kernels, [flat_view(x) for x in (out, *arrays)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -274,8 +308,8 @@ def _combine_into_reference(op: str, out: Any, a: Any, b: Any) -> Any:
 @dispatch(reference=_combine_into_reference)
 def _combine_into(op: str, out: Any, a: Any, b: Any) -> Any:
     """:func:`combine_into` without its checks: ``op`` is a kernel op, the arrays are checked already."""
-    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
-    launch_1d(kernels[op], out.size, flat_view(out), flat_view(a), flat_view(b))
+    kernels, (out_, a_, b_) = _kernels_and_views(out, a, b)
+    launch_1d(kernels[op], out.size, out_, a_, b_)
     return out
 
 
@@ -295,10 +329,10 @@ def fold_into(rule: str, out: Any, sources: Sequence[Any]) -> None:
 @dispatch(reference=fold_reference)
 def _fold(rule: str, out: Any, sources: Sequence[Any]) -> None:
     """:func:`fold_into` on a device: one launch of the combine kernel a source after the first."""
-    kernels = COMBINE_HALF_KERNELS if out.dtype == np.float16 else COMBINE_KERNELS
-    launch_1d(kernels[rule], out.size, flat_view(out), flat_view(sources[0]), flat_view(sources[1]))
-    for src in sources[2:]:
-        launch_1d(kernels[rule], out.size, flat_view(out), flat_view(out), flat_view(src))
+    kernels, (out_, *views) = _kernels_and_views(out, *sources)
+    launch_1d(kernels[rule], out.size, out_, views[0], views[1])
+    for src in views[2:]:
+        launch_1d(kernels[rule], out.size, out_, out_, src)
 
 
 def combine(op: Any, dst: Any, src: Any) -> Any:
@@ -310,6 +344,39 @@ def combine(op: Any, dst: Any, src: Any) -> Any:
     dst, src = memory.contiguous_input(dst, "dst"), memory.contiguous_input(src, "src")
     _same_layout(dst, "dst", src, "src")
     return _combine_into(name, dst, dst, src)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# avg's division and premul_sum's multiplication: kernels.scale's, and for the low-precision dtypes one more step
+# of the rule above (float32, then one rounding).
+
+
+def premul(dst: Any, scalar: float) -> Any:
+    """``for i: dst[i] *= scalar`` in place, premul_sum's first step (:func:`nbcoll.kernels.scale.premul`; for
+    bfloat16 and fp8 in float32, rounded once). Returns ``dst``."""
+    if dst.dtype not in lp.WORD_DTYPES:
+        return scale_kernels.premul(dst, scalar)
+    dst = memory.contiguous_input(dst, "dst")
+    return lp.scale_in_float32(dst, np.float32(PremulSum(scalar).scalar), False)
+
+
+def divide(dst: Any, n: int) -> Any:
+    """``for i: dst[i] /= n`` in place, avg's last step (:func:`nbcoll.kernels.scale.divide`: floor division for
+    integers; for bfloat16 and fp8 in float32, rounded once). Returns ``dst``."""
+    if dst.dtype not in lp.WORD_DTYPES:
+        return scale_kernels.divide(dst, n)
+    dst = memory.contiguous_input(dst, "dst")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n: expected a positive integer (a number of ranks), got {n!r}")
+    return lp.scale_in_float32(dst, np.float32(n), True)
+
+
+def divide_in_place(dst: Any, n: int) -> None:
+    """:func:`divide` on a 1-D contiguous array and a positive ``int``, without checks: the per-chunk call."""
+    if dst.dtype in lp.WORD_DTYPES:
+        lp.scale_in_float32(dst, np.float32(n), True)
+    else:
+        scale_kernels.divide_in_place(dst, n)
 
 
 def pre_op(op: Any, x: Any) -> Any:

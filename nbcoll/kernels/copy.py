@@ -145,6 +145,9 @@ def copy_chunk(dst: Any, src: Any) -> Any:
     The launch the collectives make once per chunk, as :func:`nbcoll.kernels.combine.fold_into` is for folds: they
     check their buffers once, when the collective is called, and every chunk is a slice of those.
     """
+    if dst.dtype in memory.WORD_DTYPES:  # bfloat16 and fp8: a kernel copies their words
+        launch_1d(copy_kernel, dst.size, flat_view(memory.words(dst)), flat_view(memory.words(src)))
+        return dst
     launch_1d(copy_kernel, dst.size, flat_view(dst), flat_view(src))
     return dst
 

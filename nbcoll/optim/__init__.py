@@ -12,8 +12,11 @@ Example::
 
 from nbcoll.optim.adam import Adam, AdamW
 from nbcoll.optim.clip_grad import clip_grad_norm_
-from nbcoll.optim.lr_scheduler import CosineWarmupLR, LRScheduler, StepLR
+from nbcoll.optim.lamb import LAMB
+from nbcoll.optim.lars import LARS
+from nbcoll.optim.lr_scheduler import CosineWarmupLR, LinearLR, LRScheduler, SequentialLR, StepLR
 from nbcoll.optim.optimizer import Optimizer
 from nbcoll.optim.sgd import SGD
 
 __all__ = ["SGD", "Adam", "AdamW", "CosineWarmupLR", "LRScheduler", "Optimizer", "StepLR", "clip_grad_norm_"]
+__all__ += ["LAMB", "LARS", "LinearLR", "SequentialLR"]

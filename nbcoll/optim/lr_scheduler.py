@@ -15,6 +15,7 @@ current ``lr``), while a closed-form schedule such as :class:`CosineWarmupLR` ha
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -190,3 +191,105 @@ class CosineWarmupLR(LRScheduler):
             return self.min_lr
         progress = (epoch - self.warmup_steps) / (self.total_steps - self.warmup_steps)
         return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class LinearLR(LRScheduler):
+    """Scale the learning rate by a factor going linearly from ``start_factor`` to ``end_factor`` (PyTorch's).
+
+    ``lr(epoch) = base * (start_factor + (end_factor - start_factor) * min(epoch, total_iters) / total_iters)``:
+    a warm-up when ``start_factor < end_factor``, then the rate stays at ``base * end_factor``.
+
+    Example::
+
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0)
+        >>> scheduler = optim.LinearLR(optimizer, start_factor=0.25, end_factor=1.0, total_iters=3)
+        >>> [round(scheduler.lr_at(1.0, epoch), 3) for epoch in range(5)]
+        [0.25, 0.5, 0.75, 1.0, 1.0]
+    """
+
+    def __init__(
+        self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5
+    ) -> None:
+        if not 0 < start_factor <= 1:
+            raise ValueError(f"start_factor: expected a number in (0, 1], got {start_factor}")
+        if not 0 <= end_factor <= 1:
+            raise ValueError(f"end_factor: expected a number in [0, 1], got {end_factor}")
+        if not isinstance(total_iters, int) or total_iters < 1:
+            raise ValueError(f"total_iters: expected a positive integer, got {total_iters!r}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        progress = min(epoch, self.total_iters) / self.total_iters
+        return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * progress)
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers`` one after another, switching at each of ``milestones`` (PyTorch's).
+
+    Scheduler ``k`` takes over at epoch ``milestones[k - 1]`` and starts from its own epoch 0 there, so a
+    warm-up and a decay compose::
+
+        lr(epoch) = schedulers[k].lr_at(base, epoch - milestones[k - 1]),   k = number of milestones <= epoch
+
+    Example::
+
+        >>> from nbcoll import nn, optim
+        >>> optimizer = optim.SGD(nn.Linear(2, 1).parameters(), lr=1.0)
+        >>> warmup = optim.LinearLR(optimizer, start_factor=0.5, total_iters=2)
+        >>> cosine = optim.CosineWarmupLR(optimizer, warmup_steps=0, total_steps=4)
+        >>> scheduler = optim.SequentialLR(optimizer, [warmup, cosine], milestones=[2])
+        >>> lrs = []
+        >>> for epoch in range(7):
+        ...     lrs.append(round(scheduler.get_last_lr()[0], 3))
+        ...     optimizer.step()
+        ...     scheduler.step()
+        >>> lrs
+        [0.5, 0.75, 1.0, 0.854, 0.5, 0.146, 0.0]
+
+    :meth:`state_dict` holds the schedulers' own state dicts under ``"_schedulers"``.
+    """
+
+    def __init__(self, optimizer: Any, schedulers: list[LRScheduler], milestones: list[int]) -> None:
+        schedulers, milestones = list(schedulers), list(milestones)
+        if not schedulers:
+            raise ValueError("schedulers: expected at least one scheduler")
+        for k, scheduler in enumerate(schedulers):
+            if not isinstance(scheduler, LRScheduler) or scheduler.optimizer is not optimizer:
+                raise ValueError(f"schedulers[{k}]: expected a scheduler of this optimizer, got {scheduler!r}")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                f"milestones: expected {len(schedulers) - 1} (one fewer than the schedulers), got {len(milestones)}"
+            )
+        if any(not isinstance(m, int) or m < 1 for m in milestones) or milestones != sorted(set(milestones)):
+            raise ValueError(f"milestones: expected increasing positive integers, got {milestones}")
+        self._schedulers, self.milestones = schedulers, milestones
+        super().__init__(optimizer)
+
+    def _active(self, epoch: int) -> tuple[LRScheduler, int]:
+        """The scheduler in charge at ``epoch`` and the epoch in its own count."""
+        k = bisect.bisect_right(self.milestones, epoch)
+        return self._schedulers[k], epoch - (self.milestones[k - 1] if k else 0)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        scheduler, own_epoch = self._active(epoch)
+        return scheduler.lr_at(base_lr, own_epoch)
+
+    def step(self) -> None:
+        super().step()
+        scheduler, own_epoch = self._active(self.last_epoch)
+        scheduler.last_epoch = own_epoch  # its own count stays readable, as in PyTorch
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {k: v for k, v in vars(self).items() if k not in ("optimizer", "_schedulers")}
+        return {**state, "_schedulers": [s.state_dict() for s in self._schedulers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        saved = state.pop("_schedulers", None)
+        if saved is None or len(saved) != len(self._schedulers):
+            raise ValueError(f"state_dict: expected '_schedulers' with {len(self._schedulers)} state dicts")
+        for scheduler, scheduler_state in zip(self._schedulers, saved, strict=True):
+            scheduler.load_state_dict(scheduler_state)
+        super().load_state_dict(state)

@@ -34,16 +34,28 @@ __all__ = [
 ]
 
 # Model parallelism: meshes, tensor, pipeline and expert parallel.
-from nbcoll.parallel.experts import MixtureOfExperts  # noqa: E402
-from nbcoll.parallel.mesh import DeviceMesh  # noqa: E402
+from nbcoll.parallel.experts import (  # noqa: E402
+    MixtureOfExperts,
+    all_reduce_shared_gradients,
+    full_expert_state,
+    load_expert_state,
+)
+from nbcoll.parallel.mesh import DeviceMesh, init_device_mesh  # noqa: E402
 from nbcoll.parallel.pipeline import Pipeline  # noqa: E402
+from nbcoll.parallel.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # noqa: E402
 from nbcoll.parallel.tensor_parallel import (  # noqa: E402
     ColumnParallelLinear,
     RowParallelLinear,
-    VocabParallelEmbedding,
-    vocab_parallel_cross_entropy,
+    copy_to_region,
+    full_state_dict,
+    load_full_state,
 )
 from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock, tensor_parallel_block  # noqa: E402
+from nbcoll.parallel.vocab_parallel import (  # noqa: E402
+    VocabParallelEmbedding,
+    padded_vocab_size,
+    vocab_parallel_cross_entropy,
+)
 
 __all__ += [
     "ColumnParallelLinear",
@@ -51,6 +63,17 @@ __all__ += [
     "MixtureOfExperts",
     "ParallelTransformerBlock",
     "Pipeline",
+    "PipelineStage",
+    "Schedule1F1B",
+    "ScheduleGPipe",
+    "all_reduce_shared_gradients",
+    "copy_to_region",
+    "full_expert_state",
+    "full_state_dict",
+    "init_device_mesh",
+    "load_expert_state",
+    "load_full_state",
+    "padded_vocab_size",
     "RowParallelLinear",
     "VocabParallelEmbedding",
     "tensor_parallel_block",
@@ -75,3 +98,20 @@ __all__ += [
     "sequence_parallel_block",
     "split_sequence",
 ]
+
+from nbcoll.parallel.mixed_precision import MixedPrecision  # noqa: E402
+
+__all__ += ["MixedPrecision"]
+
+# Gradient compression and local SGD: DDP communication hooks and periodic model averaging.
+from nbcoll.parallel.comm_hooks import allreduce_hook, bf16_compress_hook, fp16_compress_hook  # noqa: E402
+from nbcoll.parallel.local_sgd import (  # noqa: E402
+    PeriodicModelAverager,
+    PostLocalSGDOptimizer,
+    PostLocalSGDState,
+    post_localSGD_hook,
+)
+from nbcoll.parallel.powersgd import PowerSGDState, powerSGD_hook  # noqa: E402
+
+__all__ += ["PowerSGDState", "allreduce_hook", "bf16_compress_hook", "fp16_compress_hook", "powerSGD_hook"]
+__all__ += ["PeriodicModelAverager", "PostLocalSGDOptimizer", "PostLocalSGDState", "post_localSGD_hook"]

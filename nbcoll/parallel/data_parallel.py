@@ -27,20 +27,27 @@ Example::
     with model.no_sync():                       # gradient accumulation: no communication ...
         loss_fn(model(x1), y1).backward()
     loss_fn(model(x2), y2).backward()           # ... until the last micro-batch
+
+Two options change how a bucket travels. ``register_comm_hook(state, hook)`` replaces the all-reduce of each bucket
+by ``hook(state, bucket)`` (compression: :mod:`nbcoll.parallel.comm_hooks`, :mod:`nbcoll.parallel.powersgd`).
+``mixed_precision=MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` runs forward and backward on copies of
+the parameters cast to ``param_dtype`` (the parameters themselves stay the masters the optimizer updates), fills the
+buckets in ``reduce_dtype``, and casts each averaged gradient back to its master's dtype before the step.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
-from nbcoll.nn import Module, Parameter
+from nbcoll.nn import Module, Parameter, functional_call
+from nbcoll.parallel.buckets import Bucket, assign_buckets, check_hook_result, completed, wait_for
+from nbcoll.parallel.mixed_precision import MixedPrecision
 from nbcoll.tensors import Tensor, is_grad_enabled
 from nbcoll.tensors.engine import topological_order
 
@@ -48,46 +55,6 @@ if TYPE_CHECKING:
     from nbcoll.comm import Communicator
 
 MAX_DIMS = 8  # a parameter's shape is sent as a fixed-width row of integers when replicas are compared
-
-
-@dataclass
-class Bucket:
-    """Parameters whose gradients are averaged by one all-reduce of one flat buffer."""
-
-    index: int
-    names: list[str]
-    params: list[Parameter]
-    offsets: list[int]  # where each parameter's gradient starts in ``flat``
-    flat: Any  # a 1-D device array: the gradients, side by side
-    ready: set[int] = field(default_factory=set)  # positions (in ``params``) whose gradient has arrived
-    work: Any = None  # the all-reduce in flight
-
-    def slot(self, k: int) -> Any:
-        """The part of ``flat`` that holds parameter ``k``'s gradient, shaped like the parameter."""
-        p = self.params[k]
-        return self.flat[self.offsets[k] : self.offsets[k] + p.size].reshape(p.shape)
-
-
-def _assign_buckets(named: list[tuple[str, Parameter]], cap_bytes: int) -> list[Bucket]:
-    """Fill buckets in reverse registration order; a bucket closes once it holds ``cap_bytes`` (one dtype each)."""
-    buckets: list[Bucket] = []
-    open_by_dtype: dict[np.dtype, tuple[list[str], list[Parameter]]] = {}
-
-    def close(dtype: np.dtype) -> None:
-        names, params = open_by_dtype.pop(dtype)
-        offsets = list(np.cumsum([0] + [p.size for p in params[:-1]]).astype(int))
-        flat = memory.zeros(sum(p.size for p in params), dtype)
-        buckets.append(Bucket(len(buckets), names, params, offsets, flat))
-
-    for name, p in reversed(named):
-        names, params = open_by_dtype.setdefault(p.dtype, ([], []))
-        names.append(name)
-        params.append(p)
-        if sum(q.size for q in params) * p.dtype.itemsize >= cap_bytes:
-            close(p.dtype)
-    for dtype in list(open_by_dtype):
-        close(dtype)
-    return buckets
 
 
 class DistributedDataParallel(Module):
@@ -111,10 +78,19 @@ class DistributedDataParallel(Module):
     A parameter that requires grad but gets no gradient in a step would leave its bucket waiting forever: it is
     found at the end of forward (it is not in the graph of the output) and named in a ``RuntimeError``, unless
     ``find_unused_parameters=True``, which gives it a zero gradient instead, as PyTorch's option does.
+
+    ``mixed_precision`` (a :class:`~nbcoll.parallel.MixedPrecision`) is PyTorch's DDP option of the same name:
+    forward on copies cast to ``param_dtype`` (floating inputs too), buckets in ``reduce_dtype``, gradients cast back
+    to the masters' dtype, buffers cast to ``buffer_dtype`` once at wrapping. ``MixedPrecision()`` casts nothing.
     """
 
     def __init__(
-        self, module: Module, comm: Communicator, bucket_cap_mb: float = 25, find_unused_parameters: bool = False
+        self,
+        module: Module,
+        comm: Communicator,
+        bucket_cap_mb: float = 25,
+        find_unused_parameters: bool = False,
+        mixed_precision: MixedPrecision | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, Module):
@@ -123,15 +99,27 @@ class DistributedDataParallel(Module):
             raise RuntimeError(f"module: this {type(module).__name__} is already wrapped by DistributedDataParallel")
         if not bucket_cap_mb >= 0:
             raise ValueError(f"bucket_cap_mb: must be >= 0, got {bucket_cap_mb}")
+        if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
+            raise TypeError(f"mixed_precision: expected a MixedPrecision or None, got {type(mixed_precision).__name__}")
+        policy = mixed_precision or MixedPrecision()
         self.module = module
+        object.__setattr__(self, "mixed_precision", policy)
+        object.__setattr__(self, "_hook", None)  # (state, hook) once register_comm_hook is called
+        object.__setattr__(self, "_synchronized_once", False)
         object.__setattr__(self, "comm", comm)
         object.__setattr__(self, "find_unused_parameters", bool(find_unused_parameters))
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         check_same_parameters(comm, named, "DistributedDataParallel")
         _broadcast_from_rank0(comm, [p for _, p in module.named_parameters()] + list(module.buffers()))
-        object.__setattr__(self, "buckets", _assign_buckets(named, int(bucket_cap_mb * 2**20)))
+        if policy.buffer_dtype is not None:
+            for b in module.buffers():
+                if np.dtype(b.dtype).kind == "f":  # in place, as Module.to casts (the .data setter keeps dtypes)
+                    b._data = copy_kernels.cast(b.data, policy.buffer_dtype)
+        buckets = assign_buckets(named, int(bucket_cap_mb * 2**20), policy.reduce_dtype)
+        object.__setattr__(self, "buckets", buckets)
         where = {}
         for bucket in self.buckets:
+            bucket.comm = comm
             for k, p in enumerate(bucket.params):
                 where[id(p)] = (bucket, k)
         object.__setattr__(self, "_where", where)
@@ -146,7 +134,13 @@ class DistributedDataParallel(Module):
     # -- forward -------------------------------------------------------------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        output = self.module(*args, **kwargs)
+        low = self.mixed_precision.param_dtype
+        if low is None:
+            output = self.module(*args, **kwargs)
+        else:  # the casts are in the graph: backward brings each gradient to its master in the master's dtype
+            copies = {n: p.astype(low) for n, p in self.module.named_parameters() if np.dtype(p.dtype).kind == "f"}
+            args, kwargs = _cast_inputs(args, low), _cast_inputs(kwargs, low)
+            output = functional_call(self.module, copies, *args, **kwargs)
         if self._sync and is_grad_enabled():
             self._prepare_for_backward(output)
         return output
@@ -161,7 +155,7 @@ class DistributedDataParallel(Module):
             )
         for bucket in self.buckets:
             if bucket.work is not None:
-                bucket.work.wait()  # a bucket of unused parameters launched by a forward that had no backward
+                wait_for(bucket.work)  # a bucket of unused parameters launched by a forward that had no backward
             bucket.ready.clear()
             bucket.work = None
         object.__setattr__(self, "_next_launch", 0)
@@ -195,9 +189,12 @@ class DistributedDataParallel(Module):
         self.events.append(("gradient", name))
         object.__setattr__(self, "_arrived", self._arrived + 1)
         for b in self.buckets[: self._next_launch]:  # note the all-reduces that have finished meanwhile
-            if b.work.is_completed() and ("all_reduce done", b.index) not in self.events:
+            if completed(b.work) and ("all_reduce done", b.index) not in self.events:
                 self.events.append(("all_reduce done", b.index))
-        copy_kernels.copy(bucket.slot(k), p.grad.data)
+        if bucket.flat.dtype == p.grad.dtype:
+            copy_kernels.copy(bucket.slot(k), p.grad.data)
+        else:  # mixed precision: the bucket is in reduce_dtype
+            copy_kernels.cast_into(bucket.slot(k), copy_kernels.contiguous(p.grad.data))
         self._mark_ready(bucket, k)
 
     def _mark_ready(self, bucket: Bucket, k: int) -> None:
@@ -206,7 +203,11 @@ class DistributedDataParallel(Module):
             nxt = self.buckets[self._next_launch]
             if len(nxt.ready) < len(nxt.params):
                 return
-            nxt.work = self.comm.all_reduce(nxt.flat, op="avg", async_op=True)
+            if self._hook is None:
+                nxt.work = self.comm.all_reduce(nxt.flat, op="avg", async_op=True)
+            else:
+                state, hook = self._hook
+                nxt.work = hook(state, nxt)
             self.events.append(("all_reduce", nxt.index))
             object.__setattr__(self, "_next_launch", self._next_launch + 1)
         self._finish()
@@ -214,10 +215,47 @@ class DistributedDataParallel(Module):
     def _finish(self) -> None:
         """Every bucket is launched: wait for them, then let each .grad be a view of its slot (no copy back)."""
         for bucket in self.buckets:
-            bucket.work.wait()
+            reduced = wait_for(bucket.work)
+            if reduced is not bucket.flat:  # a hook that returned a new array: its values become the gradients
+                check_hook_result(reduced, bucket)
+                copy_kernels.copy(bucket.flat, reduced)
             for k, p in enumerate(bucket.params):
-                p.grad = Tensor._from_array(bucket.slot(k))
+                slot = bucket.slot(k)
+                p.grad = Tensor._from_array(slot if slot.dtype == p.dtype else copy_kernels.cast(slot, p.dtype))
         self.events.append(("synchronized", len(self.buckets)))
+        object.__setattr__(self, "_synchronized_once", True)
+
+    # -- communication hooks -------------------------------------------------------------------------------------
+
+    def register_comm_hook(self, state: Any, hook: Callable[[Any, Bucket], Any]) -> None:
+        """Reduce every bucket with ``hook(state, bucket)`` instead of the default average (PyTorch's method).
+
+        The hook gets the :class:`Bucket` (``bucket.buffer()`` is its flat gradient, ``bucket.comm`` the
+        communicator, ``bucket.gradients()`` and ``bucket.parameters()`` its parts) and returns the reduced flat
+        gradient. Where PyTorch's hook returns a ``torch.futures.Future``, ours returns either the array itself
+        (a synchronous hook) or a handle with ``wait()`` that gives it, such as the ``Work`` of an
+        ``all_reduce(..., async_op=True)``: buckets are launched as they fill and waited for at the end of
+        backward, so an asynchronous hook overlaps backward as the default does. Register once, before the
+        first backward.
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel import DistributedDataParallel, fp16_compress_hook
+        >>> comm = nbcoll.init()
+        >>> model = DistributedDataParallel(nn.Linear(2, 1), comm)
+        >>> model.register_comm_hook(None, fp16_compress_hook)     # state None: the bucket's communicator
+        >>> model(nbcoll.tensor([[0.1, 1.0]])).sum().backward()
+        >>> model.module.weight.grad.numpy()                       # averaged in float16: 0.1 rounded
+        array([[0.09997559, 1.        ]], dtype=float32)
+        >>> comm.destroy()
+        """
+        if not callable(hook):
+            raise TypeError(f"hook: expected a callable hook(state, bucket), got {type(hook).__name__}")
+        if self._hook is not None:
+            raise RuntimeError("register_comm_hook: a communication hook is already registered; register only once")
+        if self._arrived or self._synchronized_once:
+            raise RuntimeError("register_comm_hook: register the hook before the first backward")
+        object.__setattr__(self, "_hook", (state, hook))
 
     # -- gradient accumulation ---------------------------------------------------------------------------------
 
@@ -262,6 +300,17 @@ def _tensors_in(output: Any) -> list[Tensor]:
     if isinstance(output, (list, tuple)):
         return [t for item in output for t in _tensors_in(item)]
     return []
+
+
+def _cast_inputs(value: Any, dtype: np.dtype) -> Any:
+    """Floating Tensors (in tuples, lists and dicts) cast to ``dtype``, as DDP's mixed precision casts inputs."""
+    if isinstance(value, Tensor):
+        return value.astype(dtype) if np.dtype(value.dtype).kind == "f" and value.dtype != dtype else value
+    if isinstance(value, dict):
+        return {k: _cast_inputs(v, dtype) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_inputs(v, dtype) for v in value)
+    return value
 
 
 def _fill_zero(array: Any) -> None:
@@ -310,4 +359,4 @@ def check_same_parameters(comm: Communicator, named: list[tuple[str, Any]], who:
             )
 
 
-__all__ = ["Bucket", "DistributedDataParallel", "check_same_parameters"]
+__all__ = ["DistributedDataParallel", "check_same_parameters"]  # Bucket lives in nbcoll.parallel.buckets

@@ -223,7 +223,18 @@ class MixtureOfExperts(Module):
 
 
 def all_reduce_shared_gradients(moe_model: Module, comm: Communicator) -> None:
-    """Sum the gradients of every parameter that is not an expert's over ``comm`` (in place)."""
+    """Sum the gradients of every parameter that is not an expert's over ``comm`` (in place).
+
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.parallel import MixtureOfExperts, all_reduce_shared_gradients
+    >>> comm = nbcoll.init()
+    >>> moe = MixtureOfExperts(4, 8, num_experts=2, comm=comm, top_k=1)
+    >>> moe(nbcoll.tensor(np.ones((3, 4), np.float32))).sum().backward()
+    >>> all_reduce_shared_gradients(moe, comm)        # the gate is shared: its gradient summed over the ranks
+    >>> moe.gate.weight.grad.shape
+    (2, 4)
+    >>> comm.destroy()
+    """
     expert_ids = {id(p) for m in moe_model.modules() if isinstance(m, MixtureOfExperts) for p in m.experts.parameters()}
     for p in moe_model.parameters():
         if id(p) not in expert_ids and p.grad is not None:
@@ -233,7 +244,17 @@ def all_reduce_shared_gradients(moe_model: Module, comm: Communicator) -> None:
 
 
 def load_expert_state(moe: MixtureOfExperts, full_state: dict[str, Any], comm: Communicator) -> MixtureOfExperts:
-    """Load the state of a layer holding every expert: this rank keeps its experts (renumbered from 0)."""
+    """Load the state of a layer holding every expert: this rank keeps its experts (renumbered from 0).
+
+    >>> import nbcoll
+    >>> from nbcoll.parallel import MixtureOfExperts, load_expert_state
+    >>> comm = nbcoll.init()
+    >>> full = MixtureOfExperts(4, 8, num_experts=2, comm=comm).state_dict()   # as one process holds it
+    >>> moe = load_expert_state(MixtureOfExperts(4, 8, num_experts=2, comm=comm), full, comm)
+    >>> len(moe.experts)
+    2
+    >>> comm.destroy()
+    """
     first = comm.rank * moe.local_experts
     local = {}
     for name, value in full_state.items():
@@ -248,7 +269,16 @@ def load_expert_state(moe: MixtureOfExperts, full_state: dict[str, Any], comm: C
 
 
 def full_expert_state(moe: MixtureOfExperts, comm: Communicator) -> dict[str, np.ndarray]:
-    """Every expert's parameters, gathered from the ranks, numbered as in one process (host arrays)."""
+    """Every expert's parameters, gathered from the ranks, numbered as in one process (host arrays).
+
+    >>> import nbcoll
+    >>> from nbcoll.parallel import MixtureOfExperts, full_expert_state
+    >>> comm = nbcoll.init()
+    >>> state = full_expert_state(MixtureOfExperts(4, 8, num_experts=2, comm=comm), comm)
+    >>> sorted(k for k in state if k.endswith("fc_in.weight"))
+    ['experts.0.fc_in.weight', 'experts.1.fc_in.weight']
+    >>> comm.destroy()
+    """
     state = {}
     for name, value in moe.state_dict().items():
         if not name.startswith("experts."):

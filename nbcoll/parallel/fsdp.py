@@ -18,6 +18,12 @@ backward, as activation checkpointing does), and the gradients are averaged over
 the dual of the all-gather. While a unit computes, the next unit's all-gather (the previous one's in backward) is
 already in flight. A layer's forward must be deterministic (no dropout) and take one Tensor.
 
+``mixed_precision=MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` is FSDP's policy: the shards stay the
+float32 masters the optimizer steps; each all-gather sends them cast to ``param_dtype``, so a layer's forward and
+backward (and its input, cast on the way in) run in it; its gradients are cast to ``reduce_dtype`` (``param_dtype``
+when None, as in FSDP) for the reduce-scatter and back to the masters' dtype before the step; a unit's floating
+buffers are cast to ``buffer_dtype`` once. ``MixedPrecision()`` casts nothing: it is the same as no policy.
+
 ``reshard_after_forward=False`` trades memory for communication: a unit keeps the whole parameters it gathered in
 forward until its backward. Its forward then records the layer's graph with them (saved on the unit's node), so
 its backward neither gathers nor recomputes, and frees them when it is done: one all-gather per unit per step
@@ -51,6 +57,7 @@ from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter
 from nbcoll.parallel.data_parallel import check_same_parameters
 from nbcoll.parallel.fsdp_state import Shard, gathered_parameters, sharded_state_dict  # noqa: F401 (as before)
+from nbcoll.parallel.mixed_precision import MixedPrecision
 from nbcoll.tensors import Tensor, enable_grad, no_grad
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
@@ -109,7 +116,13 @@ class Unit:
     """One layer's sharded parameters and how to gather them whole and scatter their gradients."""
 
     def __init__(
-        self, module: Module, comm: Communicator, index: int, schedule: Schedule, reshard_after_forward: bool = True
+        self,
+        module: Module,
+        comm: Communicator,
+        index: int,
+        schedule: Schedule,
+        reshard_after_forward: bool = True,
+        mixed_precision: MixedPrecision | None = None,
     ) -> None:
         self.module, self.comm, self.index, self.schedule = module, comm, index, schedule
         self.reshard_after_forward = reshard_after_forward
@@ -130,6 +143,9 @@ class Unit:
         self.sizes = [self.rows(p.shape) * (p.size // p.shape[0]) for _, p in params]  # elements per shard
         self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
         self.flat_shards = memory.zeros(sum(self.sizes), params[0][1].dtype)
+        policy = mixed_precision or MixedPrecision()
+        self.param_dtype = policy.param_dtype or self.flat_shards.dtype  # what the layer computes in
+        self.reduce_dtype = policy.reduce_dtype or self.param_dtype  # what its gradients are averaged in
         for (name, p), size, offset in zip(params, self.sizes, self.offsets, strict=True):
             data = copy_kernels.contiguous(p.data)
             comm.broadcast(data, root=0)  # the ranks start from rank 0's parameters
@@ -156,30 +172,38 @@ class Unit:
     def rows(self, shape: tuple[int, ...]) -> int:
         return -(-shape[0] // self.comm.size)
 
-    def _all_gather(self, async_op: bool) -> tuple[Any, Any]:
-        gathered = memory.empty(self.flat_shards.size * self.comm.size, self.flat_shards.dtype)
-        return self.comm.all_gather(self.flat_shards, gathered, async_op=async_op), gathered
+    def _all_gather(self, async_op: bool, dtype: Any) -> tuple[Any, Any]:
+        send = self.flat_shards  # the masters, cast to the compute dtype when a policy asks for one
+        if dtype != send.dtype:
+            send = copy_kernels.cast(send, dtype)
+        gathered = memory.empty(send.size * self.comm.size, dtype)
+        return self.comm.all_gather(send, gathered, async_op=async_op), gathered
 
     def prefetch(self) -> None:
         """Issue this unit's all-gather now, so that it runs while the unit before it computes."""
         if self._prefetched is None:
-            self._prefetched = (self.schedule.last_ran, *self._all_gather(async_op=True))
+            self._prefetched = (self.schedule.last_ran, *self._all_gather(True, self.param_dtype))
             self.schedule.events.append(("prefetch", self.index))
 
-    def gather(self) -> list[Any]:
-        """The whole parameters: one all-gather of the flat shards, one batched copy into parameter order.
+    def gather(self, masters: bool = False) -> list[Any]:
+        """The whole parameters in ``param_dtype`` (the masters' own dtype with ``masters=True``, which leaves
+        any prefetch alone): one all-gather of the flat shards, one batched copy into parameter order.
 
         A prefetched gather is used only when the unit that issued it is the one that ran just before; any other
         (the model called its layers in another order) is waited for and discarded, as the shards may have
         changed since.
         """
-        prefetched, self._prefetched = self._prefetched, None
-        if prefetched is not None:
-            prefetched[1].wait()
+        prefetched = None
+        if masters:
+            _, gathered = self._all_gather(False, self.flat_shards.dtype)
+        else:
+            prefetched, self._prefetched = self._prefetched, None
+            if prefetched is not None:
+                prefetched[1].wait()
         if prefetched is not None and prefetched[0] is self.schedule.last_ran:
             gathered = prefetched[2]
-        else:
-            _, gathered = self._all_gather(async_op=False)
+        elif not masters:
+            _, gathered = self._all_gather(False, self.param_dtype)
             self.schedule.events.append(("gather", self.index))
         whole = memory.empty(gathered.size, gathered.dtype)
         copy_kernels.batched_copy(whole, gathered, self.rank_major, self.param_major, self.lengths)
@@ -190,18 +214,21 @@ class Unit:
         ]
 
     def reduce_scatter(self, grads: list[Any]) -> list[Any]:
-        """The whole gradients, padded with zero rows and put in rank order, averaged over the ranks: this rank
-        receives the flat gradient of its shards."""
+        """The whole gradients, padded with zero rows and put in rank order, averaged over the ranks in
+        ``reduce_dtype``: this rank receives the flat gradient of its shards, in the masters' dtype."""
         n = self.comm.size
-        whole = memory.zeros(self.flat_shards.size * n, self.flat_shards.dtype)
+        whole = memory.zeros(self.flat_shards.size * n, self.reduce_dtype)
         for grad, offset, shape in zip(grads, self.offsets, self.shapes, strict=True):
-            if grad is not None:
+            if grad is not None:  # cast_into copies when the dtypes are the same
                 size = int(np.prod(shape))
-                copy_kernels.copy(whole[n * offset : n * offset + size], copy_kernels.contiguous(grad).reshape(size))
+                flat = copy_kernels.contiguous(grad).reshape(size)
+                copy_kernels.cast_into(whole[n * offset : n * offset + size], flat)
         by_rank = memory.empty(whole.size, whole.dtype)
         copy_kernels.batched_copy(by_rank, whole, self.param_major, self.rank_major, self.lengths)
         mine = memory.empty(self.flat_shards.size, whole.dtype)
         self.comm.reduce_scatter(by_rank, mine, op="avg")
+        if mine.dtype != self.flat_shards.dtype:
+            mine = copy_kernels.cast(mine, self.flat_shards.dtype)  # back to the masters' dtype for the step
         return [
             mine[offset : offset + size].reshape(tuple(shard.shape))
             for offset, size, shard in zip(self.offsets, self.sizes, self.shards, strict=True)
@@ -265,12 +292,18 @@ class ShardedForward(Function):
         return (dx, None, None, *shard_grads)
 
 
-def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool = True) -> Module:
+def fully_shard(
+    module: Module,
+    comm: Communicator,
+    reshard_after_forward: bool = True,
+    mixed_precision: MixedPrecision | None = None,
+) -> Module:
     """Shard every parameter of ``module`` along dim 0 over ``comm``, one unit per layer that owns parameters.
 
     Returns ``module``, whose ``parameters()`` are now this rank's shards and whose ``state_dict()`` is
     :func:`sharded_state_dict`. With ``reshard_after_forward=False`` each unit keeps the parameters it gathered in
-    forward until its backward, which then gathers nothing (see the module docstring).
+    forward until its backward, which then gathers nothing; ``mixed_precision`` is FSDP's policy (both in the
+    module docstring).
 
     >>> import nbcoll
     >>> from nbcoll import nn
@@ -288,6 +321,8 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
         raise TypeError(f"module: expected an nbcoll.nn.Module, got {type(module).__name__}")
     if not isinstance(reshard_after_forward, bool):
         raise TypeError(f"reshard_after_forward: expected True or False, got {reshard_after_forward!r}")
+    if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
+        raise TypeError(f"mixed_precision: expected a MixedPrecision or None, got {type(mixed_precision).__name__}")
     for name, layer in module.named_modules():
         if getattr(layer, "_fully_sharded", None) is not None:
             raise RuntimeError(f"module: {name or type(layer).__name__!r} is already sharded by fully_shard")
@@ -296,7 +331,8 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
     for _, layer in list(module.named_modules()):
         if not any(p is not None for p in layer._parameters.values()):
             continue
-        unit = Unit(layer, comm, len(units), schedule, reshard_after_forward)
+        unit = Unit(layer, comm, len(units), schedule, reshard_after_forward, mixed_precision)
+        _cast_buffers(layer, mixed_precision)
         if units:
             unit.previous, units[-1].next = units[-1], unit
         units.append(unit)
@@ -305,6 +341,8 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
         def sharded_forward(x: Tensor, unit: Unit = unit, layer_forward: Any = layer_forward) -> Tensor:
             if not isinstance(x, Tensor):
                 raise TypeError(f"x: a fully sharded layer takes one Tensor, got {type(x).__name__}")
+            if x.dtype.kind == "f" and x.dtype != unit.param_dtype:
+                x = x.astype(unit.param_dtype)  # recorded: the input's gradient goes back in its own dtype
             return ShardedForward.apply(x, unit, layer_forward, *unit.shards)
 
         object.__setattr__(layer, "forward", sharded_forward)
@@ -316,6 +354,14 @@ def fully_shard(module: Module, comm: Communicator, reshard_after_forward: bool 
 
     object.__setattr__(module, "state_dict", state_dict)  # shards and offsets; the Tensors with keep_vars
     return module
+
+
+def _cast_buffers(layer: Module, policy: MixedPrecision | None) -> None:
+    """The layer's own floating buffers in the policy's ``buffer_dtype`` (running statistics and the like)."""
+    dtype = None if policy is None else policy.buffer_dtype
+    for name, buffer in list(layer._buffers.items()):
+        if dtype is not None and buffer is not None and buffer.dtype.kind == "f" and buffer.dtype != dtype:
+            layer._buffers[name] = buffer.astype(dtype)
 
 
 __all__ = ["ShardedAway", "ShardedForward", "Unit", "fully_shard"]

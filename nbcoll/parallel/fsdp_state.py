@@ -124,6 +124,6 @@ def gathered_parameters(module: Module) -> dict[str, np.ndarray]:
         unit = getattr(layer, "_fully_sharded", None)
         if unit is None:
             continue
-        for name, full in zip(unit.names, unit.gather(), strict=True):
+        for name, full in zip(unit.names, unit.gather(masters=True), strict=True):
             result[f"{prefix}.{name}" if prefix else name] = memory.to_host(full)
     return result

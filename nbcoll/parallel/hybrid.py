@@ -2,9 +2,9 @@
 
 The model of a :class:`~nbcoll.parallel.plan.ModelSpec` is cut into ``pp`` stages of ``layers / pp`` blocks
 (the embedding on the first, the final norm and head on the last). Every layer is tensor parallel over
-``mesh["tp"]`` (a one-rank communicator when tp = 1, where the split layers are the full ones); the stages form a
-1F1B :class:`~nbcoll.parallel.pipeline.Pipeline` over ``mesh["pp"]`` when pp > 1; DistributedDataParallel
-averages the gradients over ``mesh["dp"]``, each replica training on its share of the global batch.
+``mesh["tp"].get_group()`` (a one-rank communicator when tp = 1, where the split layers are the full ones); the
+stages form a 1F1B pipeline over ``mesh["pp"]``'s group when pp > 1; DistributedDataParallel averages the
+gradients over ``mesh["dp"]``'s group, each replica training on its share of the global batch.
 
 Example::
 
@@ -24,10 +24,11 @@ import nbcoll
 from nbcoll import nn
 from nbcoll.parallel.data_parallel import DistributedDataParallel
 from nbcoll.parallel.mesh import DeviceMesh
-from nbcoll.parallel.pipeline import Pipeline
+from nbcoll.parallel.pipelining import PipelineStage, Schedule1F1B
 from nbcoll.parallel.plan import Layout, ModelSpec
-from nbcoll.parallel.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
+from nbcoll.parallel.tensor_parallel import ColumnParallelLinear
 from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+from nbcoll.parallel.vocab_parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 if TYPE_CHECKING:
     from nbcoll.comm import Communicator
@@ -38,7 +39,7 @@ class LMStage(nn.Module):
 
     Example::
 
-        stage = LMStage(spec, first=True, last=False, blocks=2, comm=mesh["tp"])
+        stage = LMStage(spec, first=True, last=False, blocks=2, comm=mesh["tp"].get_group())
     """
 
     def __init__(self, spec: ModelSpec, first: bool, last: bool, blocks: int, comm: Communicator) -> None:
@@ -85,8 +86,8 @@ class HybridLM:
 
     def __init__(self, spec: ModelSpec, comm: Communicator, layout: Layout, lr: float = 0.01, seed: int = 0) -> None:
         self.spec, self.layout = spec, layout
-        self.mesh = DeviceMesh(comm, dp=layout.dp, tp=layout.tp, pp=layout.pp)
-        tp, dp, pp = self.mesh["tp"], self.mesh["dp"], self.mesh["pp"]
+        self.mesh = DeviceMesh(comm, (layout.pp, layout.dp, layout.tp), mesh_dim_names=("pp", "dp", "tp"))
+        tp, dp, pp = (self.mesh.get_group(dim) for dim in ("tp", "dp", "pp"))
         nbcoll.manual_seed(seed)
         per_stage = spec.layers // layout.pp
         stages = [LMStage(spec, s == 0, s == layout.pp - 1, per_stage, tp) for s in range(layout.pp)]
@@ -100,8 +101,9 @@ class HybridLM:
         else:
             if dp.size > 1:
                 stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-            self.pipe = Pipeline(stages, pp, chunks=layout.chunks, schedule="1f1b")
-            params = self.pipe.parameters()
+            stage = PipelineStage(stages[pp.rank], pp.rank, pp.size, group=pp)
+            self.pipe = Schedule1F1B(stage, layout.chunks, loss_fn=self.loss_fn)
+            params = stages[pp.rank].parameters()
         self.optimizer = nbcoll.optim.SGD(params, lr=lr, momentum=0.9)
 
     def step(self, ids: np.ndarray, targets: np.ndarray) -> float:
@@ -113,7 +115,8 @@ class HybridLM:
             loss.backward()
             value = loss.item()
         else:
-            value = self.pipe.step(ids, targets, self.loss_fn)
+            self.pipe.step(ids, target=targets)  # every stage passes both: the first reads ids, the last targets
+            value = self.pipe.loss
         self.optimizer.step()
         return value
 

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,19 +89,46 @@ class Pipeline:
     """
 
     def __init__(self, stages: Sequence[Module], comm: Communicator, chunks: int = 1, schedule: str = "gpipe") -> None:
+        warnings.warn(
+            "Pipeline(stages, comm, chunks, schedule) is deprecated: use PipelineStage(stages[rank], rank, "
+            "comm.size, group=comm) with ScheduleGPipe or Schedule1F1B (nbcoll.parallel.pipelining)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if len(stages) != comm.size:
             raise ValueError(
                 f"stages: a pipeline over {comm.size} ranks needs {comm.size} stages (one per rank), got {len(stages)}"
             )
+        self._setup(stages[comm.rank], comm, chunks, schedule)
+
+    @classmethod
+    def for_stage(cls, stage: Module, comm: Communicator, chunks: int, schedule: str) -> Pipeline:
+        """The pipeline of which this rank runs ``stage`` (what :mod:`.pipelining`'s schedules drive).
+
+        >>> import nbcoll
+        >>> from nbcoll import nn
+        >>> from nbcoll.parallel.pipeline import Pipeline
+        >>> comm = nbcoll.init()
+        >>> Pipeline.for_stage(nn.Linear(2, 2), comm, chunks=2, schedule="1f1b").actions
+        [('F', 0), ('B', 0), ('F', 1), ('B', 1)]
+        >>> comm.destroy()
+        """
+        pipe = cls.__new__(cls)
+        pipe._setup(stage, comm, chunks, schedule)
+        return pipe
+
+    def _setup(self, stage: Module, comm: Communicator, chunks: int, schedule: str) -> None:
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
             raise ValueError(f"chunks: expected a positive number of micro-batches, got {chunks!r}")
         self.comm, self.chunks, self.schedule = comm, chunks, schedule
-        self.stage = stages[comm.rank]
+        self.stage = stage
         self.first, self.last = comm.rank == 0, comm.rank == comm.size - 1
         self.actions = schedule_actions(schedule, comm.size, comm.rank, chunks)
         self.actions_run: list[Action] = []
         self.peak_in_flight = 0
         self.peak_activation_bytes = 0
+        self.outputs: list[Tensor] = []  # the last stage's output of each micro-batch, in the last step
+        self.losses: list[float] = []  # and each micro-batch's loss (before the 1 / chunks scaling)
 
     def parameters(self) -> Iterator[Parameter]:
         """The parameters of this rank's stage, for its optimizer.
@@ -190,6 +218,7 @@ class Pipeline:
         output_shapes: dict[int, Any] = {}
         loss_sum = 0.0
         self.actions_run, held, self.peak_in_flight = [], 0, 0
+        self.outputs, self.losses = [], []
         memory.reset_peak_stats()
         baseline = memory.stats().allocated_bytes
         if not self.first:
@@ -205,7 +234,10 @@ class Pipeline:
                     x = Tensor(incoming[0], requires_grad=_carries_gradient(incoming[0].dtype))
                 y = self.stage(x)
                 if self.last:
-                    y = loss_fn(y, Tensor(micro_targets[i])) * (1.0 / self.chunks)
+                    self.outputs.append(y.detach())
+                    loss = loss_fn(y, Tensor(micro_targets[i]))
+                    self.losses.append(loss.item())
+                    y = loss * (1.0 / self.chunks)
                     loss_sum += y.item()
                 else:
                     output_shapes[i] = (tuple(y.shape), y.dtype)

@@ -23,15 +23,14 @@ import numpy as np
 
 if TYPE_CHECKING:
     from nbcoll.comm import Communicator
-    from nbcoll.parallel.plan import ModelSpec, Rates
+    from nbcoll.parallel.plan_model import ModelSpec, Rates
 
-# The planner's model imports this module to offer these functions beside it, so they import the model's classes
-# when they run, not when this module loads.
+# The model's classes come from nbcoll.parallel.plan_model, which imports neither this module nor the planner.
 
 
 def token_range(spec: ModelSpec, ranks: int) -> tuple[int, int]:
     """The fewest and the most tokens one micro-batch holds over the layouts of ``ranks``: where to time."""
-    from nbcoll.parallel.plan import layouts
+    from nbcoll.parallel.plan_model import layouts
 
     counts = [spec.batch // (lay.dp * lay.chunks) * spec.seq_len for lay in layouts(spec, ranks)]
     return (min(counts), max(counts)) if counts else (spec.seq_len, spec.batch * spec.seq_len)
@@ -72,7 +71,8 @@ def measure_rates(
     import nbcoll.functional as F
     from nbcoll import nn
     from nbcoll.parallel import tensor_parallel as tp
-    from nbcoll.parallel.plan import Rates, default_rates
+    from nbcoll.parallel import vocab_parallel as vp
+    from nbcoll.parallel.plan_model import Rates, default_rates
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
     _check_measuring("measure_rates", repeats=repeats, cores=cores, busy=busy)
@@ -90,11 +90,11 @@ def measure_rates(
             return F.cross_entropy(logits.reshape(-1, spec.vocab), ids.reshape(-1))
     else:
         block = ParallelTransformerBlock(spec.hidden, spec.heads, comm, spec.mlp_ratio, causal=True, dtype=dtype)
-        embed = tp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm, dtype=dtype)
+        embed = vp.VocabParallelEmbedding(spec.vocab, spec.hidden, comm, dtype=dtype)
         head = tp.ColumnParallelLinear(spec.hidden, spec.vocab, comm, dtype=dtype)
 
         def loss_of(logits: Any, ids: Any) -> Any:
-            return tp.vocab_parallel_cross_entropy(logits, ids, comm)
+            return vp.vocab_parallel_cross_entropy(logits, ids, comm)
 
     low, high = tokens or (spec.seq_len, 8 * spec.seq_len)
     inputs = []

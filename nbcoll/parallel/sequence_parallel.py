@@ -16,10 +16,10 @@ split regions shrink ``n`` times. The replicated parameters that now see only pa
 norms' weights and biases, the bias of each row-parallel layer) get their gradients summed over the ranks: they
 pass through Megatron's ``f``, whose backward is an all-reduce, each time they are used.
 
-Dropout equals one process's: each rank draws the mask of the whole tensor from the shared seed, as one
-process does, and keeps its own part (its positions outside the split regions, its heads inside). That costs
-one full-size temporary mask per dropout; Megatron instead draws each rank's part from a seed of its own, which
-gives different, equally valid masks.
+Dropout equals one process's (:mod:`nbcoll.parallel.split_dropout`): each rank draws the mask of the whole
+tensor from the shared seed, as one process does, and keeps its own part (its positions outside the split
+regions, its heads inside). That costs one full-size temporary mask per dropout; Megatron instead draws each
+rank's part from a seed of its own, which gives different, equally valid masks.
 
 The sequence length must divide by the rank count, as in Megatron; another length is refused.
 
@@ -36,14 +36,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import nbcoll.functional as F
-from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
-from nbcoll.kernels import random
 from nbcoll.nn import LayerNorm, Module, TransformerBlock
 from nbcoll.nn.attention import causal_mask, scaled_dot_product_attention
 from nbcoll.nn.shapes import check_input
 from nbcoll.parallel import functional as PF
 from nbcoll.parallel.functional import _all_gather
+from nbcoll.parallel.split_dropout import SplitDropout
 from nbcoll.parallel.tensor_parallel import (
     ColumnParallelLinear,
     GatherFromRegion,
@@ -53,7 +52,6 @@ from nbcoll.parallel.tensor_parallel import (
     load_full_state,
 )
 from nbcoll.parallel.tensor_parallel_transformer import ParallelAttention
-from nbcoll.seed import next_seed
 from nbcoll.tensors import Tensor
 from nbcoll.tensors.function import Context, Function
 
@@ -155,42 +153,6 @@ def reduce_scatter_sequence(x: Tensor, comm: Communicator) -> Tensor:
     return _sequence_first(PF.reduce_scatter(_sequence_first(x), comm))
 
 
-# -- dropout: this rank's part of one process's mask ------------------------------------------------------------
-
-
-class DropoutPart(Function):
-    """``y = x * mask / (1 - p)`` with ``mask`` this rank's block along ``axis`` of the mask of ``full_shape``."""
-
-    @staticmethod
-    def forward(ctx: Context, x: Any, p: float, seed: int, full_shape: tuple, axis: int, part: int) -> Any:
-        _, full_mask = random.dropout(memory.zeros(full_shape, x.dtype), p, seed)  # what one process draws
-        width = x.shape[axis]
-        index = (slice(None),) * axis + (slice(part * width, (part + 1) * width),)
-        mask = copy_kernels.contiguous(full_mask[index])
-        ctx.p = p
-        ctx.save_for_backward(mask)
-        return random.dropout_backward(x, mask, p)  # the same product as the forward of a dropout
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple:
-        (mask,) = ctx.saved_tensors
-        return random.dropout_backward(dy, mask, ctx.p), None, None, None, None, None
-
-
-class _SplitDropout(Module):
-    """Dropout whose input is block ``part`` along ``axis`` of a tensor ``parts`` times wider there."""
-
-    def __init__(self, p: float, axis: int, part: int, parts: int) -> None:
-        super().__init__()
-        self.p, self.axis, self.part, self.parts = p, axis, part, parts
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0:
-            return x
-        full = tuple(x.shape[: self.axis]) + (x.shape[self.axis] * self.parts,) + tuple(x.shape[self.axis + 1 :])
-        return DropoutPart.apply(x, self.p, next_seed(), full, self.axis, self.part)
-
-
 # -- the layers ------------------------------------------------------------------------------------------------
 
 
@@ -257,11 +219,11 @@ class SequenceParallelAttention(ParallelAttention):
     ) -> None:
         super().__init__(embed_dim, num_heads, comm, causal=causal, bias=bias, dtype=dtype)
         self.out_proj = SequenceRowParallelLinear(embed_dim, embed_dim, comm, bias, dtype=dtype)
-        self.attn_dropout = _SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's heads
+        self.attn_dropout = SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's heads
 
     def forward(self, x: Tensor) -> Tensor:
         x = all_gather_sequence(x, self.comm)
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        q, k, v = (self._heads(proj.local_forward(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
         out, _ = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
         n, heads, length, _ = out.shape
@@ -282,11 +244,11 @@ class SequenceParallelMLP(Module):
     def __init__(self, embed_dim: int, hidden_dim: int, comm: Communicator, bias: bool = True, dtype=None) -> None:
         super().__init__()
         self.comm = comm
-        self.fc_in = ColumnParallelLinear(embed_dim, hidden_dim, comm, bias, copy_input=False, dtype=dtype)
+        self.fc_in = ColumnParallelLinear(embed_dim, hidden_dim, comm, bias, dtype=dtype)
         self.fc_out = SequenceRowParallelLinear(hidden_dim, embed_dim, comm, bias, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc_out(self.fc_in(all_gather_sequence(x, self.comm)).gelu())
+        return self.fc_out(self.fc_in.local_forward(all_gather_sequence(x, self.comm)).gelu())
 
 
 class SequenceParallelBlock(Module):
@@ -328,7 +290,7 @@ class SequenceParallelBlock(Module):
         self.attn = SequenceParallelAttention(embed_dim, num_heads, comm, causal, dropout, bias, dtype=dtype)
         self.ln2 = SequenceParallelLayerNorm(embed_dim, comm, eps=eps, dtype=dtype)
         self.mlp = SequenceParallelMLP(embed_dim, hidden, comm, bias=bias, dtype=dtype)
-        self.resid_dropout = _SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's positions
+        self.resid_dropout = SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's positions
 
     def forward(self, x: Tensor) -> Tensor:
         x = check_input(self, x, ("N", "L / ranks", self.embed_dim), dtype=self.ln1.weight.dtype)
@@ -371,7 +333,6 @@ def sequence_parallel_block(block: TransformerBlock, comm: Communicator) -> Sequ
 
 
 __all__ = [
-    "DropoutPart",
     "SequenceParallelAttention",
     "SequenceParallelBlock",
     "SequenceParallelLayerNorm",

@@ -29,12 +29,13 @@ Example::
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import nbcoll.functional as F
 from nbcoll import memory
+from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Module, Parameter, init
 from nbcoll.nn.linear import parameter_dtype
 from nbcoll.nn.shapes import check_input
@@ -95,12 +96,42 @@ class GatherFromRegion(Function):
         return dy[start : start + ctx.rows], None
 
 
+class ScatterToRegion(Function):
+    """Megatron's scatter: keep this rank's block of the last dim of ``x``; backward all-gathers ``dy`` there."""
+
+    @staticmethod
+    def forward(ctx: Context, x: Any, comm: Communicator) -> Any:
+        width = x.shape[-1] // comm.size
+        ctx.comm = comm
+        return copy_kernels.contiguous(x[..., comm.rank * width : (comm.rank + 1) * width])
+
+    @staticmethod
+    def backward(ctx: Context, dy: Any) -> tuple:
+        with no_grad():
+            return gather_last_dim(Tensor(dy), ctx.comm).data, None
+
+
 def copy_to_region(x: Tensor, comm: Communicator) -> Tensor:
+    """Megatron's ``f`` on ``x``: the identity forward, an all-reduce of the gradient backward.
+
+    >>> import numpy as np, nbcoll
+    >>> from nbcoll.parallel import copy_to_region
+    >>> comm = nbcoll.init()
+    >>> copy_to_region(nbcoll.tensor(np.ones(3, np.float32)), comm).shape
+    (3,)
+    >>> comm.destroy()
+    """
     return CopyToRegion.apply(x, comm)
 
 
 def reduce_from_region(x: Tensor, comm: Communicator) -> Tensor:
     return ReduceFromRegion.apply(x, comm)
+
+
+def scatter_last_dim(x: Tensor, comm: Communicator) -> Tensor:
+    """This rank's slice of the last dimension of ``x`` (the same on every rank); the inverse of
+    :func:`gather_last_dim`."""
+    return ScatterToRegion.apply(x, comm)
 
 
 def gather_last_dim(x: Tensor, comm: Communicator) -> Tensor:
@@ -129,7 +160,11 @@ class ColumnParallelLinear(Module):
         (2, 12)
         >>> comm.destroy()
 
-    ``copy_input=False`` leaves out ``f`` when the caller has applied it already (q, k and v share one input).
+    An ``out_features`` that does not divide by ``comm.size`` (a vocabulary) is padded at the end to a multiple
+    of it, as Megatron pads its vocabulary: the padded features have zero weights and bias, a gathered output
+    leaves them out, and :func:`load_full_state` / :func:`full_state_dict` pad and trim (``tp_full``).
+    When several layers share one input (q, k and v), apply ``f`` once with :func:`copy_to_region` and call
+    :meth:`local_forward` on each.
     """
 
     tp_split = {"weight": 0, "bias": 0}
@@ -141,26 +176,58 @@ class ColumnParallelLinear(Module):
         comm: Communicator,
         bias: bool = True,
         gather_output: bool = False,
-        copy_input: bool = True,
+        copy_input: bool | None = None,
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        self.comm, self.gather_output, self.copy_input = comm, gather_output, copy_input
+        if copy_input is not None:
+            warnings.warn(
+                "ColumnParallelLinear(copy_input=) is deprecated: apply copy_to_region once and call local_forward",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        self.comm, self.gather_output = comm, gather_output
+        self.copy_input = True if copy_input is None else copy_input
         self.in_features, self.out_features = in_features, out_features
-        local = divide(out_features, comm, "out_features")
+        local = -(-out_features // comm.size)  # rounded up: the last ranks' slices end with padding
+        real = max(0, min(local, out_features - comm.rank * local))
+        self.tp_full = {"weight": out_features, "bias": out_features} if local * comm.size != out_features else {}
         dtype = parameter_dtype(dtype)
         bound = 1 / math.sqrt(in_features)  # Linear's initial range, from the full fan-in
-        self.weight = init.uniform_(Parameter(np.zeros((local, in_features), dtype)), -bound, bound)
-        self.bias = init.uniform_(Parameter(np.zeros(local, dtype)), -bound, bound) if bias else None
+        keep = (np.arange(local) < real).astype(dtype)  # 0 on padded features
+        weight = init.uniform_(Parameter(np.zeros((local, in_features), dtype)), -bound, bound)
+        self.weight = Parameter(weight.numpy() * keep[:, None]) if real < local else weight
+        if bias:
+            b = init.uniform_(Parameter(np.zeros(local, dtype)), -bound, bound)
+            self.bias = Parameter(b.numpy() * keep) if real < local else b
+        else:
+            self.bias = None
 
     def forward(self, x: Tensor) -> Tensor:
         x = check_input(self, x, (..., self.in_features), dtype=self.weight.dtype)
         if self.copy_input:
             x = copy_to_region(x, self.comm)
+        y = self.local_forward(x)
+        if not self.gather_output:
+            return y
+        y = gather_last_dim(y, self.comm)
+        return y[..., : self.out_features] if self.tp_full else y
+
+    def local_forward(self, x: Tensor) -> Tensor:
+        """``x @ W_r^T + b_r``: this rank's features, for an input already in the region (``f`` applied).
+
+        >>> import numpy as np, nbcoll
+        >>> from nbcoll.parallel import ColumnParallelLinear, copy_to_region
+        >>> comm = nbcoll.init()
+        >>> q, k = ColumnParallelLinear(4, 6, comm), ColumnParallelLinear(4, 6, comm)
+        >>> x = copy_to_region(nbcoll.tensor(np.ones((2, 4), np.float32)), comm)   # f once, for both
+        >>> q.local_forward(x).shape, k.local_forward(x).shape
+        ((2, 6), (2, 6))
+        >>> comm.destroy()
+        """
+        x = check_input(self, x, (..., self.in_features), dtype=self.weight.dtype)
         y = x @ self.weight.T
-        if self.bias is not None:
-            y = y + self.bias
-        return gather_last_dim(y, self.comm) if self.gather_output else y
+        return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features} split over {self.comm.size}"
@@ -174,22 +241,34 @@ class RowParallelLinear(Module):
         >>> import numpy as np, nbcoll
         >>> from nbcoll.parallel import RowParallelLinear
         >>> comm = nbcoll.init()                       # on 4 ranks: weight (8, 3), bias (8,) replicated
-        >>> layer = RowParallelLinear(12, 8, comm)
+        >>> layer = RowParallelLinear(12, 8, comm, input_is_parallel=True)
         >>> x_r = nbcoll.tensor(np.ones((2, 12 // comm.size), np.float32))     # this rank's features
         >>> layer.weight.shape, layer(x_r).shape        # the full output on every rank
         ((8, 12), (2, 8))
+        >>> RowParallelLinear(12, 8, comm)(nbcoll.tensor(np.ones((2, 12), np.float32))).shape   # a full input
+        (2, 8)
         >>> comm.destroy()
 
-    The bias is added once, after the sum, and is the same on every rank.
+    As in Megatron, ``input_is_parallel=False`` (the default) takes the full input and keeps this rank's slice
+    of its features (their gradient is all-gathered back); ``True`` takes the slice itself, as a
+    :class:`ColumnParallelLinear` without ``gather_output`` produces it. The bias is added once, after the sum,
+    and is the same on every rank.
     """
 
     tp_split = {"weight": 1}
 
     def __init__(
-        self, in_features: int, out_features: int, comm: Communicator, bias: bool = True, dtype: Any = None
+        self,
+        in_features: int,
+        out_features: int,
+        comm: Communicator,
+        bias: bool = True,
+        input_is_parallel: bool = False,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
+        self.input_is_parallel = input_is_parallel
         self.local_in = divide(in_features, comm, "in_features")
         dtype = parameter_dtype(dtype)
         bound = 1 / math.sqrt(in_features)
@@ -197,126 +276,14 @@ class RowParallelLinear(Module):
         self.bias = init.uniform_(Parameter(np.zeros(out_features, dtype)), -bound, bound) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        if not self.input_is_parallel:
+            x = scatter_last_dim(check_input(self, x, (..., self.in_features), dtype=self.weight.dtype), self.comm)
         x = check_input(self, x, (..., self.local_in), dtype=self.weight.dtype)
         y = reduce_from_region(x @ self.weight.T, self.comm)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features} split over {self.comm.size}, out_features={self.out_features}"
-
-
-class VocabParallelEmbedding(Module):
-    """``Embedding(num_embeddings, dim)`` with the table's rows split: rank ``r`` holds ids ``[start, end)``.
-
-    ``for each id: y = weight_r[id - start] if start <= id < end else 0``, then ``g`` sums over ranks: exactly
-    one rank contributes each vector.
-
-    Example::
-
-        >>> import nbcoll
-        >>> from nbcoll.parallel import VocabParallelEmbedding
-        >>> comm = nbcoll.init()                       # on 4 ranks: weight (250, 64), ids 250r..250r+249
-        >>> table = VocabParallelEmbedding(1000, 64, comm)
-        >>> table.weight.shape, table(nbcoll.tensor([[1, 999]])).shape      # (N, L) -> (N, L, 64) on every rank
-        ((1000, 64), (1, 2, 64))
-        >>> comm.destroy()
-    """
-
-    tp_split = {"weight": 0}
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, comm: Communicator, dtype: Any = None) -> None:
-        super().__init__()
-        self.comm, self.num_embeddings, self.embedding_dim = comm, num_embeddings, embedding_dim
-        self.local_rows = divide(num_embeddings, comm, "num_embeddings")
-        self.start = comm.rank * self.local_rows
-        self.weight = init.normal_(Parameter(np.zeros((self.local_rows, embedding_dim), parameter_dtype(dtype))))
-
-    def forward(self, ids: Any) -> Tensor:
-        ids = ids.numpy() if isinstance(ids, Tensor) else np.asarray(ids)
-        if ids.dtype.kind not in "iu" or ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-            raise ValueError(f"ids: expected integers in [0, {self.num_embeddings}), got {ids.dtype} values")
-        local = ids - self.start
-        mine = (local >= 0) & (local < self.local_rows)
-        vectors = F.embedding(np.where(mine, local, 0), self.weight)
-        vectors = vectors * Tensor(mine[..., None].astype(self.weight.dtype))
-        return reduce_from_region(vectors, self.comm)
-
-    def extra_repr(self) -> str:
-        return f"{self.num_embeddings} split over {self.comm.size}, {self.embedding_dim}"
-
-
-def vocab_parallel_cross_entropy(
-    local_logits: Tensor, targets: Any, comm: Communicator, ignore_index: int | None = None
-) -> Tensor:
-    """Mean cross-entropy of logits split over the vocabulary, without ever gathering the full logits.
-
-    ``local_logits`` (.., V / n) are this rank's columns ``[rank * V / n, (rank + 1) * V / n)`` (the output of a
-    ColumnParallelLinear head); ``targets`` (..) hold full-vocabulary ids, the same on every rank. Per row, with
-    ``m`` the global max::
-
-        loss = log(sum over ranks of sum_v exp(z_v - m)) - (z_target - m)
-
-    Only per-row numbers cross the ranks: the max (no gradient), the sum of exponentials and the target's logit
-    (through ``g``, whose identity backward gives each rank ``softmax - onehot`` on its own columns).
-
-    A target outside ``[0, V)`` is a ``ValueError`` on every rank, before any collective: each rank knows ``V``
-    (its slice times the rank count) and sees the same targets, so all of them refuse together. With
-    ``ignore_index`` (off by default, as in Megatron, where a loss mask follows instead), rows whose target is
-    that value count for nothing, not even in the mean's divisor, as in ``nn.CrossEntropyLoss``.
-
-    Example::
-
-        >>> import numpy as np, nbcoll, nbcoll.functional as F
-        >>> from nbcoll.parallel import vocab_parallel_cross_entropy
-        >>> comm = nbcoll.init()                       # one rank: its slice is the whole vocabulary
-        >>> logits = nbcoll.tensor(np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]], np.float32))
-        >>> targets = nbcoll.tensor([0, 2])
-        >>> loss = vocab_parallel_cross_entropy(logits, targets, comm)
-        >>> bool(np.isclose(loss.item(), F.cross_entropy(logits, targets).item()))   # as on the full logits
-        True
-        >>> padded = vocab_parallel_cross_entropy(logits, nbcoll.tensor([0, -100]), comm, ignore_index=-100)
-        >>> bool(np.isclose(padded.item(), F.cross_entropy(logits[:1], targets[:1]).item()))   # row 0 alone
-        True
-        >>> comm.destroy()
-    """
-    per_rank = local_logits.shape[-1]
-    logits = local_logits.reshape(-1, per_rank)
-    targets = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
-    if targets.size != logits.shape[0] or targets.dtype.kind not in "iu":
-        raise ValueError(f"targets: expected {logits.shape[0]} integer ids, got {targets.dtype} {targets.shape}")
-    keep = _check_vocab_targets(targets, per_rank * comm.size, ignore_index).reshape(-1)
-    targets = targets.reshape(-1)
-    with no_grad():  # the shift only keeps exp() finite; its gradient cancels
-        row_max = logits.max(axis=-1).data
-        global_max = memory.empty(tuple(row_max.shape), row_max.dtype)
-        comm.all_reduce(row_max, global_max, op="max")
-    shifted = logits - Tensor(global_max).reshape(-1, 1)
-    sum_exp = reduce_from_region(shifted.exp().sum(axis=-1), comm)
-    local_target = targets - comm.rank * per_rank
-    mine = (local_target >= 0) & (local_target < per_rank) & keep
-    picked = shifted.gather(Tensor(np.where(mine, local_target, 0).reshape(-1, 1)), axis=1).reshape(-1)
-    target_logit = reduce_from_region(picked * Tensor(mine.astype(picked.dtype)), comm)
-    loss = sum_exp.log() - target_logit
-    if ignore_index is None:
-        return loss.mean()
-    kept = int(keep.sum())
-    total = (loss * Tensor(keep.astype(loss.dtype))).sum()
-    # No row counts: NaN as nn.CrossEntropyLoss gives, with zero gradients instead of 0 / 0's NaN.
-    return total / kept if kept else total * 0.0 + float("nan")
-
-
-def _check_vocab_targets(targets: np.ndarray, vocab: int, ignore_index: int | None) -> np.ndarray:
-    """Which targets count (all, or those not ``ignore_index``); a ``ValueError`` if one is not a class id."""
-    keep = np.ones(targets.shape, bool) if ignore_index is None else targets != ignore_index
-    bad = keep & ((targets < 0) | (targets >= vocab))
-    if bad.any():
-        at = tuple(int(p) for p in np.argwhere(bad)[0])
-        ignoring = "no ignore_index" if ignore_index is None else f"ignore_index is {ignore_index}"
-        raise ValueError(
-            f"targets: expected class ids in [0, {vocab}) (the full vocabulary; {ignoring}), got {targets[at]} at "
-            f"position {at} ({int(bad.sum())} bad target(s))"
-        )
-    return keep
 
 
 # -- one process's weights <-> this rank's shards --------------------------------------------------------------
@@ -332,28 +299,63 @@ def _split_dims(model: Module) -> dict[str, int]:
     return dims
 
 
+def _padded_sizes(model: Module) -> dict[str, int]:
+    """``{parameter name: real size along its split dimension}`` for the split parameters that carry padding."""
+    sizes = {}
+    for prefix, module in model.named_modules():
+        for name, size in getattr(module, "tp_full", {}).items():
+            sizes[f"{prefix}.{name}" if prefix else name] = size
+    return sizes
+
+
 def load_full_state(model: Module, full_state: dict[str, Any], comm: Communicator) -> Module:
     """Load a full model's ``state_dict()`` into the tensor-parallel ``model``: each split parameter gets this
-    rank's block of the full array along its split dimension, every other one the full array. Returns ``model``."""
-    dims = _split_dims(model)
+    rank's block of the full array along its split dimension (zero-padded at the end first where the layer pads,
+    a vocabulary), every other one the full array. Returns ``model``.
+
+    >>> import nbcoll
+    >>> from nbcoll import nn
+    >>> from nbcoll.parallel import ColumnParallelLinear, load_full_state
+    >>> comm = nbcoll.init()                       # on 2 ranks: rows 0-2 of the full weight, then 3-5
+    >>> full = nn.Linear(4, 6)
+    >>> split = load_full_state(ColumnParallelLinear(4, 6, comm), full.state_dict(), comm)
+    >>> split.weight.shape
+    (6, 4)
+    >>> comm.destroy()
+    """
+    dims, padded = _split_dims(model), _padded_sizes(model)
+    own = model.state_dict()
     local = {}
     for name, value in full_state.items():
         value = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+        if name in padded and name in own:
+            width = [(0, 0)] * value.ndim
+            width[dims[name]] = (0, own[name].shape[dims[name]] * comm.size - value.shape[dims[name]])
+            value = np.pad(value, width)
         local[name] = np.split(value, comm.size, axis=dims[name])[comm.rank] if name in dims else value
     model.load_state_dict(local)
     return model
 
 
 def full_state_dict(model: Module, comm: Communicator) -> dict[str, np.ndarray]:
-    """The full model's state, every split parameter all-gathered along its split dimension (host arrays)."""
-    dims = _split_dims(model)
+    """The full model's state, every split parameter all-gathered along its split dimension, padding trimmed
+    (host arrays).
+
+    >>> import nbcoll
+    >>> from nbcoll.parallel import ColumnParallelLinear, full_state_dict
+    >>> comm = nbcoll.init()
+    >>> {k: v.shape for k, v in full_state_dict(ColumnParallelLinear(4, 5, comm), comm).items()}
+    {'weight': (5, 4), 'bias': (5,)}
+    >>> comm.destroy()
+    """
+    dims, padded = _split_dims(model), _padded_sizes(model)
     state = {}
     for name, value in model.state_dict().items():
         value = np.asarray(value.numpy() if isinstance(value, Tensor) else value)
         if name in dims:
             front = np.ascontiguousarray(np.moveaxis(value, dims[name], 0))
             gathered = memory.to_host(_all_gather(comm, memory.to_device(front)))
-            value = np.moveaxis(gathered, 0, dims[name])
+            value = np.moveaxis(gathered[: padded.get(name, len(gathered))], 0, dims[name])
         state[name] = value
     return state
 
@@ -364,12 +366,12 @@ __all__ = [
     "GatherFromRegion",
     "ReduceFromRegion",
     "RowParallelLinear",
-    "VocabParallelEmbedding",
+    "ScatterToRegion",
     "copy_to_region",
     "divide",
     "full_state_dict",
     "gather_last_dim",
     "load_full_state",
     "reduce_from_region",
-    "vocab_parallel_cross_entropy",
+    "scatter_last_dim",
 ]

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nbcoll.nn import LayerNorm, Module, TransformerBlock
+from nbcoll.nn import Dropout, LayerNorm, Module, TransformerBlock
 from nbcoll.nn.attention import causal_mask, scaled_dot_product_attention
 from nbcoll.nn.shapes import check_input
+from nbcoll.parallel.split_dropout import SplitDropout
 from nbcoll.parallel.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -46,7 +47,14 @@ class ParallelAttention(Module):
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, comm: Communicator, causal: bool = False, bias: bool = True, dtype=None
+        self,
+        embed_dim: int,
+        num_heads: int,
+        comm: Communicator,
+        causal: bool = False,
+        bias: bool = True,
+        dtype: Any = None,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
@@ -55,8 +63,9 @@ class ParallelAttention(Module):
         self.local_heads = divide(num_heads, comm, "num_heads")
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
         for name in ("q_proj", "k_proj", "v_proj"):  # f is applied once, to the shared input
-            setattr(self, name, ColumnParallelLinear(embed_dim, embed_dim, comm, bias, copy_input=False, dtype=dtype))
-        self.out_proj = RowParallelLinear(embed_dim, embed_dim, comm, bias, dtype=dtype)
+            setattr(self, name, ColumnParallelLinear(embed_dim, embed_dim, comm, bias, dtype=dtype))
+        self.out_proj = RowParallelLinear(embed_dim, embed_dim, comm, bias, input_is_parallel=True, dtype=dtype)
+        self.attn_dropout = SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's heads
 
     def _heads(self, x: Tensor) -> Tensor:
         n, length, _ = x.shape  # (N, L, local_heads * head_dim) -> (N, local_heads, L, head_dim)
@@ -64,9 +73,9 @@ class ParallelAttention(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x = copy_to_region(x, self.comm)
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        q, k, v = (self._heads(proj.local_forward(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        out, _ = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
         n, heads, length, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, heads * self.head_dim))
 
@@ -86,7 +95,7 @@ class ParallelMLP(Module):
     def __init__(self, embed_dim: int, hidden_dim: int, comm: Communicator, bias: bool = True, dtype=None) -> None:
         super().__init__()
         self.fc_in = ColumnParallelLinear(embed_dim, hidden_dim, comm, bias, dtype=dtype)
-        self.fc_out = RowParallelLinear(hidden_dim, embed_dim, comm, bias, dtype=dtype)
+        self.fc_out = RowParallelLinear(hidden_dim, embed_dim, comm, bias, input_is_parallel=True, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc_out(self.fc_in(x).gelu())
@@ -105,8 +114,10 @@ class ParallelTransformerBlock(Module):
         (2, 5, 8)
         >>> comm.destroy()
 
-    ``num_heads`` and the MLP width (``mlp_ratio * embed_dim``) must divide by ``comm.size``. There is no
-    dropout (each rank would drop different values) and no padding mask.
+    ``num_heads`` and the MLP width (``mlp_ratio * embed_dim``) must divide by ``comm.size``. ``dropout`` drops
+    what one process's block drops, given the same seed on every rank (:mod:`nbcoll.parallel.split_dropout`):
+    the attention weights of this rank's heads, and the residual branches, which are whole on every rank. There
+    is no padding mask.
     """
 
     def __init__(
@@ -119,20 +130,22 @@ class ParallelTransformerBlock(Module):
         bias: bool = True,
         eps: float = 1e-5,
         dtype: Any = None,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.embed_dim, self.causal = embed_dim, causal
         hidden = int(round(mlp_ratio * embed_dim))
         divide(hidden, comm, "hidden size (mlp_ratio * embed_dim)")
         self.ln1 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
-        self.attn = ParallelAttention(embed_dim, num_heads, comm, causal=causal, bias=bias, dtype=dtype)
+        self.attn = ParallelAttention(embed_dim, num_heads, comm, causal, bias, dtype, dropout)
         self.ln2 = LayerNorm(embed_dim, eps=eps, dtype=dtype)
         self.mlp = ParallelMLP(embed_dim, hidden, comm, bias=bias, dtype=dtype)
+        self.resid_dropout = Dropout(dropout)  # on whole tensors, the same on every rank: one process's mask
 
     def forward(self, x: Tensor) -> Tensor:
         x = check_input(self, x, ("N", "L", self.embed_dim), dtype=self.ln1.weight.dtype)
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        x = x + self.resid_dropout(self.attn(self.ln1(x)))
+        return x + self.resid_dropout(self.mlp(self.ln2(x)))
 
 
 def tensor_parallel_block(
@@ -170,6 +183,7 @@ def tensor_parallel_block(
         bias=attn.q_proj.bias is not None,
         eps=block.ln1.eps,
         dtype=attn.q_proj.weight.dtype,
+        dropout=block.resid_dropout.p,
     )
     return load_full_state(split, block.state_dict(), comm)
 

@@ -28,6 +28,15 @@ Example::
         loss_fn(model(x), y).backward()
         optimizer.step()                                          # reduce-scatter, update, all-gather
 
+``mixed_precision=MixedPrecision(param_dtype, reduce_dtype)`` is FSDP's policy applied to ZeRO (as mixed-precision
+ZeRO keeps it): the flat buffer above holds the float32 masters, of which each rank steps its shard; the model's
+parameters become views of a second flat buffer in ``param_dtype``, so forward and backward run in it (give the
+model inputs in it). The gradients are cast to ``reduce_dtype`` (``param_dtype`` when None) for the reduction and
+back to the masters' dtype before the step, and the updated master shard is cast to ``param_dtype`` before the
+all-gather. The masters outside this rank's shard are not kept current; ``MixedPrecision()`` changes nothing::
+
+    flat (float32 masters)  --step shard r, cast-->  model_flat[shard r] (param_dtype)  --all_gather-->  model_flat
+
 Checkpoints follow PyTorch: ``consolidate_state_dict(to=0)`` (on every rank) gathers the shards' optimizer state to
 rank 0, where ``state_dict()`` gives it as a plain optimizer over the same parameters would have it (one group,
 the state cut back into each parameter's shape); ``load_state_dict`` takes such a dict on every rank, from a ZeRO
@@ -51,6 +60,7 @@ from nbcoll import memory
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import Parameter
 from nbcoll.parallel.data_parallel import check_same_parameters
+from nbcoll.parallel.mixed_precision import MixedPrecision
 from nbcoll.tensors import Tensor
 
 if TYPE_CHECKING:
@@ -79,10 +89,13 @@ class ZeroRedundancyOptimizer:
         optimizer_class: type,
         comm: Communicator,
         stage: int = 1,
+        mixed_precision: MixedPrecision | None = None,
         **opt_kwargs: Any,
     ) -> None:
         if stage not in (1, 2):
             raise ValueError(f"stage: expected 1 (optimizer state sharded) or 2 (and gradients), got {stage!r}")
+        if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
+            raise TypeError(f"mixed_precision: expected a MixedPrecision or None, got {type(mixed_precision).__name__}")
         self.params = _check_params(params)
         self.comm, self.stage = comm, stage
         check_same_parameters(comm, [(f"params[{i}]", p) for i, p in enumerate(self.params)], "ZeroRedundancyOptimizer")
@@ -96,8 +109,17 @@ class ZeroRedundancyOptimizer:
         self.flat = memory.zeros(self.shard_size * comm.size, dtype)
         copy_kernels.flatten([copy_kernels.contiguous(p.data) for p in self.params], out=self.flat[:total])
         comm.broadcast(self.flat, root=0)  # the replicas start equal, wrapped by DDP or not
+        policy = mixed_precision or MixedPrecision()
+        self.param_dtype = policy.param_dtype or dtype  # what the model computes in
+        self.reduce_dtype = policy.reduce_dtype or self.param_dtype  # what the gradients are averaged in
+        # The model's parameters: the masters themselves, or their copy in param_dtype.
+        self.model_flat = self.flat if self.param_dtype == dtype else copy_kernels.cast(self.flat, self.param_dtype)
         for p, offset in zip(self.params, self.offsets, strict=True):
-            p.data = self.flat[offset : offset + p.size].reshape(p.shape)  # the parameter lives in the flat buffer
+            view = self.model_flat[offset : offset + p.size].reshape(p.shape)  # the parameter lives in the buffer
+            if p.dtype == view.dtype:
+                p.data = view
+            else:  # .data refuses a new dtype; a cast in place is the exception, as in Module.to
+                p._data = memory.track(view)
         start = comm.rank * self.shard_size
         self.shard_range = (start, start + self.shard_size)
         self.shard = Parameter(Tensor._from_array(self.flat[start : start + self.shard_size]))
@@ -167,7 +189,9 @@ class ZeroRedundancyOptimizer:
         if self.stage == 1:
             self.shard.grad = None  # the full gradients stay with DDP's buckets; the shard's copy is not kept
         start, stop = self.shard_range
-        self.comm.all_gather(self.flat[start:stop], self.flat)  # in place: this rank's block of the flat buffer
+        if self.model_flat is not self.flat:
+            copy_kernels.cast_into(self.model_flat[start:stop], self.flat[start:stop])  # the stepped masters
+        self.comm.all_gather(self.model_flat[start:stop], self.model_flat)  # in place: this rank's block
 
     def _copy_own_gradients(self) -> Any:
         """Stage 1: the gradients are already averaged (by DDP); copy the part of them that falls in the shard."""
@@ -178,19 +202,24 @@ class ZeroRedundancyOptimizer:
             if lo >= hi or p.grad is None:
                 continue
             grad = copy_kernels.contiguous(p.grad.data).reshape(p.size)
-            copy_kernels.copy(grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
+            copy_kernels.cast_into(grad_shard[lo - start : hi - start], grad[lo - offset : hi - offset])
         return grad_shard
 
     def _reduce_scatter_gradients(self) -> Any:
-        """Stage 2: average the raw local gradients over the ranks, each rank receiving only its shard."""
-        flat_grad = memory.zeros(self.flat.size, self.flat.dtype)
+        """Stage 2: average the raw local gradients over the ranks in ``reduce_dtype``, each rank receiving only
+        its shard, in the masters' dtype."""
+        flat_grad = memory.zeros(self.flat.size, self.reduce_dtype)
         for p, offset in zip(self.params, self.offsets, strict=True):
-            if p.grad is not None:
-                copy_kernels.copy(
-                    flat_grad[offset : offset + p.size], copy_kernels.contiguous(p.grad.data).reshape(p.size)
-                )
+            if p.grad is not None:  # cast_into copies when the dtypes are the same
+                grad = copy_kernels.contiguous(p.grad.data).reshape(p.size)
+                copy_kernels.cast_into(flat_grad[offset : offset + p.size], grad)
             p.grad = None  # from here on this rank holds only its gradient shard
-        self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
+        if self.reduce_dtype == self.flat.dtype:
+            self.comm.reduce_scatter(flat_grad, self.grad_shard, op="avg")
+        else:
+            reduced = memory.empty(self.shard_size, self.reduce_dtype)
+            self.comm.reduce_scatter(flat_grad, reduced, op="avg")
+            copy_kernels.cast_into(self.grad_shard, reduced)
         return self.grad_shard
 
     # -- checkpoints -------------------------------------------------------------------------------------------
@@ -304,7 +333,7 @@ class ZeroRedundancyOptimizer:
                 raise ValueError(f"state_dict: state entry {name!r} differs between parameters: {values}")
             return values[0]
         start, stop = self.shard_range
-        shard = np.zeros(self.shard_size, self.params[0].dtype)  # a parameter without state: zeros, never stepped
+        shard = np.zeros(self.shard_size, self.flat.dtype)  # a parameter without state: zeros, never stepped
         for j, (entry, p, offset) in enumerate(zip(saved, self.params, self.offsets, strict=True)):
             if name not in entry:
                 continue

@@ -25,6 +25,9 @@ TYPE_NAMES = {
     "float16": "half",
     "float32": "float",
     "float64": "double",
+    "bfloat16": "bfloat16",
+    "float8_e4m3fn": "f8e4m3",
+    "float8_e5m2": "f8e5m2",
 }
 """NumPy dtype name -> the name nccl-tests prints."""
 

@@ -13,7 +13,8 @@ from nbcoll.tensors.dtypes import get_default_dtype, set_default_dtype
 from nbcoll.tensors.engine import backward
 from nbcoll.tensors.function import Context, Function
 from nbcoll.tensors.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from nbcoll.tensors.tensor import RemovableHandle, Tensor, tensor
+from nbcoll.tensors.hook_handle import RemovableHandle
+from nbcoll.tensors.tensor import Tensor, tensor
 
 __all__ = [
     "Context",

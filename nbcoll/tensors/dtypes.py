@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
@@ -74,6 +75,31 @@ def true_division_dtype(dtype: Any) -> np.dtype:
     """The dtype ``/`` computes in: floating dtypes stay, bool and integers become the default floating dtype."""
     dtype = np.dtype(dtype)
     return dtype if dtype.kind == "f" else get_default_dtype()
+
+
+_LOW_PRECISION = frozenset(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
+
+
+def refuse_low_precision(op: Any, tensors: Any) -> None:
+    """Raise ``TypeError`` naming ``op`` when one of ``tensors`` (Tensors or None) is bfloat16 or fp8, unless
+    ``op`` takes them.
+
+    Those dtypes are for storage, ``astype`` and the collectives; an op that computes on them says so with a
+    class attribute ``takes_low_precision = True``. Every ``Function.apply`` asks this first.
+
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([1.0, 2.0]).astype(nbcoll.bfloat16)
+    >>> x.exp()
+    Traceback (most recent call last):
+        ...
+    TypeError: Exp: bfloat16 tensors are stored, not computed on; call astype(float32) first
+    """
+    if getattr(op, "takes_low_precision", False):
+        return
+    for t in tensors:
+        if t is not None and t.dtype in _LOW_PRECISION:
+            name = getattr(op, "__name__", op)
+            raise TypeError(f"{name}: {t.dtype} tensors are stored, not computed on; call astype(float32) first")
 
 
 __all__ = ["category", "get_default_dtype", "scalar_result_dtype", "set_default_dtype", "true_division_dtype"]

@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nbcoll.kernels.low_precision import is_low_precision
+from nbcoll.tensors.autocast_state import active_autocast
+from nbcoll.tensors.dtypes import refuse_low_precision
 from nbcoll.tensors.grad_mode import is_grad_enabled
 
 if TYPE_CHECKING:
@@ -232,13 +235,17 @@ class Function:
         # Imported here because the Tensor module imports every op, and every op imports this module.
         from nbcoll.tensors.tensor import Tensor
 
+        policy = active_autocast()
+        if policy is not None:  # the one autocast hook: the ops it lists get their arguments recast
+            cls, args = policy.route(cls, args)
         ctx = Context(cls, tuple(a if isinstance(a, Tensor) else None for a in args))
+        refuse_low_precision(cls, ctx.inputs)  # bfloat16 and fp8: only the ops that take them (astype)
         records = is_grad_enabled() and any(ctx.needs_input_grad)
         if not records:
             ctx.needs_input_grad = tuple(False for _ in args)  # lets forward skip what only backward needs
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         output = cls.forward(ctx, *arrays, **kwargs)
-        if records and np.dtype(output.dtype).kind != "f":
+        if records and np.dtype(output.dtype).kind != "f" and not is_low_precision(output.dtype):
             records = False  # integer and bool results (indices, masks) carry no gradient
             ctx.release()
         return Tensor._from_array(output, requires_grad=records, grad_fn=ctx if records else None)

@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from nbcoll import memory
 from nbcoll.kernels.elementwise import binary
+from nbcoll.kernels.low_precision import is_low_precision
 from nbcoll.kernels.reduce_axes import reduce
 from nbcoll.tensors.ops import elementwise as ew
 from nbcoll.tensors.ops import getitem as getitem_ops
 from nbcoll.tensors.ops import matmul, select
 from nbcoll.tensors.ops import reduce as reductions
 from nbcoll.tensors.ops import softmax as softmax_ops
+from nbcoll.tensors.ops.cast_low_precision import CastLowPrecision
 
 if TYPE_CHECKING:
     from nbcoll.tensors.tensor import Tensor
@@ -227,11 +229,19 @@ class TensorMethods:
     def astype(self, dtype: Any) -> Tensor:
         """A copy converted to ``dtype`` (NumPy's ``astype``); gradients flow back between floating dtypes.
 
+        bfloat16, float8_e4m3fn and float8_e5m2 convert through float32, rounding to nearest even (``ml_dtypes``'
+        rules: see :mod:`nbcoll.kernels.low_precision`).
+
         >>> import nbcoll
         >>> nbcoll.tensor([1.7, -1.7]).astype("int32").numpy()
         array([ 1, -1], dtype=int32)
+        >>> nbcoll.tensor([1.7, -1.7]).astype(nbcoll.bfloat16).numpy()
+        array([1.70312, -1.70312], dtype=dtype(bfloat16))
         """
-        return ew.Cast.apply(self, memory.check_dtype(dtype, "dtype", allow_bool=True))
+        dtype = memory.check_dtype(dtype, "dtype", allow_bool=True)
+        if is_low_precision(dtype) or is_low_precision(self.dtype):
+            return CastLowPrecision.apply(self, dtype)
+        return ew.Cast.apply(self, dtype)
 
     # -- reductions --------------------------------------------------------------------------------------------
 

@@ -27,39 +27,11 @@ from nbcoll import memory
 from nbcoll.kernels.elementwise import binary
 from nbcoll.tensors import dtypes
 from nbcoll.tensors.arrays import from_host
+from nbcoll.tensors.autocast_state import active_autocast
 from nbcoll.tensors.function import Context
+from nbcoll.tensors.hook_handle import RemovableHandle
 from nbcoll.tensors.methods import TensorMethods
 from nbcoll.tensors.shape_methods import ShapeMethods
-
-
-class RemovableHandle:
-    """What ``register_hook`` returns: ``handle.remove()`` takes the hook off again.
-
-    Example::
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([1.0, 2.0], requires_grad=True)
-        >>> handle = x.register_hook(lambda grad: print("gradient", grad.numpy()))
-        >>> (x * 3).sum().backward()
-        gradient [3. 3.]
-        >>> handle.remove()
-        >>> (x * 3).sum().backward()       # the hook is gone: nothing printed
-    """
-
-    def __init__(self, hooks: list[Any], hook: Any) -> None:
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self) -> None:
-        """Unregister the hook; removing it twice is harmless.
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([1.0], requires_grad=True)
-        >>> handle = x.register_hook(lambda grad: print("seen"))
-        >>> handle.remove()
-        >>> x.sum().backward()                         # nothing printed
-        """
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
 
 
 def _host_data(data: Any, dtype: Any) -> np.ndarray:
@@ -230,6 +202,23 @@ class Tensor(TensorMethods, ShapeMethods):
         host = self.numpy()
         return host if dtype is None else host.astype(dtype)
 
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
+        """This tensor's memory as a DLPack capsule, not a copy: ``torch.from_dlpack(x)`` shares it (see
+        :mod:`nbcoll.interop`). Only the values go; a tensor that requires grad is refused, as PyTorch does."""
+        from nbcoll import interop  # imported here: interop builds on this module
+
+        if self.requires_grad:
+            raise BufferError("__dlpack__: this tensor requires grad and gradients do not travel; export x.detach()")
+        return interop.to_dlpack(self._data, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(device type, device id)`` of the memory: ``(1, 0)`` on the CPU (numpy, sim), ``(2, id)`` on a GPU."""
+        from nbcoll import interop
+
+        return interop.dlpack_device(self._data)
+
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number.
 
@@ -357,6 +346,10 @@ class Tensor(TensorMethods, ShapeMethods):
         """``other`` as a Tensor: a Tensor must have this tensor's dtype; Python and NumPy scalars (and lists)
         take the dtype that :func:`~nbcoll.tensors.dtypes.scalar_result_dtype` gives them with this tensor."""
         if isinstance(other, Tensor):
+            policy = active_autocast() if other.dtype != self.dtype else None
+            wider = None if policy is None else policy.promote(self.dtype, other.dtype)
+            if wider is not None:  # under autocast, as PyTorch's type promotion: float16 + float32 -> float32
+                return other if other.dtype == wider else other.astype(wider)
             if other.dtype != self.dtype:
                 raise TypeError(
                     f"operands must have the same dtype, got {self.dtype} and {other.dtype}; convert one first"
@@ -393,4 +386,4 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
     return Tensor(data, requires_grad=requires_grad, dtype=dtype)
 
 
-__all__ = ["RemovableHandle", "Tensor", "tensor"]
+__all__ = ["Tensor", "tensor"]

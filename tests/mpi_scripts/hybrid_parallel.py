@@ -1,10 +1,10 @@
 """Hybrid layouts on 4 ranks: DP x TP, DP x PP and TP x PP, each trained K steps against one process.
 
 The model is a two-stage transformer LM (embedding + block, then block + norm + head). Its layers are always the
-tensor-parallel ones over ``mesh["tp"]`` (a one-rank communicator where tp = 1); data parallelism is
-DistributedDataParallel over ``mesh["dp"]`` (each replica gets its half of the global batch); pipeline
-parallelism is :class:`Pipeline` over ``mesh["pp"]`` (GPipe under DP x PP, 1F1B under TP x PP). ``mpiexec -n 4
-python hybrid_parallel.py`` prints ``hybrid parallel ok: 3 cases`` on every rank.
+tensor-parallel ones over ``mesh.get_group("tp")`` (a one-rank communicator where tp = 1); data parallelism is
+DistributedDataParallel over the "dp" group (each replica gets its half of the global batch); pipeline
+parallelism is a ``PipelineStage`` per "pp" rank with ``ScheduleGPipe`` under DP x PP, ``Schedule1F1B`` under
+TP x PP. ``mpiexec -n 4 python hybrid_parallel.py`` prints ``hybrid parallel ok: 3 cases`` on every rank.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ import nbcoll
 import nbcoll.functional as F
 from nbcoll import nn
 from nbcoll.parallel import DistributedDataParallel
-from nbcoll.parallel.mesh import DeviceMesh
-from nbcoll.parallel.pipeline import Pipeline
+from nbcoll.parallel.mesh import DIMS, DeviceMesh
+from nbcoll.parallel.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from nbcoll.parallel.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
-    VocabParallelEmbedding,
     full_state_dict,
     load_full_state,
-    vocab_parallel_cross_entropy,
 )
 from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
+from nbcoll.parallel.vocab_parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 VOCAB, DIM, HEADS, BATCH, SEQ = 16, 16, 4, 4, 5
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
 class Stage(nn.Module):
@@ -82,8 +82,8 @@ def substate(state, prefix):
 def run_layout(comm, sizes, schedule, batches, steps, start) -> dict:
     """Train the LM ``steps`` steps under the layout ``sizes`` (a pipeline with ``schedule`` where pp > 1); returns
     this rank's stages' full states."""
-    mesh = DeviceMesh(comm, **sizes)
-    tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
+    mesh = DeviceMesh(comm, tuple(sizes.get(dim, 1) for dim in DIMS), mesh_dim_names=DIMS)
+    tp, dp, pp = (mesh.get_group(dim) for dim in ("tp", "dp", "pp"))
     loss_fn = lambda logits, targets: vocab_parallel_cross_entropy(logits, targets, tp)  # noqa: E731
     rows = slice(dp.rank * BATCH // dp.size, (dp.rank + 1) * BATCH // dp.size)  # this replica's share
     stages = [load_full_state(Stage(s == 0, tp), substate(start, f"stages.{s}."), tp) for s in range(2)]
@@ -99,11 +99,11 @@ def run_layout(comm, sizes, schedule, batches, steps, start) -> dict:
     else:
         if dp.size > 1:
             stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-        pipe = Pipeline(stages, pp, chunks=2, schedule=schedule)
-        opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.1, momentum=0.9)
+        pipe = SCHEDULES[schedule](PipelineStage(stages[pp.rank], pp.rank, pp.size, group=pp), 2, loss_fn=loss_fn)
+        opt = nbcoll.optim.SGD(stages[pp.rank].parameters(), lr=0.1, momentum=0.9)
         for ids, targets in batches[:steps]:
             opt.zero_grad()
-            pipe.step(ids[rows], targets[rows], loss_fn)
+            pipe.step(ids[rows], target=targets[rows])
             opt.step()
         own = stages[pp.rank].module if dp.size > 1 else stages[pp.rank]
         states = {pp.rank: full_state_dict(own, tp)}
@@ -118,7 +118,8 @@ def toy_stages(comm=None) -> list[nn.Module]:
     so the pair needs no collective at the stage boundary."""
     if comm is None:
         return [nn.Sequential(nn.Linear(3, 4), nn.Tanh()), nn.Linear(4, 3)]
-    return [nn.Sequential(ColumnParallelLinear(3, 4, comm), nn.Tanh()), RowParallelLinear(4, 3, comm)]
+    column, row = ColumnParallelLinear(3, 4, comm), RowParallelLinear(4, 3, comm, input_is_parallel=True)
+    return [nn.Sequential(column, nn.Tanh()), row]
 
 
 TOY_LAYOUTS = (  # the three hybrids, the pipeline's two schedules between them
@@ -151,8 +152,8 @@ def check_toy_float32(comm, layouts=TOY_LAYOUTS) -> int:
         comm.broadcast(buffer, root=0)
         want[name] = nbcoll.to_host(buffer)
     for sizes, schedule in layouts:
-        mesh = DeviceMesh(comm, **sizes)
-        tp, dp, pp = mesh["tp"], mesh["dp"], mesh["pp"]
+        mesh = DeviceMesh(comm, tuple(sizes.get(dim, 1) for dim in DIMS), mesh_dim_names=DIMS)
+        tp, dp, pp = (mesh.get_group(dim) for dim in ("tp", "dp", "pp"))
         rows = slice(dp.rank * 4 // dp.size, (dp.rank + 1) * 4 // dp.size)  # this replica's share
         stages = [load_full_state(m, substate(start, f"stages.{s}."), tp) for s, m in enumerate(toy_stages(tp))]
         if pp.size == 1:
@@ -164,9 +165,9 @@ def check_toy_float32(comm, layouts=TOY_LAYOUTS) -> int:
         else:
             if dp.size > 1:
                 stages[pp.rank] = DistributedDataParallel(stages[pp.rank], dp)
-            pipe = Pipeline(stages, pp, chunks=2, schedule=schedule)
-            opt = nbcoll.optim.SGD(pipe.parameters(), lr=0.5, momentum=0.9)
-            pipe.step(x[rows], target[rows], mse)
+            pipe = SCHEDULES[schedule](PipelineStage(stages[pp.rank], pp.rank, pp.size, group=pp), 2, loss_fn=mse)
+            opt = nbcoll.optim.SGD(stages[pp.rank].parameters(), lr=0.5, momentum=0.9)
+            pipe.step(x[rows], target=target[rows])
             stages[pp.rank] = stages[pp.rank].module if dp.size > 1 else stages[pp.rank]
             mine = [pp.rank]
         opt.step()

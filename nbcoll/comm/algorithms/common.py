@@ -84,8 +84,7 @@ class Context:
     channel: int = 0  # the channel this run of the algorithm uses: its connections and its part of the buffer
     nchannels: int = 1  # how many channels the collective is split across
     call: str = ""  # the collective and its algorithm, "all_gather (direct)": what a step's own errors name
-    stream_bytes: int = 0  # outputs of at least so many bytes are copied into with streaming stores (0: never)
-    stream_shared_bytes: int = 0  # collectives of at least so many bytes stream their copies a peer reads (0: never)
+    copies: Any = None  # a CopyPolicy (nbcoll.comm.copy_policy), where a CPU fast path streams some copies
 
     def part(self, lo: int, hi: int) -> Span:
         """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
@@ -123,8 +122,7 @@ class Context:
             rank=self.rank,
             by_address=by_address,
             call=self.call,
-            stream_bytes=self.stream_bytes,
-            stream_shared_bytes=self.stream_shared_bytes,
+            copies=self.copies,
         )
 
 
