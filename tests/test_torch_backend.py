@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -215,6 +216,66 @@ def test_mismatched_sizes_are_refused_naming_the_argument():
         return True
 
     assert on_ranks(2, fn) == [True, True]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_a_size_refused_on_one_rank_makes_every_rank_raise_at_once_and_writes_nothing(n):
+    # rank n - 1 passes an output of the wrong size; the others' calls are right and would wait for it without
+    # being told: they must raise long before the 30 s timeout, and leave their outputs untouched
+    config = nbcoll.comm.CommConfig(timeout=30.0)
+
+    def fn(comm):
+        pg, rank = ProcessGroupNbcoll(comm, comm.rank, comm.size), comm.rank
+        out = torch.full((4 * n - (rank == n - 1),), -7)
+        started = time.monotonic()
+        try:
+            pg.all_gather_single(out, torch.arange(4) + 10 * rank).wait()
+            raised = None
+        except Exception as exc:  # noqa: BLE001 (what each rank raised is the result)
+            raised = exc
+        return raised, time.monotonic() - started, out
+
+    for rank, (raised, seconds, out) in enumerate(loopback.run(n, fn, config=config)):
+        if rank == n - 1:
+            assert isinstance(raised, ValueError) and "all_gather_into_tensor output has" in str(raised)
+        else:
+            assert isinstance(raised, nbcoll.comm.CommError), (rank, raised)
+        assert seconds < 10, (rank, seconds, raised)
+        assert out.tolist() == [-7] * out.numel(), rank  # nothing half-written
+
+
+def test_an_abort_fails_async_work_in_flight_on_every_rank():
+    # rank 1 never joins the all-reduce rank 0 started with async_op=True: it aborts the communicator instead,
+    # and rank 0's Work raises (well before the 30 s timeout) and leaves the tensor as it was
+    config = nbcoll.comm.CommConfig(timeout=30.0)
+
+    def fn(comm):
+        pg = ProcessGroupNbcoll(comm, comm.rank, comm.size)
+        t = torch.full((4099,), 5.0)
+        if comm.rank == 1:
+            time.sleep(0.3)
+            comm.abort()
+            return None, t
+        work = pg.allreduce([t], options("AllreduceOptions"))
+        started = time.monotonic()
+        with pytest.raises(nbcoll.comm.CommAbortedError):
+            work.wait()
+        return (work.is_completed(), work.is_success(), time.monotonic() - started < 10), t
+
+    (states, t), _ = loopback.run(2, fn, config=config)
+    assert states == (True, False, True)  # finished, with its error, at once
+    assert t.tolist() == [5.0] * 4099
+
+
+def test_a_size_refused_on_every_rank_leaves_the_group_usable():
+    def fn(pg, rank):
+        with pytest.raises(ValueError, match="reduce_scatter_tensor input has 5 elements"):
+            pg.reduce_scatter_single(torch.zeros(2), torch.zeros(5), options("ReduceScatterOptions"))
+        t = torch.full((3,), float(rank + 1))
+        pg.allreduce([t]).wait()
+        return t.tolist()
+
+    assert on_ranks(3, fn) == [[6.0] * 3] * 3
 
 
 # -- the store-backed stand-in for MPI (torchrun) ---------------------------------------------------------------

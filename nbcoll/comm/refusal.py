@@ -71,6 +71,11 @@ class Refusals:
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
         self.conflict: str | None = None  # why this communicator must be aborted, once known
 
+    @property
+    def calls(self) -> int:
+        """How many collective calls were numbered so far."""
+        return self._calls
+
     def number(self) -> int:
         """The number of a new collective call, the same on every rank."""
         with self._lock:

@@ -235,8 +235,8 @@ class TensorMethods:
         >>> import nbcoll
         >>> nbcoll.tensor([1.7, -1.7]).astype("int32").numpy()
         array([ 1, -1], dtype=int32)
-        >>> nbcoll.tensor([1.7, -1.7]).astype(nbcoll.bfloat16).numpy()
-        array([1.70312, -1.70312], dtype=dtype(bfloat16))
+        >>> nbcoll.tensor([1.7, -1.7]).astype(nbcoll.bfloat16).numpy().tolist()
+        [1.703125, -1.703125]
         """
         dtype = memory.check_dtype(dtype, "dtype", allow_bool=True)
         if is_low_precision(dtype) or is_low_precision(self.dtype):

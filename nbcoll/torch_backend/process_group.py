@@ -22,6 +22,10 @@ collective with ``async_op=True`` and returns an :class:`~nbcoll.torch_backend.w
 Sends and receives (and the all-to-alls built on them) run to their end before the call returns: nbcoll's
 point-to-point has no asynchronous form, so their ``Work`` is complete at once.
 
+An argument this group refuses on one rank only (tensors of the wrong size, say) is told to the other ranks as
+nbcoll's own refusals are (:mod:`nbcoll.comm.refusal`): they raise at once instead of waiting for this rank, and
+no later call reads what they sent.
+
 Example::
 
     import nbcoll.torch_backend                   # registers "nbcoll"
@@ -31,7 +35,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -40,6 +46,32 @@ from nbcoll.comm.communicator import Communicator
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.torch_backend.tensors import Staged, as_array, reduce_op
 from nbcoll.torch_backend.work import NbcollWork, done
+
+Method = TypeVar("Method", bound=Callable[..., NbcollWork])
+
+
+def _refused_on_every_rank(collective: str) -> Callable[[Method], Method]:
+    """A check of this group that fails before nbcoll has numbered the call becomes nbcoll's refusal of it.
+
+    Without it, the peers would run ``collective`` and wait for this rank until their timeout; with it they hear
+    of the refusal, as of one made by nbcoll's own checks, and raise at once.
+    """
+
+    def wrap(method: Method) -> Method:
+        @functools.wraps(method)
+        def checked(self: ProcessGroupNbcoll, *args: Any, **kwargs: Any) -> NbcollWork:
+            numbered = self.comm.engine.refusals.calls
+            try:
+                return method(self, *args, **kwargs)
+            except (TypeError, ValueError):
+                if self.comm.engine.refusals.calls != numbered:
+                    raise  # nbcoll's own checks refused it, and told the peers
+                with self.comm.engine.call(collective):  # the refusal takes the call's number
+                    raise
+
+        return checked  # type: ignore[return-value]
+
+    return wrap
 
 
 def _finish_all(staged: list[Staged], then: Any = None) -> Any:
@@ -120,6 +152,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
 
     # -- reductions ---------------------------------------------------------------------------------------------
 
+    @_refused_on_every_rank("all_reduce")
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NbcollWork:
         op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         staged = [as_array(t, "tensor", reduced=True) for t in tensors]
@@ -129,12 +162,14 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NbcollWork:
         return self.allreduce(tensors, opts)
 
+    @_refused_on_every_rank("reduce")
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> NbcollWork:
         op, root = reduce_op(opts.reduceOp), opts.rootRank
         staged = [as_array(t, "tensor", reduced=True) for t in tensors]
         pending = [self.comm.reduce(s.array, op=op, root=root, async_op=True) for s in staged]
         return NbcollWork("reduce", pending, _finish_all(staged), tensors)
 
+    @_refused_on_every_rank("reduce_scatter")
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> NbcollWork:
         op = reduce_op(opts.reduceOp)
         if input.numel() != output.numel() * self.size():
@@ -146,6 +181,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
         pending = self.comm.reduce_scatter(send.array, recv.array, op=op, async_op=True)
         return NbcollWork("reduce_scatter", [pending], _finish_all([recv]), [output])
 
+    @_refused_on_every_rank("reduce_scatter")
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> NbcollWork:
         works = []
         for out, ins in zip(outputs, inputs, strict=True):
@@ -155,11 +191,13 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
 
     # -- data movement ------------------------------------------------------------------------------------------
 
+    @_refused_on_every_rank("broadcast")
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> NbcollWork:
         staged = [as_array(t, "tensor") for t in tensors]
         pending = [self.comm.broadcast(s.array, root=opts.rootRank, async_op=True) for s in staged]
         return NbcollWork("broadcast", pending, _finish_all(staged), tensors)
 
+    @_refused_on_every_rank("all_gather")
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NbcollWork:
         if output.numel() != input.numel() * self.size():
             raise ValueError(
@@ -170,6 +208,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
         pending = self.comm.all_gather(send.array, recv.array, async_op=True)
         return NbcollWork("all_gather", [pending], _finish_all([recv]), [output])
 
+    @_refused_on_every_rank("all_gather")
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> NbcollWork:
         works = []
         for outs, inp in zip(outputs, inputs, strict=True):
@@ -191,6 +230,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
         return _joined("reduce_scatter", works, outputs)
 
+    @_refused_on_every_rank("gather")
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> NbcollWork:
         root, (inp,) = opts.rootRank, inputs
         send = as_array(inp, "tensor")
@@ -203,6 +243,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
         pending = self.comm.gather(send.array, recv.array, root=root, async_op=True)
         return NbcollWork("gather", [pending], _finish_all([recv], _copy_out(flat, outs)), outs)
 
+    @_refused_on_every_rank("scatter")
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> NbcollWork:
         root, (out,) = opts.rootRank, outputs
         recv = as_array(out, "tensor")
@@ -219,20 +260,27 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
     ) -> NbcollWork:
         n = self.size()
         if not output_splits and not input_splits:
-            if input.numel() % n or input.numel() != output.numel():
-                raise ValueError(
-                    f"nbcoll backend: all_to_all_single without split sizes needs input and output of one size, a "
-                    f"multiple of the {n} ranks; got {input.numel()} and {output.numel()} elements"
-                )
-            send, recv = as_array(input, "input"), as_array(output, "output")
-            pending = self.comm.all_to_all(send.array, recv.array, async_op=True)
-            return NbcollWork("all_to_all", [pending], _finish_all([recv]), [output])
+            return self._all_to_all_even(output, input)
+        # nbcoll's all_to_all has equal blocks: uneven ones are grouped sends and receives, whose refusal on one
+        # rank its peers meet as their receive's timeout, which names this rank
         ins = _split_rows(input, input_splits, n, "input_split_sizes")
         outs = _split_rows(output, output_splits, n, "output_split_sizes")
         send, recv = as_array(input, "input"), as_array(output, "output")
         self._exchange([send.array[a:b] for a, b in ins], [recv.array[a:b] for a, b in outs])
         recv.write_back()
         return done("all_to_all", [output])
+
+    @_refused_on_every_rank("all_to_all")
+    def _all_to_all_even(self, output: torch.Tensor, input: torch.Tensor) -> NbcollWork:
+        n = self.size()
+        if input.numel() % n or input.numel() != output.numel():
+            raise ValueError(
+                f"nbcoll backend: all_to_all_single without split sizes needs input and output of one size, a "
+                f"multiple of the {n} ranks; got {input.numel()} and {output.numel()} elements"
+            )
+        send, recv = as_array(input, "input"), as_array(output, "output")
+        pending = self.comm.all_to_all(send.array, recv.array, async_op=True)
+        return NbcollWork("all_to_all", [pending], _finish_all([recv]), [output])
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> NbcollWork:
         n = self.size()

@@ -8,8 +8,8 @@ Example::
     >>> import nbcoll
     >>> from nbcoll.tensors.ops.cast_low_precision import CastLowPrecision
     >>> x = nbcoll.tensor([1.0, 0.1])
-    >>> CastLowPrecision.apply(x, nbcoll.bfloat16).numpy()
-    array([1, 0.100098], dtype=dtype(bfloat16))
+    >>> CastLowPrecision.apply(x, nbcoll.bfloat16).numpy().tolist()  # 0.1 to the nearest bfloat16
+    [1.0, 0.10009765625]
 """
 
 from __future__ import annotations
