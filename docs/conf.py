@@ -1,14 +1,14 @@
 """Sphinx configuration of the nbcoll documentation: ``sphinx-build -W -b html docs docs/_build/html``.
 
-Sphinx, its bundled extensions and the Furo theme (all in nbcoll's ``dev`` extra) are used; the build fetches
-nothing from the network. The ``nbcoll-tutorials`` directive defined here lists ``tutorials/*.py`` with the first
-line of each module docstring, and ``tutorial_pages.py`` (next to this file) gives each tutorial a page with its
-code and the output of a real run, so that a new tutorial appears in the docs without editing them.
+Sphinx, its bundled extensions, sphinx-gallery and the Furo theme (all in nbcoll's ``dev`` extra) are used; the
+build fetches nothing from the network. sphinx-gallery makes one page per ``tutorials/*.py``, with its prose, code
+and the output of a real run cell by cell, and the thumbnails of ``tutorials.rst``; ``tutorial_gallery.py`` (next
+to this file) holds its settings and what the build adds to them, so that a new tutorial appears in the docs
+without editing them.
 """
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import importlib.util
 import os
@@ -17,17 +17,17 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.statemachine import StringList
-from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
 ROOT = Path(__file__).resolve().parent.parent
-TUTORIALS = ROOT / "tutorials"
 
 # Autodoc imports the package from this tree, whether or not it is installed.
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tutorial_pages, this folder's extension
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tutorial_gallery and the other extensions here
 # Autodoc only imports modules, and the simulator needs no GPU: the same pages build on every machine.
 os.environ.setdefault("NBCOLL_BACKEND", "sim")
+
+from tutorial_gallery import gallery_conf  # noqa: E402  (reads the backend set above)
 
 import nbcoll  # noqa: E402  (after the path and the backend are set)
 
@@ -44,15 +44,19 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
-    "tutorial_pages",
+    "sphinx_gallery.gen_gallery",
+    "tutorial_gallery",
     "shared_sidebar",
 ]
 
-exclude_patterns = ["_build", "tutorials/_figures"]
+sphinx_gallery_conf = gallery_conf()
+# The gallery's index is shown by tutorials.rst, which includes it.
+exclude_patterns = ["_build", "tutorials/index.rst"]
 # Furo: maintained, with a search page and a sidebar search box; it ships its fonts and scripts, no CDN.
 html_theme = "furo"
 html_title = f"nbcoll {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["nbcoll.css"]  # wide figures of the tutorial pages scroll instead of shrinking
 html_theme_options = {"navigation_with_keys": True}
 nitpicky = False
 
@@ -68,52 +72,6 @@ if importlib.util.find_spec("torch") is None:
     autodoc_mock_imports = ["torch"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The list of tutorials, read from the files themselves.
-
-
-def tutorial_files(directory: Path = TUTORIALS) -> list[Path]:
-    """The numbered tutorials, ``NN_name.py``, in order."""
-    return sorted(path for path in directory.glob("[0-9][0-9]_*.py") if path.is_file())
-
-
-def first_docstring_line(path: Path) -> str:
-    """The first non-empty line of the module docstring of ``path``, read without running the file."""
-    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    lines = [line.strip() for line in docstring.splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
-class TutorialList(SphinxDirective):
-    """``.. nbcoll-tutorials::`` becomes a bullet list: one item per tutorial, its file name and summary."""
-
-    def run(self) -> list[nodes.Node]:
-        files = tutorial_files()
-        if not files:
-            return [nodes.paragraph(text="No tutorials yet.")]
-        items = nodes.bullet_list()
-        for path in files:
-            # Rebuild this page when a tutorial changes.
-            self.env.note_dependency(str(path))
-            summary = first_docstring_line(path)
-            paragraph = nodes.paragraph()
-            # A link to the tutorial's own page (made by tutorial_pages), its file name as the text.
-            link = addnodes.pending_xref(
-                "",
-                refdomain="std",
-                reftype="doc",
-                reftarget=f"/tutorials/{path.stem}",
-                refexplicit=True,
-                refdoc=self.env.docname,
-            )
-            link += nodes.literal(text=f"tutorials/{path.name}")
-            paragraph += link
-            if summary:
-                paragraph += nodes.Text(f": {summary}")
-            items += nodes.list_item("", paragraph)
-        return [items]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -164,7 +122,6 @@ def skip_function_steps_without_docstring(app, what, name, obj, skip, options):
 
 
 def setup(app):
-    app.add_directive("nbcoll-tutorials", TutorialList)
     app.add_directive("nbcoll-api-group", ApiGroup)
     app.connect("autodoc-skip-member", skip_function_steps_without_docstring)
     # The groups depend on which API pages exist: read the index again at every build.

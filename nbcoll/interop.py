@@ -32,6 +32,9 @@ copies it when ``copy`` is ``None`` (the array API's rule: share when possible, 
 ``BufferError`` when ``copy=False``. Exports keep their strides: every DLPack consumer reads strided memory.
 Every dtype of nbcoll travels, bool included; bfloat16 (``ml_dtypes``' dtype, which NumPy's DLPack cannot carry)
 goes through :mod:`nbcoll.dlpack_capsule` on every backend. The float8 types do not travel: NumPy refuses them.
+
+This module gives :class:`~nbcoll.tensors.tensor.Tensor` its ``__dlpack__`` and ``__dlpack_device__`` (the
+Tensor's core imports nothing above it; :mod:`nbcoll.tensors` imports this module so that every Tensor has them).
 """
 
 from __future__ import annotations
@@ -207,5 +210,23 @@ def _contiguous_copy(array: Any) -> Any:
 
     return copy_kernels.strided_copy(array)
 
+
+def _tensor_dlpack(
+    self: Tensor, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+) -> Any:
+    """This tensor's memory as a DLPack capsule, not a copy: ``torch.from_dlpack(x)`` shares it. Only the values
+    go; a tensor that requires grad is refused, as PyTorch does."""
+    if self.requires_grad:
+        raise BufferError("__dlpack__: this tensor requires grad and gradients do not travel; export x.detach()")
+    return to_dlpack(self.data, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+
+def _tensor_dlpack_device(self: Tensor) -> tuple[int, int]:
+    """``(device type, device id)`` of the memory: ``(1, 0)`` on the CPU (numpy, sim), ``(2, id)`` on a GPU."""
+    return dlpack_device(self.data)
+
+
+Tensor.__dlpack__ = _tensor_dlpack
+Tensor.__dlpack_device__ = _tensor_dlpack_device
 
 __all__ = ["dlpack_device", "from_dlpack", "to_dlpack"]

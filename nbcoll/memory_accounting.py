@@ -50,9 +50,12 @@ class _Counter:
         self.owners: set[int] = set()  # id() of each counted owner, dropped once its finalizer has run
         # Owners freed but not yet taken off the count. A finalizer runs wherever the garbage collector does, and
         # that can be inside add() on the very thread that holds the lock: it must not wait for the lock there.
-        self.freed: collections.deque[tuple[int, int]] = collections.deque()
+        self.freed: collections.deque[tuple[int, int, int]] = collections.deque()
+        # thread id -> [allocated, peak] of the owners that thread allocated: a loopback rank's own share
+        self.threads: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
 
     def add(self, owner: Any, nbytes: int) -> None:
+        thread = threading.get_ident()
         with self.lock:
             self.take_off_freed()  # first: a new owner may have the id() of one freed a moment ago
             if id(owner) in self.owners:
@@ -60,14 +63,18 @@ class _Counter:
             self.owners.add(id(owner))
             self.allocated += nbytes
             self.peak = max(self.peak, self.allocated)
-        weakref.finalize(owner, self.freed.append, (id(owner), nbytes))
+            mine = self.threads[thread]
+            mine[0] += nbytes
+            mine[1] = max(mine[1], mine[0])
+        weakref.finalize(owner, self.freed.append, (id(owner), nbytes, thread))
 
     def take_off_freed(self) -> None:
         """Take the bytes of freed owners off the count; called with the lock held."""
         while self.freed:
-            key, nbytes = self.freed.popleft()
+            key, nbytes, thread = self.freed.popleft()
             self.owners.discard(key)
             self.allocated -= nbytes
+            self.threads[thread][0] -= nbytes
 
 
 _counter = _Counter()
@@ -105,8 +112,11 @@ def track(array: Any) -> Any:
     return array
 
 
-def stats() -> MemoryStats:
+def stats(this_thread: bool = False) -> MemoryStats:
     """Bytes allocated now and at the peak by :func:`empty`, :func:`zeros` and :func:`to_device` on this process.
+
+    ``this_thread``: only what the calling thread allocated (its peak since its own reset), so that each rank of
+    a loopback world (ranks as threads) measures its own memory; ``live_allocations`` stays the process's.
 
     That is every Tensor, gradient, optimizer state and kernel output, on every backend. A Python object that
     is part of a reference cycle is freed (and uncounted) only when the garbage collector runs: call
@@ -114,14 +124,19 @@ def stats() -> MemoryStats:
     """
     with _counter.lock:
         _counter.take_off_freed()
+        if this_thread:
+            allocated, peak = _counter.threads[threading.get_ident()]
+            return MemoryStats(allocated, peak, len(_counter.owners))
         return MemoryStats(_counter.allocated, _counter.peak, len(_counter.owners))
 
 
 def reset_peak_stats() -> None:
-    """Start measuring the peak again from the bytes allocated now."""
+    """Start measuring the peak again from the bytes allocated now (the calling thread's too)."""
     with _counter.lock:
         _counter.take_off_freed()
         _counter.peak = _counter.allocated
+        mine = _counter.threads[threading.get_ident()]
+        mine[1] = mine[0]
 
 
 __all__ = ["MemoryStats", "reset_peak_stats", "stats", "track"]

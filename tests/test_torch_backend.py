@@ -81,8 +81,8 @@ def test_reduce_ops_nbcoll_does_not_compute_are_refused_by_name(op):
 
 
 def test_unsupported_tensors_are_refused_naming_the_argument():
-    with pytest.raises(TypeError, match="tensor has dtype torch.bfloat16"):
-        as_array(torch.zeros(2, dtype=torch.bfloat16), "tensor")
+    with pytest.raises(TypeError, match="tensor has dtype torch.complex64"):
+        as_array(torch.zeros(2, dtype=torch.complex64), "tensor")
     with pytest.raises(TypeError, match="input: expected a torch.Tensor, got list"):
         as_array([1.0], "input")
     with pytest.raises(TypeError, match="dtype torch.bool"):
@@ -369,3 +369,86 @@ def test_every_collective_ddp_and_fully_shard_match_gloo_under_torchrun(n):
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     check_every_rank([proc.stdout], n)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_an_uneven_all_to_all_refused_on_one_rank_makes_every_rank_raise_at_once_and_writes_nothing(n):
+    # rank n - 1 gives split sizes that do not add up to its rows: its peers hear of it before sending anything
+    config = nbcoll.comm.CommConfig(timeout=30.0)
+
+    def fn(comm):
+        pg, rank = ProcessGroupNbcoll(comm, comm.rank, comm.size), comm.rank
+        out = torch.full((n,), -7)
+        splits = [1] * n if rank != n - 1 else [2] + [1] * (n - 1)
+        started = time.monotonic()
+        try:
+            pg.all_to_all_single(out, torch.arange(n) + 10 * rank, [1] * n, splits, options("AllToAllOptions"))
+            raised = None
+        except Exception as exc:  # noqa: BLE001 (what each rank raised is the result)
+            raised = exc
+        return raised, time.monotonic() - started, out
+
+    for rank, (raised, seconds, out) in enumerate(loopback.run(n, fn, config=config)):
+        expected = "input_split_sizes: expected" if rank == n - 1 else f"refused on rank {n - 1}"
+        assert isinstance(raised, ValueError) and expected in str(raised), (rank, raised)
+        assert seconds < 10, (rank, seconds)
+        assert out.tolist() == [-7] * n, rank
+
+
+def test_an_uneven_all_to_all_whose_pair_sizes_differ_is_refused_on_every_rank():
+    # rank 0 sends 2 rows to rank 1, which expects 1 from it: every rank names the pair, nothing moves
+    def fn(pg, rank):
+        out = torch.full((3,), -7)
+        send_splits = [1, 2] if rank == 0 else [1, 1]
+        rows = torch.arange(sum(send_splits))
+        recv_splits = [1, 2] if rank == 0 else [1, 1]
+        with pytest.raises(ValueError, match="rank 0 sends 2 elements to rank 1, which expects 1"):
+            pg.all_to_all_single(out[: sum(recv_splits)], rows, recv_splits, send_splits, options("AllToAllOptions"))
+        return out.tolist()
+
+    assert on_ranks(2, fn) == [[-7] * 3] * 2
+
+
+def test_an_uneven_all_to_all_moves_every_block_to_its_rank():
+    # rank r sends r + 1 copies of (10 r + p) to rank p: p receives rows of every rank, each rank's count its own
+    n = 3
+
+    def fn(pg, rank):
+        send_splits = [rank + 1] * n
+        inp = torch.cat([torch.full((rank + 1,), 10 * rank + p) for p in range(n)])
+        recv_splits = [q + 1 for q in range(n)]
+        out = torch.full((sum(recv_splits),), -7)
+        pg.all_to_all_single(out, inp, recv_splits, send_splits, options("AllToAllOptions")).wait()
+        return out.tolist()
+
+    for p, got in enumerate(on_ranks(n, fn)):
+        assert got == [10 * q + p for q in range(n) for _ in range(q + 1)], (p, got)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_low_precision_tensors_reduce_bit_for_bit_as_nbcoll_does(n, dtype):
+    # the same values through the process group and through nbcoll's own all-reduce of ml_dtypes arrays: the same
+    # bits (nbcoll's reduction of these types is checked against ml_dtypes elsewhere); an all-gather moves them as
+    # they are
+    np_dtype, torch_dtype = getattr(nbcoll, dtype), getattr(torch, dtype)
+
+    def values(rank):
+        return (np.random.default_rng(rank).standard_normal(37) * 4).astype(np_dtype)
+
+    def fn(comm):
+        pg, rank = ProcessGroupNbcoll(comm, comm.rank, comm.size), comm.rank
+        mine = values(rank)
+        t = torch.from_numpy(mine.view(np.uint8 if mine.itemsize == 1 else np.uint16).copy()).view(torch_dtype)
+        pg.allreduce([t], options("AllreduceOptions")).wait()
+        gathered = torch.zeros(37 * n, dtype=torch_dtype)
+        pg.all_gather_single(gathered, torch.from_numpy(mine.view(np.uint8 if mine.itemsize == 1 else np.uint16))
+                             .view(torch_dtype)).wait()  # fmt: skip
+        reference = comm.all_reduce(nbcoll.to_device(mine.copy()))
+        words = torch.uint8 if mine.itemsize == 1 else torch.uint16
+        return t.view(words).numpy().tobytes(), nbcoll.to_host(reference).tobytes(), gathered.view(words).numpy()
+
+    for got, reference, gathered in loopback.run(n, fn):
+        assert got == reference
+        expected = np.concatenate([values(r) for r in range(n)])
+        assert gathered.tobytes() == expected.tobytes()

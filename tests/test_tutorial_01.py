@@ -41,8 +41,10 @@ def test_tutorial_01_saxpy_matches_numpy(sim_output):
 
 
 def test_tutorial_01_shows_the_simulator_catching_a_missing_bounds_check(sim_output):
-    line = next(line for line in sim_output.splitlines() if "IndexError" in line)
-    assert "the simulator raised IndexError" in line
+    lines = sim_output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "IndexError" in line)
+    assert "the simulator raised IndexError" in lines[at]
+    line = lines[at + 1]  # the simulator's message, on a line of its own
     assert "ctaid=[2, 0, 0]" in line  # only the last block has threads past the end
     assert "out of bounds for axis 0 with size 300" in line
 

@@ -8,7 +8,9 @@ def test_tutorial_21_runs_the_ring_as_one_kernel_and_shows_the_spin_in_ptx():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     out = proc.stdout
     assert out.startswith("Tutorial 21 on the 'sim' backend (device: sim), 3 ranks")
-    assert "rank 0: send [4:6), recv_reduce_send [2:4), recv_reduce_copy_send [0:2), recv_copy_send [4:6)" in out
+    # Each rank's round on two lines: the reduce-scatter half, then the all-gather half.
+    assert "rank 0: send [4:6), recv_reduce_send [2:4), recv_reduce_copy_send [0:2),\n" in out
+    assert "\n             recv_copy_send [4:6), recv [2:4)\n" in out
     # The counters only grow: 8 steps a call into each FIFO, and head always catches up with tail.
     for call, count in enumerate((8, 16, 24)):
         assert f"after call {call} " in out and out.count(f"tail {count:2d} head {count:2d}") == 3, out

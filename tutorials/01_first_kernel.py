@@ -1,4 +1,6 @@
-"""Your first CUDA kernel: threads, blocks and the grid, on a map kernel (saxpy).
+"""
+Your first CUDA kernel: threads, blocks and the grid, on a map kernel (saxpy)
+=============================================================================
 
 What you learn here:
 
@@ -13,6 +15,14 @@ What you learn here:
 Run it with ``python tutorials/01_first_kernel.py``. It uses the GPU where there is one and Numba's CUDA
 simulator everywhere else (``NBCOLL_BACKEND=cuda|sim`` chooses); on the simulator it takes a few seconds.
 """
+
+# %%
+# Set-up
+# ------
+#
+# nbcoll chooses the backend when it is imported, so it comes before ``numba.cuda``; ``numba_cuda()`` then hands
+# back the ``numba.cuda`` module of that backend: the real one on a GPU, the simulator elsewhere. The first lines
+# printed name the backend the kernels below run on.
 
 import os
 import tempfile
@@ -30,10 +40,8 @@ from nbcoll.kernels.registry import register
 if nbcoll.get_backend() == "numpy":
     # This tutorial launches kernels, so it needs a device: the process's device backend (the simulator without
     # a GPU) is always available.
-    print(
-        f"NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels: it runs on the "
-        f"{device_backend()!r} backend instead."
-    )
+    print("NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels:")
+    print(f"it runs on the {device_backend()!r} backend instead.")
     nbcoll.set_backend(device_backend())
 
 cuda = numba_cuda()
@@ -47,23 +55,30 @@ if BACKEND == "sim":
     print("  (Numba's CUDA simulator: every CUDA thread is a Python thread, so sizes stay small here)")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. Threads, blocks and the grid.
+# %%
+# 1. Threads, blocks and the grid
+# -------------------------------
 #
-# A launch kernel[blocks, threads_per_block](args) runs the kernel once per thread: blocks x threads_per_block
-# threads in all, grouped in blocks. Each thread reads where it is from built-in values:
-#   cuda.threadIdx.x   its index inside its block        0 .. blockDim.x - 1
-#   cuda.blockIdx.x    its block's index in the grid     0 .. gridDim.x - 1
-#   cuda.blockDim.x    the number of threads per block
-#   cuda.gridDim.x     the number of blocks
-# and its global index, the element it works on, is blockIdx.x * blockDim.x + threadIdx.x = cuda.grid(1).
+# A launch ``kernel[blocks, threads_per_block](args)`` runs the kernel once per thread, in blocks:
+# ``blocks * threads_per_block`` threads in all. Each thread reads where it is from built-in values::
+#
+#     cuda.threadIdx.x   its index inside its block        0 .. blockDim.x - 1
+#     cuda.blockIdx.x    its block's index in the grid     0 .. gridDim.x - 1
+#     cuda.blockDim.x    the number of threads per block
+#     cuda.gridDim.x     the number of blocks
+#
+# and its global index, the element it works on, is ``blockIdx.x * blockDim.x + threadIdx.x``, which
+# ``cuda.grid(1)`` computes for you.
 #
 # Why blocks: the threads of one block run on one streaming multiprocessor, where they can share fast memory and
-# wait for each other (cuda.syncthreads()). Blocks are independent of each other, so the GPU runs them in any
+# wait for each other (``cuda.syncthreads()``). Blocks are independent of each other, so the GPU runs them in any
 # order, on as many multiprocessors as it has: the same launch scales from a small GPU to a large one.
 #
-# This kernel only records those values so that we can print them. Its arrays have one slot per thread, exactly
-# blocks x threads_per_block, so every thread has a slot and no bounds check is needed (section 2 needs one).
+# The kernel ``where_am_i`` below only records those values so that we can print them. Its arrays have one slot
+# per thread, exactly ``blocks x threads_per_block``, so every thread has a slot and no bounds check is needed
+# (section 2 needs one). In the table it prints, read one row per thread: ``threadIdx.x`` restarts at 0 in every
+# block while ``cuda.grid(1)`` keeps counting, and the last two threads exist although there are only 10
+# elements: a launch always starts whole blocks.
 
 
 @register("void(int32[::1], int32[::1], int32[::1], int32[::1])")
@@ -89,6 +104,14 @@ for b, t, size, g in zip(block_index, thread_index, block_size, global_index, st
     element = f"x[{g}]" if g < n_small else "none: past the end"
     print(f"   {b:10d}  {t:11d}  {size:10d}  {g:12d}  {element}")
 assert np.array_equal(global_index, np.arange(blocks * threads)), "cuda.grid(1) is blockIdx * blockDim + threadIdx"
+
+# %%
+# The thread map as a picture
+# ---------------------------
+#
+# The same records, drawn: one cell per thread, coloured by its block and labelled with its ``threadIdx.x``, with
+# the element it computes beneath it; the two threads past the end are greyed out. The tutorial prints where it
+# saved the picture, ``thread_map.png``.
 
 
 def draw_thread_map(block_index, thread_index, global_index, n_elements, path):
@@ -129,16 +152,22 @@ scratch = None if os.environ.get("NBCOLL_FIGURES_DIR") else tempfile.TemporaryDi
 figures = os.environ.get("NBCOLL_FIGURES_DIR") or scratch.name
 os.makedirs(figures, exist_ok=True)
 picture = draw_thread_map(block_index, thread_index, global_index, n_small, os.path.join(figures, "thread_map.png"))
-kept = "" if scratch is None else " (removed at the end: set NBCOLL_FIGURES_DIR=DIR to keep it)"
-print(f"   the same as a picture: {picture}{kept}")
+print(f"   the same as a picture: {picture}")
+if scratch is not None:
+    print("   (removed at the end: set NBCOLL_FIGURES_DIR=DIR to keep it)")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. A map kernel: saxpy, out[i] = a * x[i] + y[i].
+# %%
+# 2. A map kernel: saxpy, ``out[i] = a * x[i] + y[i]``
+# ----------------------------------------------------
 #
 # One thread computes one element. The number of blocks is rounded up so that every element has a thread, which
-# leaves spare threads in the last block whenever n is not a multiple of the block size: the bounds check
-# `if i < out.size` sends them home before they touch memory.
+# leaves spare threads in the last block whenever ``n`` is not a multiple of the block size: the bounds check
+# ``if i < out.size`` sends them home before they touch memory.
+#
+# The output gives the grid (3 blocks of 128 threads for 300 elements, so 84 threads idle) and the largest
+# difference from NumPy's ``a * x + y``: 0 on the simulator, which rounds as NumPy does; a GPU may fuse the
+# multiply and the add into one instruction that rounds once, and differ in the last bit.
 
 
 @register("void(float32, float32[::1], float32[::1], float32[::1])")
@@ -170,12 +199,16 @@ assert error <= 1e-6 * float(np.max(np.abs(expected))), "saxpy disagrees with Nu
 print("   saxpy matches NumPy")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. The same kernel without the bounds check.
+# %%
+# 3. The same kernel without the bounds check
+# -------------------------------------------
 #
 # The idle threads of the last block now compute indices past the end of the arrays. On a GPU nothing stops
 # them: they read whatever lies beyond the array and write over it, silently, so results elsewhere go wrong
-# much later. The simulator checks every access and raises IndexError, naming the thread (tid) and block (ctaid).
+# much later. The simulator checks every access and raises ``IndexError``, naming the thread (``tid``, its
+# ``threadIdx``) and the block (``ctaid``, its ``blockIdx``). Look for ``ctaid=[2, 0, 0]``: only the last block
+# has threads past the end, its threads 44 to 127 (2 x 128 + 44 = 300), and the simulator names the first that
+# fails. (On a GPU this section launches nothing and says so.)
 
 
 @register("void(float32, float32[::1], float32[::1], float32[::1])")
@@ -192,18 +225,23 @@ if BACKEND == "sim":
         saxpy_without_bounds_check[saxpy_blocks, TUTORIAL_THREADS](a, x, y, out)
         print("   no error?! every thread had an element")
     except IndexError as error_from_the_simulator:
-        print(f"   the simulator raised IndexError: {error_from_the_simulator}")
+        print("   the simulator raised IndexError:")
+        print(f"   {error_from_the_simulator}")
 else:
     print("   not launched on a real GPU: the threads past the end would overwrite memory silently.")
     print("   Run with NBCOLL_BACKEND=sim to see the simulator catch it as an IndexError.")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. nbcoll's own kernels.
+# %%
+# 4. nbcoll's own kernels
+# -----------------------
 #
 # nbcoll wraps each kernel in a launch function that checks its arguments, allocates the output, computes the
-# grid and, on the numpy backend, runs the NumPy reference instead. elementwise.unary and elementwise.binary are
-# the map and zip kernels; they launch THREADS_PER_BLOCK threads per block through indexing.blocks_for.
+# grid and, on the numpy backend, runs the NumPy reference instead. ``elementwise.unary`` and
+# ``elementwise.binary`` are the map and zip kernels; they launch ``THREADS_PER_BLOCK`` threads per block through
+# ``indexing.blocks_for``. Here ``unary`` computes a relu, and two ``binary`` launches compute saxpy again: a
+# ``mul`` by a one-element array holding ``a`` (broadcast along ``x``), then an ``add``. The last line shows their
+# grid for the same 300 elements: fewer, larger blocks than section 2's.
 
 print("4. nbcoll.kernels.elementwise: the same pattern behind one launch function per operation")
 relu = nbcoll.to_host(elementwise.unary("relu", x))
@@ -223,8 +261,13 @@ print(
 )
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 5. Grid geometry for a few sizes: one block more as soon as n passes a multiple of the block size.
+# %%
+# 5. Grid geometry for a few sizes
+# --------------------------------
+#
+# ``blocks_for(n)`` rounds ``n / THREADS_PER_BLOCK`` up. In the table, look at 256 and 257: one element more
+# than a multiple of the block size costs a whole block more, 255 threads of it idle. At a million elements the
+# idle threads are a tiny fraction of the grid.
 
 print(f"5. Grid geometry with {THREADS_PER_BLOCK} threads per block")
 print("          n  blocks  threads  idle threads")

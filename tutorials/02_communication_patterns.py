@@ -1,4 +1,6 @@
-"""Communication patterns: map, gather, scatter, stencil and transpose, with shared memory and atomics.
+"""
+Communication patterns: map, gather, scatter, stencil and transpose, with shared memory and atomics
+===================================================================================================
 
 Every parallel kernel is defined by which elements each thread reads and which it writes. Five patterns cover
 most of deep learning's kernels, and each has its own hazard and its own tool:
@@ -26,6 +28,14 @@ Run it with ``python tutorials/02_communication_patterns.py``. It uses the GPU w
 simulator everywhere else (``NBCOLL_BACKEND=cuda|sim`` chooses); on the simulator it takes a few seconds.
 """
 
+# %%
+# Set-up
+# ------
+#
+# nbcoll is imported first, as in tutorial 01, so that ``numba.cuda`` is the GPU or the simulator. The constants
+# fix the geometry of this tutorial's own kernels: blocks of ``THREADS`` threads, and for the stencil of section
+# 4 a ``RADIUS`` of 1, so a block's shared tile holds ``HALO_TILE = THREADS + 2`` values.
+
 import numpy as np
 
 # nbcoll is imported before numba.cuda: it decides whether numba.cuda is the GPU or the simulator.
@@ -39,6 +49,8 @@ from nbcoll.kernels.transpose import TILE_DIM, permute, transpose
 if nbcoll.get_backend() == "numpy":
     # This tutorial launches kernels, so it needs a device: the process's device backend (the simulator without
     # a GPU) is always available.
+    print("NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels:")
+    print(f"it runs on the {device_backend()!r} backend instead.")
     nbcoll.set_backend(device_backend())
 
 cuda = numba_cuda()
@@ -57,12 +69,14 @@ if BACKEND == "sim":
     print("  (Numba's CUDA simulator: every CUDA thread is a Python thread, so sizes stay small here)")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. Map: thread i reads x[i] and writes out[i].
+# %%
+# 1. Map: thread ``i`` reads ``x[i]`` and writes ``out[i]``
+# ---------------------------------------------------------
 #
 # No two threads touch the same element, so there is nothing to coordinate: this is the pattern of tutorial 01,
 # and of every elementwise op. Consecutive threads touch consecutive addresses, which the GPU merges into few
-# wide memory transactions ("coalescing"): map kernels run at full memory bandwidth.
+# wide memory transactions ("coalescing"): map kernels run at full memory bandwidth. Here nbcoll's relu kernel
+# maps 50 values, and the check against ``np.maximum(x, 0)`` passes.
 
 print("1. Map: out[i] = relu(x[i])")
 x_host = rng.standard_normal(50).astype(np.float32)
@@ -71,12 +85,16 @@ assert np.array_equal(relu, np.maximum(x_host, 0))
 print("   50 threads, each reads one element and writes one: matches NumPy")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Gather: thread i writes out[i], but reads from a place that another array names.
+# %%
+# 2. Gather: thread ``i`` writes ``out[i]``, reading from where another array points
+# ----------------------------------------------------------------------------------
 #
 # Each thread still writes only its own output, so gathers are always safe. The reads land anywhere, and
 # scattered reads are slower than consecutive ones, but the result never depends on the order of the threads.
-# An embedding lookup is a gather of whole rows.
+# In the output, ``idx`` names index 3 three times: three threads read the same element, which is fine.
+#
+# An embedding lookup is a gather of whole rows: ``index.embedding`` turns ids of shape ``(2, 3)`` into rows of
+# shape ``(2, 3, 4)``, one row of the weight per id.
 
 
 @register("void(float32[::1], int64[::1], float32[::1])")
@@ -103,16 +121,23 @@ assert np.array_equal(rows, weight[ids])
 print(f"   index.embedding(weight {weight.shape}, ids {ids.shape}) -> {rows.shape}: weight[ids], matches NumPy")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. Scatter: thread i reads its own element, but writes to a place that another array names.
+# %%
+# 3. Scatter: thread ``i`` reads its own element, writing to where another array points
+# -------------------------------------------------------------------------------------
 #
 # When two threads write the same place, nothing orders them. For a plain store one of them wins; for an
-# update such as `counts[b] += 1` it is worse: the update is a read, an add and a write, and two threads that
-# both read before either writes both write old + 1. One increment is lost.
+# update such as ``counts[b] += 1`` it is worse: the update is a read, an add and a write, and two threads that
+# both read before either writes both write ``old + 1``. One increment is lost.
 #
 # On a GPU that interleaving is common; the simulator runs its threads one Python step at a time and rarely
-# shows it. So this kernel shows the race in slow motion: a barrier between the read and the write makes every
-# thread of the block read before any thread writes, the worst interleaving, every time.
+# shows it. So the kernel ``histogram_lost_updates`` shows the race in slow motion: a barrier between the read
+# and the write makes every thread of the block read before any thread writes, the worst interleaving, every
+# time. ``histogram_atomic`` makes each update one indivisible ``cuda.atomic.add``.
+#
+# Compare the three lines of counts: the racy kernel says 1 in every bin that got any value at all, and the
+# atomic one matches the expected histogram. The last line is the backward pass of section 2's embedding, a
+# scatter: ids 1 and 2 appear twice each in ``ids``, so their rows of ``dweight`` sum two gradients of ones,
+# and ids 3 and 4, which never appear, get none.
 
 
 @register("void(int64[::1], int32[::1])")
@@ -158,13 +183,19 @@ print(f"   index.embedding_backward: row r of dweight sums the gradients of id r
 assert np.array_equal(dweight[:, 0], np.bincount(ids.ravel(), minlength=6))
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. Stencil: thread i writes out[i] from x[i - RADIUS .. i + RADIUS].
+# %%
+# 4. Stencil: thread ``i`` writes ``out[i]`` from ``x[i - RADIUS .. i + RADIUS]``
+# -------------------------------------------------------------------------------
 #
-# Neighbouring threads read overlapping windows, so a direct kernel reads every input 2 * RADIUS + 1 times from
-# global memory. Shared memory is a small, fast memory that the threads of one block share: the block copies
+# Neighbouring threads read overlapping windows, so a direct kernel reads every input ``2 * RADIUS + 1`` times
+# from global memory. Shared memory is a small, fast memory that the threads of one block share: the block copies
 # the inputs it needs into it once, waits at a barrier until every copy is done, then computes from the copies.
-# The block's outputs need its own THREADS inputs plus RADIUS more on each side: the halo.
+# The block's outputs need its own ``THREADS`` inputs plus ``RADIUS`` more on each side: the halo.
+#
+# The output counts the global-memory reads both ways: 3 per output element read directly, against one per
+# tile slot (the last block's tile is cut short at the end of ``x``). ``stencil.conv2d`` is the same idea in
+# 2-D: a block computes a square of outputs, and its tile takes ``K - 1`` more rows below and ``K - 1`` more
+# columns to the right for a ``K x K`` filter, the halo of a window that starts at its output.
 
 
 @register("void(float32[::1], float32[::1])")
@@ -205,20 +236,23 @@ box = np.ones((3, 3), np.float32)
 blurred = nbcoll.to_host(stencil.conv2d(nbcoll.to_device(image), nbcoll.to_device(box)))
 windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3)).sum(axis=(2, 3))
 assert np.array_equal(blurred, windows)
-print(
-    f"   stencil.conv2d(image {image.shape}, 3x3 box) -> {blurred.shape}: the same idea in 2-D "
-    f"({stencil.TILE_2D}x{stencil.TILE_2D} tiles), matches NumPy"
-)
+print(f"   stencil.conv2d(image {image.shape}, 3x3 box) -> {blurred.shape}: matches NumPy")
+print(f"   (the same idea in 2-D, with tiles of {stencil.TILE_2D}x{stencil.TILE_2D} outputs)")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 5. Transpose: thread (i, j) reads x[i, j] and writes out[j, i].
+# %%
+# 5. Transpose: thread ``(i, j)`` reads ``x[i, j]`` and writes ``out[j, i]``
+# --------------------------------------------------------------------------
 #
-# Row-major storage puts x[i, j] and x[i, j + 1] side by side, but out[j, i] and out[j + 1, i] a whole row apart.
-# A direct copy therefore reads consecutively and writes with a stride (or the reverse), and strided accesses
-# waste most of every memory transaction. transpose.permute reads a TILE_DIM x TILE_DIM tile with consecutive
-# threads on consecutive columns, parks it in shared memory, and writes it out turned around: both the reads and
-# the writes of global memory are consecutive; only the shared-memory accesses are strided, and those are cheap.
+# Row-major storage puts ``x[i, j]`` and ``x[i, j + 1]`` side by side, but ``out[j, i]`` and ``out[j + 1, i]`` a
+# whole row apart. A direct copy therefore reads consecutively and writes with a stride (or the reverse), and
+# strided accesses waste most of every memory transaction. ``transpose.permute`` reads a ``TILE_DIM x TILE_DIM``
+# tile with consecutive threads on consecutive columns, parks it in shared memory, and writes it out turned
+# around: both the reads and the writes of global memory are consecutive; only the shared-memory accesses are
+# strided, and those are cheap.
+#
+# The shapes here, 35 x 33, are not multiples of the tile, so the edge tiles are partly empty; the second check
+# swaps two middle axes of a 4-D array, as attention does when it splits heads.
 
 print(f"5. Transpose through {TILE_DIM}x{TILE_DIM} shared-memory tiles")
 matrix = rng.standard_normal((35, 33)).astype(np.float32)

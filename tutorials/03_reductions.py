@@ -1,4 +1,6 @@
-"""Reductions: from a naive atomic sum to a shared-memory tree.
+"""
+Reductions: from a naive atomic sum to a shared-memory tree
+===========================================================
 
 What you learn here:
 
@@ -15,6 +17,14 @@ everywhere else (``NBCOLL_BACKEND=cuda|sim`` chooses). On the simulator the time
 GPU: read the counts, which are the same on both.
 """
 
+# %%
+# Set-up
+# ------
+#
+# The input is ``N`` float32 values (1000 on the simulator, 16 million on a GPU) and the reference is NumPy's sum
+# in float64. Two helpers serve every version below: ``timed`` runs a version on the host clock, and ``report``
+# prints its sum next to NumPy's, its time, and how many atomics and global-memory writes it does.
+
 import time
 
 import numpy as np
@@ -28,6 +38,8 @@ from nbcoll.kernels.registry import register
 
 if nbcoll.get_backend() == "numpy":
     # This tutorial launches kernels, so it needs a device: the simulator is always there.
+    print("NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels:")
+    print(f"it runs on the {device_backend()!r} backend instead.")
     nbcoll.set_backend(device_backend())
 
 cuda = numba_cuda()
@@ -71,13 +83,17 @@ def report(name: str, result: float, seconds: float, atomics: int, writes: int) 
     assert error <= 1e-5 * N * max(1.0, float(np.max(np.abs(x_host)))), f"{name} disagrees with NumPy"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. The naive sum: one atomic add per element.
+# %%
+# 1. The naive sum: one atomic add per element
+# --------------------------------------------
 #
-# Every thread adds its element straight into total[0]. cuda.atomic.add makes each read-add-write indivisible,
-# so no update is lost; but all N threads aim at one address, and the hardware performs those updates one after
-# another. The result is right and the GPU's thousands of cores wait in a queue. (The order of the additions is
-# not fixed either, so a float sum may differ in its last bits from run to run.)
+# Every thread adds its element straight into ``total[0]``. ``cuda.atomic.add`` makes each read-add-write
+# indivisible, so no update is lost; but all ``N`` threads aim at one address, and the hardware performs those
+# updates one after another. The result is right and the GPU's thousands of cores wait in a queue. (The order of
+# the additions is not fixed either, so a float sum may differ in its last bits from run to run.)
+#
+# In the output, the sum agrees with NumPy's up to the rounding of float32 additions; the count to remember is
+# ``N`` atomics, all on a single address.
 
 
 @register("void(float32[::1], float32[::1])")
@@ -101,19 +117,23 @@ report("atomic_sum", result, seconds, atomics=N, writes=N)
 print(f"   {N} atomics, all on the same address: they are serialised")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. A shared-memory tree per block, then one atomic per block.
+# %%
+# 2. A shared-memory tree per block, then one atomic per block
+# ------------------------------------------------------------
 #
-# The threads of a block share a small, fast memory. Each thread puts its element in partial[tid]; then, in
-# log2(TREE_THREADS) steps, the first half of the active threads adds the second half's values to its own:
+# The threads of a block share a small, fast memory. Each thread puts its element in ``partial[tid]``; then, in
+# ``log2(TREE_THREADS)`` steps, the first half of the active threads adds the second half's values to its own::
 #
 #     step 64: partial[t] += partial[t + 64]   for t < 64
 #     step 32: partial[t] += partial[t + 32]   for t < 32
 #     ...
 #     step 1:  partial[0] += partial[1]
 #
-# cuda.syncthreads() between steps makes every thread wait until the whole block has finished the step, so no
+# ``cuda.syncthreads()`` between steps makes every thread wait until the whole block has finished the step, so no
 # thread reads a slot before it is written. Only thread 0 then touches global memory: one atomic per block.
+#
+# The output first runs the same tree by hand on 8 values, one line per step, each line half as long as the one
+# before; then the kernel on all ``N``, with one atomic per block instead of one per element.
 
 
 @register("void(float32[::1], float32[::1])")
@@ -159,12 +179,15 @@ report("block_tree_sum", result, seconds, atomics=tree_blocks, writes=tree_block
 print(f"   {tree_blocks} atomics instead of {N}: {N // tree_blocks}x fewer updates of the shared total")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. A fixed grid: each thread first sums many elements in a register (a grid-stride loop).
+# %%
+# 3. A fixed grid: each thread first sums many elements in a register
+# -------------------------------------------------------------------
 #
-# Thread i adds x[i], x[i + G], x[i + 2G], ... where G is the number of threads in the grid; then the block tree
-# runs as before. The grid no longer grows with N, so neither do the atomics: one per block, STRIDED_BLOCKS in
-# all. Consecutive threads still read consecutive addresses at every turn of the loop, so the loads coalesce.
+# This is a *grid-stride loop*: thread ``i`` adds ``x[i], x[i + G], x[i + 2G], ...`` where ``G`` is the number of
+# threads in the grid; then the block tree runs as before. The grid no longer grows with ``N``, so neither do the
+# atomics: one per block, ``STRIDED_BLOCKS`` in all. Consecutive threads still read consecutive addresses at every
+# turn of the loop, so the loads coalesce. The output says how many elements each thread adds on its own (about
+# 4 on the simulator's small input, tens of thousands on a GPU's) and shows the atomics down to 2.
 
 
 @register("void(float32[::1], float32[::1])")
@@ -201,12 +224,14 @@ result, seconds = timed(run_strided_tree_sum)
 report("strided_tree_sum", result, seconds, atomics=STRIDED_BLOCKS, writes=STRIDED_BLOCKS)
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. nbcoll's reduction over axes.
+# %%
+# 4. nbcoll's reduction over axes
+# -------------------------------
 #
-# reduce_axes.reduce gives every output element its own row of threads and runs the same tree; with one output
-# (axis=None) a single block does the whole sum, and thread 0 writes it with a plain store: no atomics, one
-# global write per output. A sum over an axis of a matrix writes one value per row the same way.
+# ``reduce_axes.reduce`` gives every output element its own row of threads and runs the same tree; with one
+# output (``axis=None``) a single block does the whole sum, and thread 0 writes it with a plain store: no
+# atomics, one global write per output. A sum over an axis of a matrix writes one value per row the same way, as
+# the last line shows for 8 rows.
 
 print("4. nbcoll.kernels.reduce_axes.reduce('sum', x): one tree per output element, no atomics")
 result, seconds = timed(lambda: float(nbcoll.to_host(reduce("sum", x))))
@@ -216,6 +241,15 @@ row_sums = nbcoll.to_host(reduce("sum", nbcoll.to_device(rows), axis=1))
 assert np.allclose(row_sums, rows.sum(axis=1), rtol=1e-4, atol=1e-4)
 print(f"   reduce('sum', x.reshape(8, {rows.shape[1]}), axis=1): 8 trees, 8 global writes, matches NumPy")
 print()
+
+# %%
+# Summary
+# -------
+#
+# The number of atomics on the one shared address, version by version. On the simulator, the times printed
+# above can tell the opposite story, the naive kernel looking the quickest: there every thread is a Python
+# thread and every ``syncthreads`` a costly barrier. On a GPU the naive kernel is the slowest, as the last lines
+# of the output say.
 
 print("Summary: atomics on one address")
 print(f"   naive {N:>9d}   tree {tree_blocks:>9d}   grid-stride tree {STRIDED_BLOCKS:>9d}   nbcoll reduce {0:>9d}")

@@ -1,4 +1,6 @@
-"""Matrix multiplication: naive, then tiled in shared memory, with the memory traffic of each counted.
+"""
+Matrix multiplication: naive, then tiled in shared memory, with the memory traffic of each counted
+==================================================================================================
 
 What you learn here:
 
@@ -15,6 +17,15 @@ simulator everywhere else (``NBCOLL_BACKEND=cuda|sim`` chooses). On the simulato
 threads, not a GPU: read the counts, which are the same on both.
 """
 
+# %%
+# Set-up
+# ------
+#
+# The matrices are ``(M x K) @ (K x N)``, small on the simulator and about a thousand on a side on a GPU, and on
+# purpose not multiples of the tile side. Both kernels below launch the same grid: one thread per output
+# element, in blocks of ``TILE x TILE``, so ``grid`` has ``ceil(N / TILE)`` blocks across and ``ceil(M / TILE)``
+# down. The first line printed gives the sizes.
+
 import math
 import time
 
@@ -29,6 +40,8 @@ from nbcoll.kernels.registry import register
 
 if nbcoll.get_backend() == "numpy":
     # This tutorial launches kernels, so it needs a device: the simulator is always there.
+    print("NBCOLL_BACKEND=numpy runs NumPy instead of kernels, and this tutorial is about kernels:")
+    print(f"it runs on the {device_backend()!r} backend instead.")
     nbcoll.set_backend(device_backend())
 
 cuda = numba_cuda()
@@ -53,6 +66,13 @@ expected = a_host.astype(np.float64) @ b_host.astype(np.float64)
 a, b = nbcoll.to_device(a_host), nbcoll.to_device(b_host)
 grid = (math.ceil(N / TUTORIAL_TILE), math.ceil(M / TUTORIAL_TILE))
 threads = (TUTORIAL_TILE, TUTORIAL_TILE)
+
+# %%
+# Helpers
+# -------
+#
+# The two load counts as formulas, which sections 1 and 2 compare with what the kernels count; a check of a
+# result against NumPy's product (computed in float64); and a timer on the host clock, for section 3.
 
 
 def naive_loads(m: int, k: int, n: int) -> int:
@@ -85,12 +105,14 @@ def timed(launch) -> tuple[np.ndarray, float]:
     return nbcoll.to_host(result), time.perf_counter() - start
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. The naive kernel: one thread per output element.
+# %%
+# 1. The naive kernel: one thread per output element
+# --------------------------------------------------
 #
-# Thread (row, col) walks k = 0 .. K-1 and reads a[row, k] and b[k, col] from global memory each time. Neighbouring
-# threads read the same row of A and neighbouring columns of B, but each thread fetches its own copy: nothing is
-# shared. This version counts its loads in a register and adds them to loads[0] once at the end.
+# Thread ``(row, col)`` walks ``k = 0 .. K-1`` and reads ``a[row, k]`` and ``b[k, col]`` from global memory each
+# time. Neighbouring threads read the same row of A and neighbouring columns of B, but each thread fetches its
+# own copy: nothing is shared. This version also counts its loads, ``2 * K`` per thread, and adds them to
+# ``loads[0]`` once at the end. The output compares that count with the formula ``2*M*N*K``: they are equal.
 
 
 @register("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int64[::1])")
@@ -121,12 +143,14 @@ print(f"   global loads: counted {counted}, formula 2*M*N*K = {naive_loads(M, K,
 assert counted == naive_loads(M, K, N)
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. The tiled kernel: stage tiles in shared memory, use each staged element TILE times.
+# %%
+# 2. The tiled kernel: stage tiles in shared memory, use each staged element TILE times
+# -------------------------------------------------------------------------------------
 #
-# Block (bx, by) owns the output tile of rows by*TILE.. and columns bx*TILE... It walks K in steps of TILE; at
-# each step every thread copies ONE element of A and ONE of B into the shared tiles (zero past the edges), then
-# every thread multiplies its row of the A tile by its column of the B tile: TILE multiply-adds per load pair.
+# Block ``(bx, by)`` owns the output tile of rows ``by*TILE ..`` and columns ``bx*TILE ..``. It walks K in steps
+# of TILE; at each step every thread copies ONE element of A and ONE of B into the shared tiles (zero past the
+# edges), then every thread multiplies its row of the A tile by its column of the B tile: TILE multiply-adds per
+# load pair. In pseudocode::
 #
 #     for step in range(ceil(K / TILE)):
 #         a_tile[ty, tx] = a[row, step*TILE + tx]        # one coalesced load per thread
@@ -135,8 +159,13 @@ print()
 #         acc += sum(a_tile[ty, :] * b_tile[:, tx])       # TILE products from shared memory
 #         syncthreads()                                   # everyone is done before the next step overwrites
 #
-# Without the first syncthreads a fast thread would read slots that slow threads have not written yet; without
-# the second it could overwrite a tile another thread is still reading. Both bugs give wrong sums, silently.
+# Without the first ``syncthreads`` a fast thread would read slots that slow threads have not written yet;
+# without the second it could overwrite a tile another thread is still reading. Both bugs give wrong sums,
+# silently.
+#
+# The output gives the shared memory each block needs, then the counted loads against the formula, and how many
+# times fewer they are than the naive kernel's: close to TILE, less here because the ragged edge tiles are
+# partly padding.
 
 
 @register("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int64[::1])")
@@ -193,11 +222,14 @@ assert counted == formula
 print(f"   {naive_loads(M, K, N) / formula:.1f}x fewer loads than the naive kernel")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. nbcoll's kernels, timed on the host clock.
+# %%
+# 3. nbcoll's kernels, timed on the host clock
+# --------------------------------------------
 #
-# nbcoll.kernels.matmul holds the same two kernels without the counters: matmul_naive (2-D only) and matmul
-# (NumPy's @, with batch broadcasting, every dtype, float16 accumulating in float32).
+# ``nbcoll.kernels.matmul`` holds the same two kernels without the counters: ``matmul_naive`` (2-D only) and
+# ``matmul`` (NumPy's ``@``, with batch broadcasting, every dtype, float16 accumulating in float32). Each line
+# gives a kernel's time, its global loads from the formulas, and its largest error against NumPy. On a GPU the
+# times show what those loads cost; on the simulator they measure Python threads instead, as the output says.
 
 print("3. nbcoll.kernels.matmul on the host clock")
 for name, function in [("matmul_naive", matmul_kernels.matmul_naive), ("matmul (tiled)", matmul_kernels.matmul)]:
@@ -209,11 +241,14 @@ if BACKEND == "sim":
     print("   (simulator times measure Python threads and their syncthreads barriers, not memory traffic)")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. The counts at the sizes where they matter.
+# %%
+# 4. The counts at the sizes where they matter
+# --------------------------------------------
 #
-# For square matrices the ratio tends to TILE: a tile of side T turns T loads into T*T multiply-adds. Larger tiles
-# save more loads but need more shared memory and registers per block; 16 or 32 is common.
+# For square matrices the ratio tends to TILE: a tile of side T turns T loads into T*T multiply-adds. Larger
+# tiles save more loads but need more shared memory and registers per block; 16 or 32 is common. The table uses
+# the formulas only, no kernel: at 4096 x 4096 the naive kernel would read 512 GiB from global memory, the tiled
+# one 32 GiB.
 
 print("4. Global loads (float32, 4 bytes each) for square n x n matrices")
 print("        n      naive loads    tiled loads   ratio   naive traffic   tiled traffic")

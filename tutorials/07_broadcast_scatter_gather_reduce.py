@@ -1,4 +1,6 @@
-"""Rooted collectives: broadcast, reduce, scatter and gather, with the ring and the tree where both apply.
+"""
+Rooted collectives: broadcast, reduce, scatter and gather, with the ring and the tree where both apply
+======================================================================================================
 
 What you learn here:
 
@@ -13,6 +15,19 @@ What you learn here:
 Run it with ``python tutorials/07_broadcast_scatter_gather_reduce.py``: it re-launches itself on 4 ranks and
 prints each rank's output in turn.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(4)`` runs this script again on 4 ranks; everything after it runs on each of them. Every rank runs
+# every collective below, checks its own result and prints it, so each rank's output tells the same story from
+# that rank's point of view; the root changes from section to section. The FIFO is made tiny
+# (``NBCOLL_BUFFSIZE=256``: 8 slots of 32 bytes) so that a buffer of 20 float32 travels as 3 chunks.
+#
+# Two helpers serve all sections: ``rank_data(r)`` is rank ``r``'s input, ``r*100 + i``, which any rank can
+# rebuild to check a result, and ``traffic()`` reads this rank's byte counters, says to whom it sent and from
+# whom it received, and resets them for the next collective.
 
 import os
 
@@ -58,13 +73,21 @@ def traffic() -> str:
     return f"sent {sent} B to {ranks_text(to)}, received {received} B from {ranks_text(frm)}"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. Broadcast: for i: recvbuf[i] = sendbuf[i] of root.
+# %%
+# 1. Broadcast
+# ------------
 #
-# ring: a chain that starts at the root and follows the ring, root -> root+1 -> ... -> root-1. Every rank but the
-#       last forwards every chunk, so each sends the buffer once; the chain is n-1 links long.
-# tree: a binary heap over the ranks, counted from the root: position p has children 2p+1 and 2p+2. The chain is
-#       only about log2(n) links long, but an inner node sends the buffer to two children.
+# ``for i: recvbuf[i] = sendbuf[i] of root``. Two shapes move the buffer:
+#
+# - ring: a chain that starts at the root and follows the ring, ``root -> root+1 -> ... -> root-1``. Every rank
+#   but the last forwards every chunk, so each sends the buffer once; the chain is ``n-1`` links long.
+# - tree: a binary heap over the ranks, counted from the root: position ``p`` has children ``2p+1`` and
+#   ``2p+2``. The chain is only about ``log2(n)`` links long, but an inner node sends the buffer to two children.
+#
+# Each rank prints, for each shape, whom it receives from and forwards to, and what its counters say it moved:
+# with root 1, rank 1 sends 80 bytes (one buffer) on the ring but 160 bytes in the tree, where it has two
+# children, and the last rank of the ring chain, rank 0, sends nothing.
+
 ROOT = 1
 print(f"1. broadcast of {COUNT} float32 from rank {ROOT}")
 reference = rank_data(ROOT)
@@ -84,12 +107,19 @@ for algo in ("ring", "tree"):
     print(f"   broadcast ({algo}) matches NumPy: ok")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Reduce: for i: recvbuf[i] = op(sendbuf[i] of every rank), on the root only.
+# %%
+# 2. Reduce
+# ---------
 #
-# The broadcast's shapes, run backwards: partial results flow towards the root, and each rank folds its own data
-# into every chunk that passes through it (NCCL's recv_reduce_send). The ring chain starts at root+1 and ends at the
-# root; in the tree, an inner node folds the chunks of both children with its own before sending one up.
+# ``for i: recvbuf[i] = op(sendbuf[i] of every rank)``, on the root only. The broadcast's shapes, run backwards:
+# partial results flow towards the root, and each rank folds its own data into every chunk that passes through
+# it (NCCL's ``recv_reduce_send``). The ring chain starts at ``root+1`` and ends at the root; in the tree, an
+# inner node folds the chunks of both children with its own before sending one up.
+#
+# Only the root, rank 2, prints the first values of the result; the other ranks' receive buffers stay
+# untouched, which they check, and they print only their traffic. In the tree the root receives 160 bytes, one
+# buffer from each of its two children, and sends nothing.
+
 ROOT = 2
 print(f"2. reduce to rank {ROOT}")
 inputs = [rank_data(r) for r in range(n)]
@@ -107,11 +137,15 @@ for algo in ("ring", "tree"):
         print(f"   reduce ({algo}, {op}): {traffic()}: ok")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. Scatter: for r, i: recvbuf[i] of rank r = sendbuf[r*count + i] of root.
+# %%
+# 3. Scatter
+# ----------
 #
-# The root holds one block per rank and sends each rank its own, one peer after the other (the "direct"
-# algorithm): n-1 messages from the root, none between the others. It keeps its own block with a local copy.
+# ``for r, i: recvbuf[i] of rank r = sendbuf[r*count + i] of root``. The root holds one block per rank and sends
+# each rank its own, one peer after the other (the "direct" algorithm): ``n-1`` messages from the root, none
+# between the others. It keeps its own block with a local copy. Each rank prints the block it got, 6 values
+# starting at ``6 * rank``; the root's counters show 72 bytes sent, 3 blocks of 24.
+
 ROOT, BLOCK = 0, 6
 print(f"3. scatter of {n} blocks of {BLOCK} from rank {ROOT}")
 everything = np.arange(n * BLOCK, dtype=np.float32)
@@ -123,8 +157,14 @@ print(f"   my block: {nbcoll.to_host(mine).tolist()}; {traffic()}")
 print("   scatter matches NumPy: ok")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. Gather: for r, i: recvbuf[r*count + i] of root = sendbuf[i] of rank r. Scatter backwards.
+# %%
+# 4. Gather
+# ---------
+#
+# ``for r, i: recvbuf[r*count + i] of root = sendbuf[i] of rank r``: scatter backwards. Every rank sends its
+# block to the root, rank 3, which alone prints what it holds, one line per block; the others print only their
+# traffic, one block of 24 bytes sent to rank 3.
+
 ROOT = 3
 print(f"4. gather of one block of {BLOCK} per rank to rank {ROOT}")
 block = nbcoll.to_device(rank_data(rank, BLOCK))
@@ -133,7 +173,9 @@ comm.gather(block, full, root=ROOT)
 if rank == ROOT:
     gathered = nbcoll.to_host(full)
     assert np.array_equal(gathered, np.concatenate([rank_data(r, BLOCK) for r in range(n)]))
-    print(f"   rank {ROOT} holds {gathered.reshape(n, BLOCK)[:, :3].tolist()} (first 3 of each block)")
+    print(f"   rank {ROOT} holds (first 3 of each block):")
+    for r, first in enumerate(gathered.reshape(n, BLOCK)[:, :3].tolist()):
+        print(f"      from rank {r}: {first}")
 print(f"   {traffic()}")
 print("   gather matches NumPy: ok")
 print()

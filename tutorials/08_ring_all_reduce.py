@@ -1,4 +1,6 @@
-"""Ring all-reduce, step by step: every rank's buffer after every step, the traffic it costs, and its trace.
+"""
+Ring all-reduce, step by step: every rank's buffer after every step, the traffic it costs, and its trace
+========================================================================================================
 
 What you learn here:
 
@@ -16,13 +18,20 @@ Run it with ``python tutorials/08_ring_all_reduce.py``: it re-launches itself on
 everyone.
 """
 
+# %%
+# Set-up
+# ------
+#
+# The tutorial re-launches itself on 4 ranks first; everything after ``relaunch`` runs on each of them. The FIFO
+# is made small on purpose, 8 slots of 32 bytes: a chunk holds 4 ``int64`` elements, so even a short buffer
+# needs several rounds. Rank 0 narrates; the other ranks print only their own checks.
+
 import os
 
 import nbcoll.launch
 
 nbcoll.launch.relaunch(4)
 
-# Everything below runs on each of the 4 ranks.
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import tempfile  # noqa: E402
@@ -63,24 +72,26 @@ chunk_elems = comm.config.chunk_bytes // np.dtype(DTYPE).itemsize
 say(f"FIFO: {comm.config.steps} slots of {comm.config.chunk_bytes} bytes = {chunk_elems} x int64 per chunk")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. How the buffer is cut.
+# %%
+# 1. How the buffer is cut
+# ------------------------
 #
-# The ring moves the buffer in rounds. A round covers up to n x chunk elements, cut into n near-equal blocks, so
-# that every step of the round moves at most one chunk (one FIFO slot). Block b of a round finishes on rank b.
+# The ring moves the buffer in rounds. A round covers up to ``n x chunk`` elements, cut into ``n`` near-equal
+# blocks, so that every step of the round moves at most one chunk (one FIFO slot). Block ``b`` of a round
+# finishes on rank ``b``.
 plan = list(rounds(COUNT, n, chunk_elems))
 say(f"1. {COUNT} elements on {n} ranks: {len(plan)} rounds of at most {n} x {chunk_elems} elements")
 for number, blocks in enumerate(plan):
     say(f"   round {number}: blocks " + "  ".join(f"{b}=[{lo}:{hi})" for b, (lo, hi) in enumerate(blocks)))
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. The algorithm, one primitive at a time.
+# %%
+# 2. The algorithm, one primitive at a time
+# -----------------------------------------
 #
-# comm.all_reduce builds this Context and hands the generator to its progress loop. Here we pull the primitives
-# ourselves. A primitive never blocks: ready() says whether the chunk it reads has arrived and the slot it writes
-# is free, and run() then does the whole step. A rank's step k only needs its left neighbour's step k-1, so the
-# tutorial can stop all ranks after each step to print their buffers without risking a deadlock.
+# ``comm.all_reduce`` builds this ``Context`` and hands the generator to its progress loop. Here we pull the
+# primitives ourselves. A primitive never blocks: ``ready()`` says whether the chunk it reads has arrived and the
+# slot it writes is free, and ``run()`` then does the whole step.
 buffer = nbcoll.to_device(np.full(COUNT, 10**rank, dtype=DTYPE))
 ctx = Context(
     rank=rank,
@@ -102,7 +113,7 @@ def describe(step, received) -> str:
     to = f" to {step.send[0].peer}" if step.send else ""
     got = ""
     if received is not None:
-        got = f" got {received.tolist()}" if received.size else " got an empty chunk (empty block)"
+        got = f" got {received.tolist()}" if received.size else " got nothing (an empty block)"
     return f"{step.name:<21} [{lo:2d}:{hi:2d}){frm}{to}{got}"
 
 
@@ -110,7 +121,18 @@ per_round = 2 * n - 1
 say(f"2. in-place ring all-reduce: {len(steps)} primitives per rank: {len(plan)} rounds x {per_round} (2n-1)")
 say(f"   a round is {2 * (n - 1)} hops: every primitive but the first receives, every one but the last sends")
 say("   rank r starts with 10**r everywhere; 'got' is the chunk the left neighbour sent. During the")
-say("   reduce-scatter the partial sums travel in the FIFO slots, not in the buffers: watch the 'got' column.")
+say("   reduce-scatter the partial sums travel in the FIFO slots, not in the buffers:")
+say("   watch the 'got' column.")
+
+# %%
+# Every step, on every rank
+# -------------------------
+#
+# A rank's step ``k`` only needs its left neighbour's step ``k-1``, so the tutorial can stop all ranks after each
+# step to print their buffers without risking a deadlock. Rank 0 gathers what every rank did and holds, and
+# prints it: in the reduce-scatter, each block gains one rank's contribution per hop; in the all-gather, the
+# finished blocks (``1111``) travel round.
+
 world.barrier()
 for number, step in enumerate(steps):
     while not step.ready():
@@ -129,18 +151,22 @@ for number, step in enumerate(steps):
         for r in range(n):
             print(f"     rank {r}: {lines[r]}")
         for r in range(n):
-            print(f"     rank {r} buffer: " + " ".join(f"{v:4d}" for v in buffers[r]))
+            # At most 12 values a line, so that the table fits a page: the rest goes on the next line.
+            rows = [" ".join(f"{v:4d}" for v in buffers[r][i : i + 12]) for i in range(0, COUNT, 12)]
+            print(f"     rank {r} buffer: " + ("\n" + " " * 20).join(rows))
 result = nbcoll.to_host(buffer)
 assert np.array_equal(result, np.full(COUNT, sum(10**r for r in range(n)), DTYPE)), result
 print(f"rank {rank}: step-by-step ring all-reduce matches NumPy: ok")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. What it cost.
+# %%
+# 3. What it cost
+# ---------------
 #
-# In round k, rank r sends every block but block r in the reduce-scatter (block r ends here) and every block but
-# block r+1 in the all-gather (block r+1 is the last to arrive, and goes no further): 2 x round - |block r| -
-# |block r+1| elements per round. When the round divides evenly, that is 2(n-1)/n of the round.
+# In round ``k``, rank ``r`` sends every block but block ``r`` in the reduce-scatter (block ``r`` ends here) and
+# every block but block ``r+1`` in the all-gather (block ``r+1`` is the last to arrive, and goes no further):
+# ``2 x round - |block r| - |block r+1|`` elements per round. When the round divides evenly, that is
+# ``2(n-1)/n`` of the round: the least any all-reduce can send.
 expected_elements = 0
 for blocks in plan:
     size_of = [hi - lo for lo, hi in blocks]
@@ -156,13 +182,15 @@ print(
 world.barrier()
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. The same collective through comm.all_reduce, traced.
+# %%
+# 4. The same collective through ``comm.all_reduce``, traced
+# ----------------------------------------------------------
 #
-# NBCOLL_TRACE=DIR makes each rank write one JSON line per primitive to DIR/rank<r>.jsonl. Like every setting, it
-# is read once, when a communicator is created: so the traced call runs on a new communicator, whose config says
-# trace=DIR (what the variable would have said). Every rank must use the same directory: rank 0 makes it, a
-# temporary one, removed when rank 0 ends, unless --out names a folder to keep.
+# ``NBCOLL_TRACE=DIR`` makes each rank write one JSON line per primitive to ``DIR/rank<r>.jsonl``. Like every
+# setting, it is read once, when a communicator is created: so the traced call runs on a new communicator, whose
+# config says ``trace=DIR`` (what the variable would have said). Every rank must use the same directory: rank 0
+# makes it, a temporary one, removed when rank 0 ends, unless ``--out`` names a folder to keep. The picture has
+# one row per rank, one box per step and one arrow per chunk.
 scratch = tempfile.TemporaryDirectory(prefix="nbcoll-ring-trace-") if rank == 0 and not args.out else None
 trace_dir = world.bcast(args.out or (scratch.name if scratch else None), root=0)
 os.makedirs(trace_dir, exist_ok=True)
@@ -177,11 +205,19 @@ if rank == 0:
     # NBCOLL_FIGURES_DIR, when set (the docs build sets it), is where the picture goes instead.
     png = draw(trace_dir, Path(os.environ.get("NBCOLL_FIGURES_DIR") or trace_dir) / "ring_all_reduce.png", seq=1)
     print()
-    print(f"4. the trace of comm.all_reduce: {trace_dir}/rank*.jsonl, drawn to {png}")
+    print(f"4. the trace of comm.all_reduce: {trace_dir}/rank*.jsonl,")
+    print(f"   drawn to {png}")
     print("   one row per rank, one box per step, one arrow per chunk; the same picture from the command line:")
     print(f"   python -m nbcoll trace view {trace_dir} -o ring.png --seq 1")
     if scratch is not None:
         print("   (the folder is removed when the tutorial ends: run it with --out DIR to keep the trace)")
+
+# %%
+# The end
+# -------
+#
+# Every rank destroys its communicator and says it is done. Then write the ring yourself: the exercise checks
+# your generator of primitives against the one above.
 
 say("Try it yourself: python -m nbcoll exercise ring_all_reduce")
 comm.destroy()

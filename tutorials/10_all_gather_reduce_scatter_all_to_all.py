@@ -1,4 +1,6 @@
-"""All-gather, reduce-scatter and all-to-all: the collectives that give every rank one block per rank.
+"""
+All-gather, reduce-scatter and all-to-all: the collectives that give every rank one block per rank
+==================================================================================================
 
 What you learn here:
 
@@ -12,6 +14,16 @@ What you learn here:
 
 Run it with ``python tutorials/10_all_gather_reduce_scatter_all_to_all.py``: it re-launches itself on 4 ranks.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(4)`` runs this script again on 4 ranks; everything after it runs on each of them. Every rank runs
+# every collective, checks its own result and prints it. The FIFO is tiny
+# (``NBCOLL_BUFFSIZE=256``: 8 slots of 32 bytes, 8 int32 each), so a block of 10 int32 travels as 2 chunks.
+# ``block_of(r)`` is rank ``r``'s block, ``r*100 + i``, and ``bytes_sent_since_reset()`` reads this rank's byte
+# counter and resets it for the next collective.
 
 import os
 
@@ -46,12 +58,20 @@ def bytes_sent_since_reset() -> int:
     return sent
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. All-gather: for r, i: recvbuf[r*count + i] = sendbuf[i] of rank r, on every rank.
+# %%
+# 1. All-gather
+# -------------
 #
-# ring:   each block travels round the ring; at each of the n-1 steps a rank forwards the block it received
-#         last, so every link carries one block per step.
-# direct: each rank sends its block to every peer at once; fewer steps, the same bytes.
+# ``for r, i: recvbuf[r*count + i] = sendbuf[i] of rank r``, on every rank. Two algorithms:
+#
+# - ring: each block travels round the ring; at each of the ``n-1`` steps a rank forwards the block it received
+#   last, so every link carries one block per step.
+# - direct: each rank sends its block to every peer at once; fewer steps, the same bytes.
+#
+# Each rank prints its own block, then what each algorithm made it send: 120 bytes both ways, 3 blocks of 40.
+# The in-place form passes this rank's block of the output as the input; the line shows the first element of
+# each of the 4 gathered blocks, the same on every rank.
+
 print("1. all-gather")
 print(f"   my block: {block_of(rank).tolist()}")
 expected = np.concatenate([block_of(r) for r in range(n)])
@@ -68,11 +88,17 @@ print(f"   in place (sendbuf = my block of recvbuf): {nbcoll.to_host(full)[::BLO
 bytes_sent_since_reset()
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Reduce-scatter: for i: recvbuf[i] = sum over ranks p of sendbuf[rank*count + i] of rank p.
+# %%
+# 2. Reduce-scatter
+# -----------------
 #
-# Every rank holds a full buffer of n blocks; each ends with one block, reduced over all ranks. On the ring,
-# block r starts at rank r+1, collects every rank's part on its way round and ends, complete, at rank r.
+# ``for i: recvbuf[i] = sum over ranks p of sendbuf[rank*count + i] of rank p``. Every rank holds a full buffer of
+# ``n`` blocks; each ends with one block, reduced over all ranks. On the ring, block ``r`` starts at rank
+# ``r+1``, collects every rank's part on its way round and ends, complete, at rank ``r``.
+#
+# Each rank prints the first element of each of its ``n`` input blocks, then the first values of the one block
+# it ends with: on rank ``r``, block ``r`` summed over the 4 ranks. It also sends 120 bytes, as all-gather did.
+
 print("2. reduce-scatter")
 inputs = [np.concatenate([block_of(r) + 1000 * b for b in range(n)]) for r in range(n)]  # rank r's n blocks
 print(f"   my {n} blocks start with {inputs[rank][::BLOCK].tolist()} (block b is my block + 1000 b)")
@@ -84,12 +110,17 @@ print(f"   my block, summed over {n} ranks: {nbcoll.to_host(mine)[:4].tolist()} 
 print(f"   sent {bytes_sent_since_reset()} B (n-1 blocks of {4 * BLOCK} B): ok")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. All-reduce = reduce-scatter + all-gather.
+# %%
+# 3. All-reduce = reduce-scatter + all-gather
+# -------------------------------------------
 #
 # Reduce-scatter leaves each rank one reduced block; all-gather hands every rank every reduced block: the
-# all-reduce. The ring all-reduce is exactly these two halves run back to back, and when the buffer is n whole
-# rounds it sends exactly the same bytes: 2(n-1)/n of the buffer per rank.
+# all-reduce. The ring all-reduce is exactly these two halves run back to back, and when the buffer is ``n``
+# whole rounds it sends exactly the same bytes: ``2(n-1)/n`` of the buffer per rank.
+#
+# Every rank computes both ways and checks that the results and the byte counts agree; the figures are the
+# same on every rank, so rank 0 alone prints them and the others print one line saying their check passed.
+
 print("3. all-reduce = reduce-scatter + all-gather")
 grads = nbcoll.to_device(inputs[rank])
 total = nbcoll.zeros(n * BLOCK, np.int32)
@@ -121,12 +152,18 @@ else:
     print("   the same sums and the same traffic as rank 0 shows: ok")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. All-to-all: for p, i: recvbuf[p*count + i] = sendbuf[rank*count + i] of rank p.
+# %%
+# 4. All-to-all
+# -------------
 #
-# Block p of rank r goes to rank p, and lands in its slot r: the transpose of the n x n matrix of blocks whose
-# row r lives on rank r. Nothing is reduced or forwarded, so the only question is the order: at step s rank r
-# sends to r+s and receives from r-s, so that every rank sends one message and receives one at each step.
+# ``for p, i: recvbuf[p*count + i] = sendbuf[rank*count + i] of rank p``. Block ``p`` of rank ``r`` goes to rank
+# ``p``, and lands in its slot ``r``: the transpose of the ``n x n`` matrix of blocks whose row ``r`` lives on
+# rank ``r``. Nothing is reduced or forwarded, so the only question is the order: at step ``s`` rank ``r`` sends
+# to ``r+s`` and receives from ``r-s``, so that every rank sends one message and receives one at each step.
+#
+# The blocks are 3 elements of ``10*r + p``, so each value names its sender and its receiver. Each rank prints
+# the row it sends and the column it receives: on rank 1, ``[1, 11, 21, 31]``, one block from each rank.
+
 print("4. all-to-all: the element 10*r + p means 'from rank r, for rank p'")
 SMALL = 3
 outgoing = np.repeat(10 * rank + np.arange(n), SMALL).astype(np.int32)

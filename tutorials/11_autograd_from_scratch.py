@@ -1,4 +1,6 @@
-"""Autograd from scratch: the chain rule by hand on a tiny network, then the same gradients from the engine.
+"""
+Autograd from scratch: the chain rule by hand on a tiny network, then the same gradients from the engine
+========================================================================================================
 
 What you learn here:
 
@@ -13,6 +15,19 @@ the GPU where there is one, on Numba's CUDA simulator elsewhere, or by the NumPy
 ``NBCOLL_BACKEND=numpy``; the network is tiny, so it takes a few seconds on the simulator.
 """
 
+# %%
+# Set-up and the network
+# ----------------------
+#
+# The network: two inputs, a hidden layer of two tanh units, one linear output, and a squared-error loss::
+#
+#     z_j = W1[j, 0] * x_0 + W1[j, 1] * x_1 + b1[j]      (j = 0, 1)
+#     h_j = tanh(z_j)
+#     y   = w2[0] * h_0 + w2[1] * h_1 + b2
+#     L   = (y - target) ** 2
+#
+# Its weights are plain Python numbers here; the first line printed names the backend the Tensors below use.
+
 import math
 
 import numpy as np
@@ -25,12 +40,6 @@ from nbcoll.tensors.engine import topological_order
 print(f"Tutorial 11 on the {nbcoll.get_backend()!r} backend")
 print()
 
-# The network: two inputs, a hidden layer of two tanh units, one linear output, and a squared-error loss.
-#
-#     z_j = W1[j, 0] * x_0 + W1[j, 1] * x_1 + b1[j]      (j = 0, 1)
-#     h_j = tanh(z_j)
-#     y   = w2[0] * h_0 + w2[1] * h_1 + b2
-#     L   = (y - target) ** 2
 x = [0.5, -1.5]
 W1 = [[0.1, -0.3], [0.8, 0.2]]
 b1 = [0.05, 0.2]
@@ -38,8 +47,11 @@ w2 = [1.2, -0.7]
 b2 = 0.3
 target = 1.0
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. The forward pass by hand, with plain Python floats. We keep every intermediate value: backward needs them.
+# %%
+# 1. The forward pass by hand
+# ---------------------------
+#
+# With plain Python floats. We keep every intermediate value: backward needs them.
 
 print("1. Forward pass by hand")
 z = [W1[j][0] * x[0] + W1[j][1] * x[1] + b1[j] for j in range(2)]
@@ -51,11 +63,13 @@ for j in range(2):
 print(f"   y   = {y: .6f}   L = (y - target)^2 = {loss:.6f}")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Backward by hand: the chain rule, from the loss to every weight.
+# %%
+# 2. Backward by hand: the chain rule
+# -----------------------------------
 #
-# Each step multiplies the gradient that arrives from above (dL/d output) by the local derivative of one
-# operation (d output / d input). The local derivatives need the values saved by the forward pass.
+# From the loss to every weight. Each step multiplies the gradient that arrives from above (``dL/d output``) by
+# the *local* derivative of one operation (``d output / d input``). The local derivatives need the values saved
+# by the forward pass.
 
 print("2. Backward pass by hand: gradient from above x local derivative")
 
@@ -77,9 +91,12 @@ dL_db1 = [step(f"dL/db1[{j}]", f"dL/dz_{j} x 1", dL_dz[j]) for j in range(2)]
 dL_dW1 = [[step(f"dL/dW1[{j},{k}]", f"dL/dz_{j} x x_{k}", dL_dz[j] * x[k]) for k in range(2)] for j in range(2)]
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. The same network with Tensors. Each operation on a Tensor that requires a gradient records a node: the
-#    result's grad_fn, which knows its inputs and has saved what its backward needs.
+# %%
+# 3. The graph nbcoll records
+# ---------------------------
+#
+# The same network with Tensors. Each operation on a Tensor that requires a gradient records a node: the
+# result's ``grad_fn``, which knows its inputs and has saved what its backward needs.
 
 print("3. The graph nbcoll records")
 f64 = np.float64
@@ -112,9 +129,12 @@ for node in topological_order([loss_t.grad_fn]):
         print(f"     {node!r:<16} inputs: {inputs}")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. loss.backward(): the engine runs each node's backward in that order. A hook sees a tensor's gradient the
-#    moment it is complete; here one on h prints dL/dh, which the hand computation also has.
+# %%
+# 4. ``loss.backward()``
+# ----------------------
+#
+# The engine runs each node's backward in that order. A hook sees a tensor's gradient the moment it is
+# complete; here one on ``h`` prints ``dL/dh``, which the hand computation also has.
 
 print("4. loss.backward()")
 h_t.register_hook(lambda g: print(f"   hook on h: dL/dh = {np.round(g.numpy(), 6).tolist()}"))
@@ -131,11 +151,14 @@ for name, t in [("b2", b2_t), ("w2", w2_t), ("b1", b1_t), ("W1", W1_t)]:
 print("   every gradient matches the chain rule by hand")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 5. gradcheck: the independent check used by nbcoll's tests. It nudges each weight by +-eps, measures how the
-#    loss moves (central differences), and compares with the gradients backward computed. That takes two forward
-#    passes per weight, so it runs on the NumPy references: the same Tensor and engine code, with the numpy
-#    backend's launch functions computing each operation in NumPy instead of launching a kernel.
+# %%
+# 5. ``gradcheck`` against central differences
+# --------------------------------------------
+#
+# The independent check used by nbcoll's tests. It nudges each weight by ``+-eps``, measures how the loss moves
+# (central differences), and compares with the gradients backward computed. That takes two forward passes per
+# weight, so it runs on the NumPy references: the same Tensor and engine code, with the numpy backend's launch
+# functions computing each operation in NumPy instead of launching a kernel.
 
 print("5. gradcheck against central differences (on the numpy backend)")
 with nbcoll.use_backend("numpy"):

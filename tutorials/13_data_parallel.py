@@ -1,4 +1,8 @@
-"""Data parallelism: from DataParallel by hand to DistributedDataParallel with buckets that overlap backward.
+"""
+Data parallelism: from DataParallel by hand to DistributedDataParallel
+======================================================================
+
+And DistributedDataParallel with buckets whose all-reduces overlap backward.
 
 What you learn here:
 
@@ -16,6 +20,14 @@ Run it with ``python tutorials/13_data_parallel.py [--out DIR]``: it re-launches
 runs every step; rank 0 prints, with the other ranks' numbers gathered into its lines, and each other rank adds
 one line of its own.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(4)`` starts this same script on 4 ranks under ``mpiexec`` and prints each rank's output after a
+# ``[rank r]`` line; everything after it runs on every rank. ``--out`` names the folder of the picture. On the
+# simulator, where every GPU thread runs in Python, the model and the batch shrink to toy sizes.
 
 import argparse
 from pathlib import Path
@@ -41,6 +53,14 @@ rank, n = comm.rank, comm.size
 TOY = nbcoll.get_backend() == "sim"  # the simulator runs one Python thread per CUDA thread: keep it tiny
 IN, HIDDEN, OUT, ROWS = (3, 4, 2, 1) if TOY else (8, 16, 4, 4)  # ROWS: rows of the batch per rank
 
+# %%
+# Who prints
+# ----------
+#
+# Every rank runs every step below, but only rank 0 prints them (``say``), so the output reads as one story.
+# Where the other ranks' numbers matter, ``every_rank`` all-gathers them so that rank 0 can print them too: it
+# is a collective, so every rank calls it, not just rank 0. Ranks 1-3 print one line each, at the very end.
+
 
 def say(text: str = "") -> None:
     """Print on rank 0 only: every rank runs the same steps, and rank 0 tells them."""
@@ -58,6 +78,15 @@ say(f"Tutorial 13 on the {nbcoll.get_backend()!r} backend, {n} ranks")
 say(f"(every rank runs the same steps; rank 0 prints them, with ranks 1-{n - 1}'s numbers gathered to it)")
 say()
 worst = 0.0  # this rank's largest difference from one process, over every step
+
+# %%
+# The model and the gradient to reproduce
+# ---------------------------------------
+#
+# A small MLP in float64, built from the same seed on every rank, so every rank starts from the same weights. The
+# global batch is the same on every rank too; rank ``r`` trains on its own ``ROWS`` rows of it. The reference
+# is one process computing the gradient of the mean squared error over the whole batch: every version below
+# must reproduce it, and ``largest_error`` measures how closely. This cell prints nothing.
 
 
 def make_model() -> nn.Module:
@@ -86,11 +115,19 @@ def largest_error(model: nn.Module) -> float:
     return max(float(np.max(np.abs(p.grad.numpy() - want[name]))) for name, p in model.named_parameters())
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. DataParallel by hand. Rank 0 owns the weights and the batch; every collective is an autograd Function.
+# %%
+# 1. DataParallel by hand
+# -----------------------
 #
-#    forward:  W_r = broadcast(W)   x_r = scatter(x)   y_r = x_r @ W_r^T   y = gather(y_r)   loss on rank 0
-#    backward: dy_r = scatter(dy)   dW_r = dy_r^T x_r  dW = reduce(dW_r): the sum of every rank's part
+# Rank 0 owns the weights and the batch, as in PyTorch's single-process ``DataParallel``; every collective is an
+# autograd ``Function`` from ``nbcoll.parallel.functional``, so backward runs each one's dual::
+#
+#     forward:  W_r = broadcast(W)   x_r = scatter(x)   y_r = x_r @ W_r^T   y = gather(y_r)   loss on rank 0
+#     backward: dy_r = scatter(dy)   dW_r = dy_r^T x_r  dW = reduce(dW_r): the sum of every rank's part
+#
+# Look for a difference from one process's gradient of the order of 1e-16 (float64 rounding). The reduce sends
+# the gradient to rank 0 only: the other ranks' own copies of the weight keep a gradient of zero.
+
 say("1. DataParallel by hand: broadcast the weights, scatter the batch, gather the outputs")
 layer = nn.Linear(IN, OUT, dtype=np.float64)
 w = F.broadcast(layer.weight, comm, root=0)  # a differentiable copy of rank 0's weight on every rank
@@ -107,12 +144,19 @@ if rank == 0:
     say(f"   the weight's gradient on rank 0 equals one process's: largest difference {error:.1e}")
     worst = max(worst, float(error))
 zero = every_rank([float(np.abs(layer.weight.grad.numpy()).max())])[1:, 0]
-say(f"   ranks 1-{n - 1} ran the duals (scatter of dy, reduce of dW); their own weight's gradients: {zero.tolist()}")
+say(f"   ranks 1-{n - 1} ran the duals (scatter of dy, reduce of dW); the reduce left their own weights'")
+say(f"   gradients at zero: largest |gradient| per rank {zero.tolist()}")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Data parallelism: every rank holds the model and computes the gradient of its own rows. The mean over the
-#    ranks of their gradients is the gradient of the mean loss over the global batch.
+# %%
+# 2. Naive data parallelism
+# -------------------------
+#
+# Now every rank holds the whole model and computes the gradient of the loss on its own rows only. The mean
+# over the ranks of their gradients is the gradient of the mean loss over the global batch, so one all-reduce
+# with ``op="avg"`` per parameter, after backward, gives every rank the reference gradient. Look for the same
+# tiny difference on all 4 ranks.
+
 say("2. naive data parallelism: one all-reduce per parameter, after backward")
 model = make_model()
 nn.MSELoss()(model(nbcoll.tensor(x_global[my_rows])), nbcoll.tensor(y_global[my_rows])).backward()
@@ -125,10 +169,18 @@ say(f"   {len(list(model.parameters()))} all-reduces on each rank; largest diffe
 say("   " + "  ".join(f"rank {r}: {e:.1e}" for r, e in enumerate(errors)))
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. Buckets: parameters grouped, in reverse registration order, into flat buffers of about bucket_cap_mb MiB.
-#    Each all-reduce has a fixed cost, so fewer and larger ones are faster.
-say("3. DistributedDataParallel: buckets (the same on every rank; the difference is the largest over the ranks)")
+# %%
+# 3. Buckets
+# ----------
+#
+# ``DistributedDataParallel`` groups the parameters, in reverse registration order (the order backward produces
+# their gradients), into flat buffers of about ``bucket_cap_mb`` MiB, and all-reduces each bucket once. Each
+# all-reduce has a fixed cost, so fewer and larger ones are faster. Three caps: 25 MiB holds the whole model in
+# one bucket, 0.0003 MiB (about 300 bytes) holds two parameters, and 0 gives each parameter a bucket of its own.
+# Every cap must give the same gradients.
+
+say("3. DistributedDataParallel: buckets")
+say("   (the same on every rank; each difference is the largest over the ranks)")
 for cap_mb in (25, 0.0003, 0):
     ddp = DistributedDataParallel(make_model(), comm, bucket_cap_mb=cap_mb)
     nn.MSELoss()(ddp(nbcoll.tensor(x_global[my_rows])), nbcoll.tensor(y_global[my_rows])).backward()
@@ -137,25 +189,32 @@ for cap_mb in (25, 0.0003, 0):
     error = every_rank([largest_error(ddp.module)]).max()
     say(
         f"   bucket_cap_mb={cap_mb:<7g}: {len(ddp.buckets)} bucket(s) of {[len(b.params) for b in ddp.buckets]} "
-        f"parameters, {launches} all-reduce(s), largest difference {error:.1e}"
+        f"parameters, {launches} all-reduce(s),"
     )
+    say(" " * 26 + f"largest difference {error:.1e}")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. Overlap: the events of the last step (one parameter per bucket), in the order they happened, one column
-#    each: g a gradient accumulated, L a bucket's all-reduce launched, d a hook finding one done, S all waited for.
-#    A bucket's row runs from its launch (L) until it is seen done (|), while backward goes on.
+# %%
+# 4. Overlap: the events of one step
+# ----------------------------------
+#
+# DDP does not wait for backward to end: a hook on each parameter notes when its gradient is accumulated, and the
+# moment a bucket's last gradient arrives, its all-reduce is launched, while backward goes on computing the
+# earlier layers. ``ddp.events`` lists what the hooks saw, in order. Below, the events of the last step above
+# (one parameter per bucket), one letter each, and one row per bucket from its launch (L) until it is seen done
+# (``|``). Look for the L's before the last g: those all-reduces started while backward was still running.
+
 say("4. overlap: when each bucket's all-reduce starts during backward (rank 0's last step)")
-say("   The events string has one letter per event of DDP's hooks, in the order they happened (ddp.events):")
+say("   ddp.events lists the events of DDP's hooks in the order they happened; one letter per event:")
 say("     g  a parameter's gradient is accumulated (backward goes from the last layer to the first)")
 say("     L  a bucket's all-reduce is launched: the last gradient it waited for has just come")
 say("     d  a hook finds that an all-reduce launched earlier is done (when depends on the other ranks)")
-say("     S  synchronize: the optimizer step waits for every bucket, then the averaged gradients are in place")
+say("     S  synchronize: the optimizer step waits until every bucket's averaged gradients are in place")
 symbol = {"gradient": "g", "all_reduce": "L", "all_reduce done": "d", "synchronized": "S"}
 events = ddp.events
 event_string = "".join(symbol[kind] for kind, _ in events)
-say("   Here each bucket holds one parameter, so each g is followed by its bucket's L. Below, a bucket's row runs")
-say("   from its launch (L) until it is seen done (|): its all-reduce is in flight while backward goes on.")
+say("   Here each bucket holds one parameter, so each g is followed by its bucket's L. A bucket's row")
+say("   runs from its launch (L) until seen done (|): its all-reduce is in flight while backward goes on.")
 say("   events            " + event_string)
 for bucket in ddp.buckets:
     start = events.index(("all_reduce", bucket.index))
@@ -167,20 +226,37 @@ for bucket in ddp.buckets:
     say(f"   bucket {bucket.index} {bucket.names[0]:>8} {row}")
 last_gradient = max(t for t, (kind, _) in enumerate(events) if kind == "gradient")
 early = sum(1 for b in ddp.buckets if events.index(("all_reduce", b.index)) < last_gradient)
+say(f"   {early} of {len(ddp.buckets)} all-reduces started before backward's last gradient")
+
+# %%
+# Every rank's events
+# -------------------
+#
+# Each rank has a timeline of its own. To print them all, rank 0 gathers them: the event strings travel as
+# letter codes padded with zeros, since an all-gather needs the same length on every rank. The g's and L's
+# come in the same order everywhere; only the d's can move, since when a hook finds an all-reduce done depends
+# on when the other ranks' parts arrive. A step can also show no d at all: then every bucket is first seen done
+# at S.
+
 # The other ranks' strings, as letter codes padded with zeros (an all-gather needs the same length everywhere).
 codes = np.zeros(4 * len(ddp.buckets) + 2)
 codes[: len(event_string)] = [ord(c) for c in event_string]
 gathered = every_rank([early, *codes])
 starts, strings = gathered[:, 0].astype(int), ["".join(chr(int(c)) for c in row if c) for row in gathered[:, 1:]]
-say(f"   {early} of {len(ddp.buckets)} all-reduces started before backward's last gradient")
 say("   every rank's events (only the d's move: they depend on when the other ranks' parts arrive):")
 for r, (text, count) in enumerate(zip(strings, starts, strict=True)):
     say(f"     rank {r}: {text:<{len(codes)}}  {count} of {len(ddp.buckets)} started before its last gradient")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 5. The same timeline as a picture: the x axis counts events, not seconds. The top row is backward producing
-#    gradients; below it, one bar per bucket from its all-reduce's launch to the moment it is seen done.
+# %%
+# 5. The timeline as a picture
+# ----------------------------
+#
+# The same timeline, drawn by rank 0 into ``bucket_timeline.png``; the x axis counts events, not seconds. The
+# top row is backward producing gradients; below it, one bar per bucket from its all-reduce's launch to the
+# moment it is seen done. Then every rank says it is done: rank 0 with the largest difference it saw, the
+# others with one line each, which ``relaunch`` prints after their ``[rank r]`` lines.
+
 if rank == 0:
     import matplotlib
 
@@ -215,8 +291,5 @@ if rank == 0:
     say("Try it yourself: python -m nbcoll exercise ddp_buckets")
     say(f"Done: rank 0 ok, largest difference from one process {worst:.1e}")
 else:
-    print(
-        f"Done: rank {rank} ok: it ran the same steps as rank 0, whose lines show its numbers (largest difference "
-        f"from one process {worst:.1e})"
-    )
+    print(f"Done: rank {rank} ok: it ran the same steps as rank 0, which printed them; largest difference {worst:.1e}")
 comm.destroy()

@@ -1,4 +1,8 @@
-"""ZeRO and fully sharded training: memory per rank for stages 0 to 3, measured and against the paper's formulas.
+"""
+ZeRO and fully sharded training: memory per rank for stages 0 to 3
+==================================================================
+
+Measured, and held against the formulas of the ZeRO paper.
 
 What you learn here:
 
@@ -12,6 +16,15 @@ What you learn here:
 Run it with ``python tutorials/14_zero_and_fsdp.py [--out DIR]``: it re-launches itself on 4 ranks and draws
 ``memory_per_rank.png``.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(4)`` starts this script on 4 ranks and prints each rank's output after a ``[rank r]`` line. Here
+# every rank prints: each measures its own memory, so each rank's lines are its own figures (they come out the
+# same on all four, since every rank holds an equal share). The hidden layer has 61 units so that no number of
+# ranks divides the rows evenly, and the shards need padding.
 
 import nbcoll.launch
 
@@ -45,6 +58,15 @@ STEPS = 1 if TOY else 3
 print(f"Tutorial 14 on the {nbcoll.get_backend()!r} backend: rank {rank} of {n}")
 print()
 
+# %%
+# The model, the batches and a memory count
+# -----------------------------------------
+#
+# ``make_model`` builds the same two-layer float32 model on every rank from one seed. ``settled_bytes`` reads
+# ``memory.stats().allocated_bytes``, the bytes of every array nbcoll holds right now, once the buffers of earlier
+# operations are gone: the communicator keeps its last 32 operations' buffers, so a few barriers push them out.
+# Every rank draws the same batches and trains on its own 4 rows of each. This cell prints nothing.
+
 
 def make_model() -> nn.Module:
     nbcoll.manual_seed(0)
@@ -62,6 +84,20 @@ def settled_bytes() -> int:
 
 rng = np.random.default_rng(0)
 batches = [(rng.standard_normal((4 * n, SIZES[0])), rng.standard_normal((4 * n, SIZES[2]))) for _ in range(STEPS)]
+
+# %%
+# One training function for the four stages
+# -----------------------------------------
+#
+# The stages differ only in how the model and the optimizer are wrapped:
+#
+# - stage 0 is plain data parallelism: ``DistributedDataParallel`` and an ordinary ``Adam``;
+# - stages 1 and 2 keep DDP's model but shard the optimizer with ``ZeroRedundancyOptimizer`` (stage 2 also
+#   reduce-scatters the gradients, so each rank keeps only its shard of them);
+# - stage 3 is ``fully_shard``: the parameters themselves live as shards, all-gathered when a layer needs them.
+#
+# ``train`` returns the bytes the stage still holds after its steps (against the count before it began) and the
+# full parameters, gathered from the shards for stage 3.
 
 
 def train(stage: int) -> tuple[int, dict[str, np.ndarray]]:
@@ -91,8 +127,13 @@ def train(stage: int) -> tuple[int, dict[str, np.ndarray]]:
     return kept, params
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. One process, the whole batch: the parameters every stage must reproduce.
+# %%
+# 1. The reference
+# ----------------
+#
+# One process trains on the whole batch: the parameters every stage must reproduce. ``P`` is the number of
+# parameters, the unit of the formulas below.
+
 reference = make_model()
 reference_optimizer = optim.Adam(reference.parameters(), lr=0.01)
 for x, y in batches:
@@ -104,9 +145,21 @@ P = sum(v.size for v in want.values())
 print(f"1. the model: {SIZES[0]} -> {SIZES[1]} -> {SIZES[2]}, {P} float32 parameters, Adam, {n} ranks")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Memory per rank after the steps, against the ZeRO paper's count (Rajbhandari et al., 2020) for float32:
-#    stage 0: (4 + 4 + 8) P    stage 1: (4 + 4) P + 8 P/n    stage 2: 4 P + (4 + 8) P/n    stage 3: 16 P/n
+# %%
+# 2. Memory per rank, measured and by the formula
+# -----------------------------------------------
+#
+# The ZeRO paper (Rajbhandari et al., 2020) counts the bytes per rank, for float32 with Adam::
+#
+#     stage 0: (4 + 4 + 8) P    stage 1: (4 + 4) P + 8 P/n    stage 2: 4 P + (4 + 8) P/n    stage 3: 16 P/n
+#
+# Each line gives the measured bytes, the formula's, and their ratio. Stage 0 matches exactly; the sharded
+# stages measure a little more, since the shards are padded so that every rank's is the same size: stages 1
+# and 2 pad one flat buffer of all the parameters, stage 3 pads the rows of every parameter to a multiple of
+# the number of ranks, hence its larger ratio. The second line of each stage checks that it trained the same
+# model: the largest difference from one process's parameters, relative to their size (float32 rounding,
+# about 1e-7).
+
 print("2. bytes per rank: measured with nbcoll.memory.stats(), and the formula")
 formula = {0: 16 * P, 1: 8 * P + 8 * P / n, 2: 4 * P + 12 * P / n, 3: 16 * P / n}
 measured = {}
@@ -115,14 +168,19 @@ for stage in range(4):
     error = max(float(np.max(np.abs(params[k] - want[k])) / np.max(np.abs(want[k]))) for k in want)
     print(
         f"   stage {stage}: {measured[stage]:>7} B measured, {formula[stage]:>9.1f} B by the formula "
-        f"({measured[stage] / formula[stage]:.3f} x: padding of the shards), parameters match one process "
-        f"to {error:.1e}"
+        f"({measured[stage] / formula[stage]:.3f} x: padding of the shards)"
     )
+    print(f"            parameters match one process to {error:.1e}")
     assert error < 1e-5, f"stage {stage} trained another model: {error}"
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. The picture: measured bars beside the formula, per stage.
+# %%
+# 3. The picture
+# --------------
+#
+# Rank 0 draws the measured bars beside the formula's, per stage, into ``memory_per_rank.png``; the other ranks
+# skip it. Then every rank says it is done.
+
 if rank == 0:
     import matplotlib
 

@@ -1,4 +1,8 @@
-"""Tensor parallelism: one layer's matrices split across ranks, Megatron style, and proven equal to one process.
+"""
+Tensor parallelism: a layer's matrices split across ranks, Megatron style
+=========================================================================
+
+And proven equal to one process.
 
 What you learn here:
 
@@ -17,6 +21,14 @@ features, one training step).
 
 Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(2)`` starts this script on 2 ranks and prints each rank's output after a ``[rank r]`` line.
+# Everything runs in float64, so that the split layers can be compared with the full ones to about 1e-16. Both
+# ranks run every step; only rank 0 prints (``say``), and rank 1 adds one line at the end.
 
 import nbcoll.launch
 
@@ -55,7 +67,17 @@ def say(text: str = "") -> None:
 say(f"Tutorial 15 on the {nbcoll.get_backend()!r} backend, {n} ranks")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 1. An MLP split across ranks
+# ----------------------------
+#
+# Every rank builds the same full MLP, ``y = gelu(x @ up.T) @ down.T``, from one seed; ``load_full_state`` then
+# gives each rank its part. ``ColumnParallelLinear`` keeps rank ``r``'s rows of ``up``: the weights of its slice
+# of the hidden features. ``RowParallelLinear`` keeps the matching columns of ``down``: the weights that read
+# those features. The drawing shows who holds what. Each rank computes a partial ``y`` from its own features,
+# and the ranks add them up; the text below the drawing names the two places where ranks communicate, Megatron's
+# ``f`` and ``g``.
+
 say("1. An MLP split across ranks: column parallel, then row parallel")
 nbcoll.manual_seed(0)
 up, down = nn.Linear(WIDTH, 2 * WIDTH), nn.Linear(2 * WIDTH, WIDTH)  # every rank builds them alike (same seed)
@@ -65,7 +87,7 @@ row = load_full_state(row, down.state_dict(), comm)  # its columns of down
 hidden, per_rank = 2 * WIDTH, 2 * WIDTH // n
 mine = f"{rank * per_rank}:{(rank + 1) * per_rank}"  # this rank's slice of the hidden features
 say(f"   The MLP is y = gelu(x @ up.T) @ down.T, with {hidden} hidden features. Each rank holds a slice of them:")
-say("   rank r holds the rows of up that compute its hidden features, and the columns of down that read them.")
+say("   rank r holds the rows of up that compute its hidden features, the columns of down that read them.")
 say()
 spans = [f"{r * per_rank}:{(r + 1) * per_rank}" for r in range(n)]
 up_box = [f"up {tuple(up.weight.shape)}, by rows", "+----------+"]
@@ -77,13 +99,23 @@ down_box += ["+" + "---------+" * n]
 for left, right in zip(up_box, down_box + [""] * (len(up_box) - len(down_box)), strict=True):
     say(f"     {left:<28}{right}".rstrip())
 say()
-say("   x --f--> rank r: h_r = gelu(x @ up[rows of r].T) --> y_r = h_r @ down[:, columns of r].T --g--> y = sum of y_r")
+say("   x --f--> rank r: h_r = gelu(x @ up[rows of r].T)")
+say("                --> y_r = h_r @ down[:, columns of r].T --g--> y = sum of y_r")
 say()
 say("   f and g are the only communication, Megatron's two conjugate functions:")
-say("     f: forward the identity (every rank needs all of x); backward an all-reduce, since each rank's part")
-say("        of the network gives only a partial gradient of x")
+say("     f: forward the identity (every rank needs all of x); backward an all-reduce, since each")
+say("        rank's part of the network gives only a partial gradient of x")
 say("     g: forward an all-reduce (y is the sum of the ranks' partial y_r); backward the identity")
 say(f"   Here rank 0 holds up {tuple(col.weight.shape)} and down {tuple(row.weight.shape)}: half of each matrix.")
+
+# %%
+# The split MLP against the full one
+# ----------------------------------
+#
+# The same input goes through the split layers and through the full ones. Forward, ``g``'s all-reduce adds the
+# ranks' partial outputs; backward, ``f``'s all-reduce adds the ranks' partial gradients of ``x``. Look for
+# differences of the order of 1e-16: float64 rounding, since the sums are taken in another order.
+
 x = nbcoll.tensor(np.random.default_rng(1).standard_normal((4, WIDTH)), requires_grad=True)
 y_split = row(col(x).gelu())  # f before col, g after row: one all-reduce each way
 y_full = down(up(x).gelu())
@@ -98,7 +130,17 @@ say(f"   backward, f's all-reduce: max |split - full| of x's gradient: {gradient
 assert output_difference < 1e-10 and gradient_difference < 1e-10, (output_difference, gradient_difference)
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 2. Cross-entropy over a vocabulary split across ranks
+# -----------------------------------------------------
+#
+# A language model's last layer, split by columns, leaves each rank the logits of its share of the vocabulary.
+# ``vocab_parallel_cross_entropy`` computes the loss without gathering them: the ranks all-reduce only a few
+# numbers per row (the maximum, the sum of exponentials, the target's logit). ``peak_of_loss`` measures the
+# peak bytes that the loss and its backward allocate, with ``memory.reset_peak_stats()`` and
+# ``memory.stats().peak_bytes``. For comparison the same function runs on the full logits in a group of one rank,
+# ``comm.split(rank)``. Look for the same loss both ways, and a peak per rank about half the one-process peak.
+
 say("2. Cross-entropy over a vocabulary split across ranks")
 rows, vocab = ROWS, VOCAB
 rng = np.random.default_rng(2)
@@ -128,7 +170,17 @@ say(f"   peak memory of loss + backward: {split_peak} B per rank, {one_process_p
 say(f"   (the full logits alone are {rows * vocab * 8} B: only per-row numbers crossed the ranks)")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 3. A transformer block split by heads and MLP features
+# ------------------------------------------------------
+#
+# ``tensor_parallel_block`` splits a ``TransformerBlock``: attention by heads (each rank computes its heads,
+# and the output projection is row parallel), the MLP by features, as in section 1. The full block and the split
+# one take the same SGD steps on the same inputs; ``full_state_dict`` then gathers the split parameters, and the
+# largest relative difference over all of them should be of the order of 1e-16.
+#
+# The last lines: rank 0's ``Done``, then rank 1's one line, saying what it held and that its checks passed.
+
 say(f"3. A transformer block split by heads and MLP features, trained {STEPS} step{'s' if STEPS > 1 else ''}")
 nbcoll.manual_seed(3)
 block = nn.TransformerBlock(DIM, num_heads=HEADS, causal=True)
@@ -151,6 +203,6 @@ say()
 say("Done: the split layers compute the full layers' results, and train to the same parameters.")
 if rank != 0:
     print(
-        f"rank {rank}: ran every step beside rank 0, holding features {mine} of the MLP and its share of the "
+        f"rank {rank}: ran every step beside rank 0, holding features {mine} of the MLP and its share of the\n"
         f"vocabulary and heads, and passed the same checks (largest difference {max(worst, gradient_difference):.1e})"
     )

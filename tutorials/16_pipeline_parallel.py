@@ -1,4 +1,8 @@
-"""Pipeline parallelism: GPipe and 1F1B on 4 stages, their timelines drawn, the bubble counted, memory measured.
+"""
+Pipeline parallelism: GPipe and 1F1B on 4 stages
+================================================
+
+Their timelines drawn, the bubble counted, the memory measured.
 
 What you learn here:
 
@@ -15,6 +19,15 @@ thread runs in Python, it runs the same steps at toy sizes: width 2, 4 micro-bat
 
 Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
+
+# %%
+# Set-up
+# ------
+#
+# ``relaunch(4)`` starts this script on 4 ranks, one pipeline stage each, and prints each rank's output after a
+# ``[rank r]`` line. Only rank 0 prints (``say``); ranks 1-3 run their stages of every step in silence, which
+# ``relaunch`` reports as ``(printed nothing: ...)`` under their ``[rank r]`` lines. ``--out`` names the folder
+# of the two timeline pictures.
 
 import nbcoll.launch
 
@@ -49,6 +62,14 @@ WIDTH, BATCH, CHUNKS, STEPS = (2, 4, 4, 1) if TINY else (16, 64, 8, 3)
 if rank == 0:
     os.makedirs(out, exist_ok=True)
 
+# %%
+# The stages and the batches
+# --------------------------
+#
+# The model is 4 blocks of ``Linear`` + ``Tanh``, the last one with a ``Linear`` head of 4 classes. Every rank
+# builds all 4 stages from one seed and keeps only its own, so the stages start from the weights of the one
+# process below. The batches are the same on every rank; stage 0 reads the inputs, the last stage the targets.
+
 
 def say(text: str = "") -> None:
     if rank == 0:
@@ -68,7 +89,13 @@ rng = np.random.default_rng(1)
 batches = [(rng.standard_normal((BATCH, WIDTH)), rng.integers(0, 4, BATCH)) for _ in range(STEPS)]
 loss_fn = nn.CrossEntropyLoss()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 1. The reference
+# ----------------
+#
+# One process trains the 4 stages as one ``Sequential`` on the whole batches, with plain SGD: the loss and the
+# parameters that both schedules must reproduce.
+
 say("1. One process trains the whole model, for reference")
 reference = nn.Sequential(*build_stages())
 opt = nbcoll.optim.SGD(reference.parameters(), lr=0.1)
@@ -79,6 +106,24 @@ for x, y in batches:
     opt.step()
 say(f"   loss at the last step {loss.item():.6f}")
 say()
+
+# %%
+# 2 and 3. GPipe, then 1F1B
+# -------------------------
+#
+# Each rank wraps its stage in a ``PipelineStage``, and a schedule cuts every batch into ``m`` micro-batches that
+# flow forward through the stages and back, by send and receive between neighbours. ``ScheduleGPipe`` runs all
+# the forwards, then all the backwards; ``Schedule1F1B``, after a few forwards to fill the pipe, alternates one
+# forward with one backward. For each schedule, look at:
+#
+# - the loss and the stage's parameters: equal to one process's, to rounding;
+# - what stage 0 ran, in order: ``F3`` is the forward of micro-batch 3, ``B3`` its backward;
+# - the bubble, the idle share of the timeline: counted from what every stage ran, it equals
+#   ``(p-1)/(m+p-1)`` for both schedules;
+# - the micro-batches in flight per stage (their activations kept for backward) and the peak bytes: GPipe keeps
+#   all ``m`` on every stage, 1F1B at most ``p`` on the first and fewer further down. That is why 1F1B is used.
+#
+# Rank 0 draws each schedule's timeline: one row per stage, one box per forward or backward.
 
 for section, (schedule, chunks) in enumerate([("gpipe", CHUNKS), ("1f1b", CHUNKS)], start=2):
     say(f"{section}. {schedule}, {chunks} micro-batches of {BATCH // chunks} rows")
@@ -109,4 +154,4 @@ for section, (schedule, chunks) in enumerate([("gpipe", CHUNKS), ("1f1b", CHUNKS
     say()
 
 comm.destroy()
-say("Done: both schedules train the same model as one process, with the same bubble; 1F1B holds fewer activations.")
+say("Done: both schedules train as one process does, with the same bubble; 1F1B holds fewer activations.")

@@ -1,4 +1,8 @@
-"""The collective as one kernel: tutorial 08's ring all-reduce, now stepped on the device instead of from Python.
+"""
+The collective as one kernel
+============================
+
+Tutorial 08's ring all-reduce, now stepped on the device instead of from Python.
 
 What you learn here:
 
@@ -17,6 +21,15 @@ Run it with ``python tutorials/21_collective_as_one_kernel.py``. It runs in one 
 there is no GPU (there each rank is 4 Python threads, so the sizes are toys: 3 ranks, 7 elements, slots of 2).
 Rank ``r`` contributes ``10**r``, so ``111`` in every element says that all three ranks were added.
 """
+
+# %%
+# Set-up
+# ------
+#
+# One process, no ``relaunch``: the 3 ranks are groups of threads of one block of one kernel. On a GPU each
+# rank's group is a warp of 32 threads (the named barriers that sync a group count whole warps); on the
+# simulator, where each thread is a Python thread, 4 are enough. Each connection between neighbours is a FIFO
+# of 2 slots of 2 elements, so 7 elements take several rounds.
 
 import os
 import re
@@ -43,11 +56,16 @@ print(f"Tutorial 21 on the {nbcoll.get_backend()!r} backend (device: {device_bac
 print(f"one block of {N} x {GROUP} threads; each connection: {STEPS} slots of {SLOT} elements")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. The schedule: tutorial 08's, one rank's loop inside the kernel.
+# %%
+# 1. The schedule
+# ---------------
 #
-# ring_all_reduce_kernel runs this loop in every rank's group of threads: the same rounds and blocks as the host
-# ring (common.rounds), the same 2n-1 primitives a round. Each primitive is one chunk through one FIFO slot.
+# Tutorial 08's schedule, now one rank's loop inside the kernel: ``ring_all_reduce_kernel`` runs it in every
+# rank's group of threads, with the same rounds and blocks as the host ring (``common.rounds``) and the same
+# 2n-1 primitives a round. Each primitive moves one chunk through one FIFO slot. Each rank's first line is the
+# reduce-scatter half, ending with ``recv_reduce_copy_send``, which writes the block's final value; the second
+# line is the all-gather half, which passes the final blocks on. The last round has one element left: most of
+# its blocks are empty (``[7:7)``), and their primitives move nothing.
 plan = list(rounds(COUNT, N, SLOT))
 print(f"1. the schedule: {COUNT} elements in {len(plan)} rounds of {N} blocks of at most {SLOT} (one slot each)")
 
@@ -65,15 +83,20 @@ def schedule(rank: int, blocks: list[tuple[int, int]]) -> list[str]:
 for number, blocks in enumerate(plan):
     print(f"   round {number}: blocks " + "  ".join(f"{b}=[{lo}:{hi})" for b, (lo, hi) in enumerate(blocks)))
     for rank in range(N):
-        print(f"     rank {rank}: " + ", ".join(schedule(rank, blocks)))
+        steps = schedule(rank, blocks)  # the first N are the reduce-scatter half, the rest the all-gather half
+        print(f"     rank {rank}: " + ", ".join(steps[:N]) + ",")
+        print(" " * 13 + ", ".join(steps[N:]))
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. One launch, every rank: the counters after each call.
+# %%
+# 2. One launch, every rank: the counters after each call
+# -------------------------------------------------------
 #
-# DeviceRing allocates the FIFOs and counters once. tail[r] counts the steps rank r-1 posted into rank r's FIFO,
-# head[r] the steps rank r consumed (freeing the slot again). They are never reset: the next call reads where
-# the last one left off and carries on counting, so a call can be replayed (a CUDA graph) without a reset.
+# ``DeviceRing`` allocates the FIFOs and counters once. ``tail[r]`` counts the steps rank r-1 posted into rank
+# r's FIFO, ``head[r]`` the steps rank r consumed (freeing the slot again). They are never reset: the next call
+# reads where the last one left off and carries on counting, so a call can be replayed (a CUDA graph) without a
+# reset. Rank ``r`` contributes ``10**r`` to every element: a sum of 111 says all three ranks were added, and
+# the third call, a max, gives 100. Look for tail growing by the same number each call, and head equal to it.
 ring = rd.DeviceRing(N, slot_elems=SLOT, steps=STEPS, group_threads=GROUP)
 x = np.stack([np.full(COUNT, 10**r, np.int64) for r in range(N)])
 
@@ -85,43 +108,51 @@ def counters() -> str:
 
 
 print("2. the all-reduce, one kernel; each rank's counters of channel 0 after each call")
-print(f"   before any call:  {counters()}")
+print("   before any call:")
+print(f"     {counters()}")
 for call, op in enumerate(("sum", "sum", "max")):
     out = ring.all_reduce(x.copy(), op=op)
     expected = {"sum": x.sum(axis=0), "max": x.max(axis=0)}[op]
     assert (out == expected).all(), out  # every rank's row is NumPy's answer, exactly (integers)
     assert (out == rd.all_reduce_reference(x, op, SLOT)).all()  # and the NumPy copy of the kernel's own steps
-    print(f"   after call {call} ({op}): {counters()}")
+    print(f"   after call {call} ({op}):")
+    print(f"     {counters()}")
     print(f"     rank 0's row: {out[0].tolist()} = NumPy's {op} over the ranks: ok")
 per_call = len(plan) * 2 * (N - 1)
 print(f"   each call posts {len(plan)} rounds x 2(n-1) = {per_call} steps into each FIFO: tail grows by {per_call};")
 print("   head follows tail: every chunk posted was consumed")
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. A peer that never comes.
+# %%
+# 3. A peer that never comes
+# --------------------------
 #
 # Every spin reads the abort word every few spins (NCCL: every 10,000). Here the host has set it already and
-# launches the groups of two ranks only: rank 2 never runs, so the others give up instead of spinning forever,
-# and the status says who waited for whom, at which step.
+# launches the groups of two ranks only: rank 2 never runs, so the others give up instead of spinning forever.
+# The status holds, per rank, a code and the step it had started (-1 for a rank that never ran), and
+# ``raise_for_status`` turns it into an error that says who waited for whom, at which step.
 stuck = rd.DeviceRing(N, slot_elems=SLOT, steps=STEPS, group_threads=GROUP)
 stuck.abort()
 d = cuda.to_device(x)
 status = stuck.launch(d, d, spins_before_check=50, ranks_started=N - 1)
-print("3. rank 2 never starts; the abort word is set: status (code, steps started) per rank", status[0].tolist())
+print("3. rank 2 never starts; the abort word is set")
+print("   status (code, steps started) per rank", status[0].tolist())
 try:
     rd.raise_for_status(status)
 except CommAbortedError as error:
-    print(f"   {error}")
+    print("   " + ";\n     ".join(str(error).split("; ")))  # one clause a line
 print()
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. The spin in PTX.
+# %%
+# 4. The spin in PTX
+# ------------------
 #
-# wait_peer spins on the peer's counter. An ordinary load may be hoisted out of the loop by the compiler (it sees
-# no one writing the counter), and the loop would spin on a stale register forever. The load is inline PTX with
-# side effects: ld.volatile.global, which reads memory on every turn. The simulator cannot compile to PTX, so a
-# process of its own does, with a stand-in sm_90 device (Numba asks the driver for one; here there may be none).
+# ``wait_peer`` spins on the peer's counter. An ordinary load may be hoisted out of the loop by the compiler (it
+# sees no one writing the counter), and the loop would spin on a stale register forever. The load is inline PTX
+# with side effects: ``ld.volatile.global``, which reads memory on every turn. The simulator cannot compile to
+# PTX, so a process of its own does, with a stand-in sm_90 device (Numba asks the driver for one; here there may
+# be none). The code then finds the spin in the PTX: the smallest loop (a branch back to a label above it) with a
+# volatile load inside, and prints it.
 PTX = """
 import numba.cuda.dispatcher as dispatcher
 
@@ -154,10 +185,17 @@ else:
     for line in lines[top : bottom + 1][:24]:
         print(f"   {line.rstrip()}")
     volatile = sum("ld.volatile.global" in line for line in lines)
-    print("   the label at the top, the branch back to it at the bottom, the loads between: the u64 load reads the")
-    print("   peer's counter on every turn, the u32 load the abort word every spins_before_check turns")
+    print("   the label at the top, the branch back to it at the bottom, the loads between: the u64 load reads")
+    print("   the peer's counter on every turn, the u32 load the abort word every spins_before_check turns")
     print(f"   ({volatile} volatile loads in the whole kernel: each primitive's spins, inlined)")
 print()
+
+# %%
+# Try it yourself
+# ---------------
+#
+# The exercise: write one of these primitives, ``recv_reduce_send``, as a device function. Its check runs the
+# ring all-reduce kernel above with your function in place of nbcoll's, on 2, 3 and 4 simulated ranks.
 
 print("Try it yourself: python -m nbcoll exercise recv_reduce_send")
 print("Done: one kernel ran the whole ring, and every rank holds NumPy's result")

@@ -1,4 +1,8 @@
-"""PyTorch on nbcoll: torch.distributed's collectives, DistributedDataParallel and FSDP2 on nbcoll's communicators.
+"""
+PyTorch on nbcoll
+=================
+
+torch.distributed's collectives, DistributedDataParallel and FSDP2 on nbcoll's communicators.
 
 What you learn here:
 
@@ -19,6 +23,16 @@ Run it with ``python tutorials/22_pytorch_on_nbcoll.py``: it re-launches itself 
 uses in place on the ``numpy`` backend: its tests and the docs build run it with ``NBCOLL_BACKEND=numpy``. On the
 simulator every collective copies its tensors to the simulated device and back: the same results, more slowly.
 """
+
+# %%
+# Set-up
+# ------
+#
+# Without PyTorch the tutorial says so and stops. Otherwise ``relaunch(2)`` starts it on 2 ranks and prints each
+# rank's output after a ``[rank r]`` line. ``import nbcoll.torch_backend`` registers ``"nbcoll"`` with
+# ``torch.distributed``, so ``init_process_group("nbcoll")`` makes it the default group; a second group of the
+# same ranks on gloo, torch's own CPU backend, gives every result to compare with. Both ranks run every step;
+# rank 0 prints, and rank 1, which prints nothing, is reported by ``relaunch`` as ``(printed nothing: ...)``.
 
 import importlib.util
 import sys
@@ -54,6 +68,14 @@ group = dist.group.WORLD  # the default group: an nbcoll.torch_backend.ProcessGr
 comm = group.comm  # ... and the nbcoll communicator its collectives run on
 STEPS = 5
 
+# %%
+# What nbcoll ran
+# ---------------
+#
+# The group's ``comm`` is an ordinary nbcoll communicator, so nbcoll's own tools see what torch asked of it: its
+# flight recorder keeps an entry per collective, with its arguments and the algorithm the tuner chose
+# (``ran``, ``ran_since``), and its traffic counters the bytes it sent. ``same`` compares two tensors to 1e-6.
+
 
 def say(text: str = "") -> None:
     if rank == 0:
@@ -78,9 +100,18 @@ def same(a: torch.Tensor, b: torch.Tensor) -> None:
 say(f"Tutorial 22 on the {nbcoll.get_backend()!r} backend, {n} ranks, torch {torch.__version__}")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 1. torch.distributed's collectives, next to gloo
+# ------------------------------------------------
+#
+# Three of torch's collectives, each called twice: on the default group (``"nbcoll"``) and on the gloo group.
+# ``on_both`` checks that the two agree, prints rank 0's result, and under it what nbcoll ran (from the flight
+# recorder) and the bytes this rank sent. With 2 ranks each rank sends its peer exactly what the peer lacks, and
+# at these sizes the tuner picks the ``direct`` algorithm.
+
 say('1. torch.distributed\'s collectives on "nbcoll", next to gloo')
-say(f"   dist.get_backend() = {dist.get_backend()!r}; the group is {type(group).__name__}, over {comm!r}")
+say(f"   dist.get_backend() = {dist.get_backend()!r}; the group is {type(group).__name__},")
+say(f"   over {comm!r}")
 say(f"   the gloo group of the same ranks: dist.get_backend(gloo) = {dist.get_backend(gloo)!r}")
 
 
@@ -117,10 +148,20 @@ def reduce_scatter_tensor(g):
 assert on_both(all_reduce).tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
 assert on_both(all_gather_into_tensor).tolist() == [1, 1, 1, 11, 11, 11]
 assert on_both(reduce_scatter_tensor).tolist() == ([1.0, 3.0, 5.0] if rank == 0 else [7.0, 9.0, 11.0])
-say("   each rank sends its peer what the peer lacks, once: the whole vector of the all-reduce (20 bytes), its own")
-say("   block of the all-gather (3 x 8), its partial sums of the peer's block of the reduce-scatter (3 x 8)")
-say("   'via direct' is the tuner's choice at these sizes (tutorial 09): each rank reads its peer's buffer in place;")
-say("   NBCOLL_ALGO=ring, like every NBCOLL_* setting, works here as it does for nbcoll's own communicators")
+say("   each rank sends its peer what the peer lacks, once: the whole vector of the all-reduce")
+say("   (20 bytes), its own block of the all-gather (3 x 8), its partial sums of the peer's block of the")
+say("   reduce-scatter (3 x 8)")
+say("   'via direct' is the tuner's choice at these sizes (tutorial 09): each rank reads its peer's")
+say("   buffer in place; NBCOLL_ALGO=ring, like every NBCOLL_* setting, works here as it does for")
+say("   nbcoll's own communicators")
+
+# %%
+# Asynchronous calls
+# ------------------
+#
+# With ``async_op=True`` a collective returns at once with a ``Work``; nbcoll's progress thread runs it while
+# the caller goes on computing, and ``wait()`` returns when it is done. Here an all-reduce of 256 KiB is
+# started on both backends, a matrix product runs meanwhile, and then both are waited for.
 
 say("   async_op=True: the call returns at once with a Work; nbcoll's progress thread runs the collective")
 started = {}
@@ -138,7 +179,16 @@ say(f"      nbcoll ran {ran('all_reduce')}")
 say()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# One training run on each backend
+# --------------------------------
+#
+# The same small model, trained for 5 steps of SGD with momentum, each rank on its own micro-batches:
+# ``train_on_both`` wraps it (in DDP or FSDP2, below) once on each backend, trains it, and checks that every
+# parameter ends equal to gloo's. On nbcoll it also keeps what the flight recorder saw during the training and
+# the bytes sent, for ``show`` to print. This cell prints nothing.
+
+
 def make_model() -> torch.nn.Module:
     torch.manual_seed(0)  # the same initial weights on every rank and for every run
     return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
@@ -187,11 +237,20 @@ def show(calls: list) -> None:
         say(f"      {times} x {what}")
 
 
+# %%
+# 2. torch's DistributedDataParallel
+# ----------------------------------
+#
+# Torch's own ``DistributedDataParallel``, unchanged, with ``process_group`` set to each group in turn. Its
+# constructor broadcasts rank 0's weights (before the counting starts); all 66 gradients fit its first bucket,
+# so each step is one all-reduce of the gradients. Look for the same last loss on both backends, the 5
+# all-reduces, and the two small broadcasts of DDP's bucket order after the first step; the bytes add up
+# exactly.
+
 n_params = sum(p.numel() for p in make_model().parameters())
 grad_bytes = 4 * n_params
 say(f"2. torch's DistributedDataParallel, {STEPS} steps on each backend")
 say(f"   the model: Linear(5, 7), Tanh, Linear(7, 3): {n_params} float32 parameters, {grad_bytes} bytes of gradients")
-# DDP's constructor broadcasts rank 0's weights (before the counting starts); all 66 gradients fit its first bucket
 ddp, seen = train_on_both(lambda model, g: torch.nn.parallel.DistributedDataParallel(model, process_group=g))
 say("   what nbcoll ran during the training:")
 show(seen["calls"])
@@ -201,14 +260,23 @@ broadcast = sum(e.nbytes for e in seen["calls"] if e.op == "broadcast")
 assert seen["sent"] == STEPS * grad_bytes + (broadcast if rank == 0 else 0), seen
 sent = seen["sent"]
 say(f"   bytes rank 0 sent: {sent} = {STEPS} x {grad_bytes} (each step's gradients, once) + {broadcast} (its broadcast")
-say("   of DDP's bucket order, rebuilt after the first step as the gradients arrived); on 2 ranks an all-reduce")
-say("   sends the whole vector once, on n ranks a ring sends 2(n-1)/n of it")
+say("   of DDP's bucket order, rebuilt after the first step as the gradients arrived); on 2 ranks an")
+say("   all-reduce sends the whole vector once, on n ranks a ring sends 2(n-1)/n of it")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+# %%
+# 3. FSDP2's fully_shard
+# ----------------------
+#
+# Torch's ``fully_shard`` on a ``DeviceMesh`` of each group: the mesh of the whole world is the default group,
+# so on nbcoll every collective FSDP2 issues runs on nbcoll. Each ``Linear`` becomes a unit whose parameters
+# live as shards. Look for the same parameters as gloo's and as DDP's, and for the traffic: every step sends
+# three times a rank's shard (two all-gathers, one reduce-scatter), more than DDP's one all-reduce, for a
+# model of which each rank holds only half.
+
 say(f"3. FSDP2's fully_shard, {STEPS} steps on each backend")
-say("   each Linear is an FSDP unit: its parameters live as shards, all-gathered just before its forward and")
-say("   again before its backward, and its gradients reduce-scattered back to the shards")
+say("   each Linear is an FSDP unit: its parameters live as shards, all-gathered just before its forward")
+say("   and again before its backward, and its gradients reduce-scattered back to the shards")
 meshes = {group: init_device_mesh("cpu", (n,)), gloo: DeviceMesh.from_group(gloo, "cpu")}
 assert meshes[group].get_group() is group  # the mesh of the whole world is the default group: "nbcoll"
 
@@ -234,4 +302,4 @@ say(f"   DDP's {grad_bytes}, for a model of which each rank holds half")
 
 dist.destroy_process_group()
 say()
-say('Done: torch\'s collectives, DistributedDataParallel and fully_shard run on "nbcoll" and end where gloo ends.')
+say('Done: torch\'s collectives, DistributedDataParallel and fully_shard run on "nbcoll" and match gloo.')

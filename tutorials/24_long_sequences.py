@@ -1,5 +1,8 @@
-"""Long sequences: a causal language model that one rank cannot train within a memory limit, trained on 4 ranks
-with ring attention and recomputation, exactly as one process would train it.
+"""
+Long sequences: a causal language model that one rank cannot train within a memory limit
+========================================================================================
+
+Trained on 4 ranks with ring attention and recomputation, exactly as one process would train it.
 
 What you learn here:
 
@@ -12,6 +15,7 @@ What you learn here:
   whole sequence's scores;
 - why the causal mask needs the zig-zag layout (rank ``r`` holds chunks ``r`` and ``2n-1-r``): every rank then
   does the same work at every step of the ring, drawn at the end;
+- that nbcoll's planner, told the memory limit, picks that same layout among every layout of the ranks;
 - that the split model's loss and parameters equal one process's, step for step.
 
 Run it with ``python tutorials/24_long_sequences.py [--out DIR]``: it re-launches itself on 4 ranks and draws the
@@ -20,6 +24,13 @@ ring's steps into DIR (by default a temporary folder, removed at the end). On th
 
 Without a GPU, its tests and the docs build run it at full size with ``NBCOLL_BACKEND=numpy``.
 """
+
+# %%
+# Set-up
+# ------
+#
+# The tutorial re-launches itself on 4 ranks; everything after ``relaunch`` runs on each of them. On the
+# simulator the sizes are toys and there is no memory limit.
 
 import nbcoll.launch
 
@@ -31,6 +42,7 @@ import gc  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -39,6 +51,7 @@ from nbcoll import memory, nn  # noqa: E402
 from nbcoll.datasets import load_text  # noqa: E402
 from nbcoll.parallel import all_reduce_shared_gradients, ring_attention  # noqa: E402
 from nbcoll.parallel.context_parallel import zigzag_positions  # noqa: E402
+from nbcoll.parallel.plan import Layout, ModelSpec, explain, plan  # noqa: E402
 from nbcoll.utils import checkpoint_wrapper  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -64,10 +77,15 @@ def everyone(value: int) -> list[int]:
     return nbcoll.to_host(got).tolist()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The model: a small causal transformer over characters. Only attention looks across positions; everything else
+# %%
+# The model
+# ---------
+#
+# A small causal transformer over characters. Only attention looks across positions; everything else
 # (norms, projections, the MLP, the head and the loss) works on each position alone, so a rank that holds some
 # positions can run it on them by itself.
+
+
 class Block(nn.Module):
     """Pre-norm attention and MLP; attention by ring over ``comm`` (one rank: ordinary causal attention)."""
 
@@ -102,6 +120,15 @@ class CharLM(nn.Module):
             x = block(x)
         return self.head(self.ln(x))
 
+
+# %%
+# Data, the loss and one step's peak
+# ----------------------------------
+#
+# Each batch is one row of characters; the model predicts each next one. A rank's loss is its sum over
+# its positions divided by the full length, so that summing the ranks' gradients gives the gradient of the full
+# mean. ``peak_of_a_step`` measures, with ``nbcoll.memory.stats()``, the most bytes alive at once during one
+# forward and backward, over what was held before it.
 
 text = load_text()
 vocab = sorted(set(text))
@@ -142,7 +169,14 @@ say(f"Tutorial 24 on the {nbcoll.get_backend()!r} backend, {n} ranks")
 say(f"   a character model: {BLOCKS} blocks, width {DIM}, {HEADS} heads, a sequence of {SEQ} characters")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
+
+# %%
+# 1. Peak memory of one training step
+# -----------------------------------
+#
+# The same step measured four ways: one rank with the whole sequence, with and without recomputation, and
+# 4 ranks with ring attention, with and without it. The worst rank counts.
+
 say("1. Peak memory of one training step (forward and backward), per rank")
 solo = comm.split(rank)  # this rank alone: the whole sequence, as one process would train it
 peaks = {}
@@ -162,8 +196,40 @@ say("   recomputation drops what each block keeps for backward; the ring splits 
 say(f"   scores, which no longer span the whole {SEQ} x {SEQ} square on any rank")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-say("2. The ring's steps: which key/value block each rank attends to, and how much of it the causal mask keeps")
+
+# %%
+# 2. The planner's choice
+# -----------------------
+#
+# ``plan(spec, ranks, memory_limit=..., long_sequences=True)`` predicts every layout of the ranks, with
+# context parallelism, sequence parallelism and recomputation among them, and keeps those under the limit;
+# ``explain`` says what the survivors share.
+
+say("2. The planner, told the limit: every layout of 1 and of 4 ranks, predicted")
+# The planner's model is nbcoll's HybridLM of the same shape (its memory per rank counts the parameters,
+# gradients and momentum too); the limit here covers those as well.
+SPEC = ModelSpec(layers=BLOCKS, hidden=DIM, seq_len=SEQ, batch=1, heads=HEADS, vocab=len(vocab), bytes_per_value=8)
+PLAN_LIMIT = LIMIT  # the same number of bytes, for everything a rank holds (none on the simulator)
+for ranks in (1, n):
+    for p in sorted(plan(SPEC, ranks, long_sequences=True), key=lambda p: p.memory_bytes, reverse=True):
+        verdict = "" if PLAN_LIMIT is None else "  (under it)" if p.memory_bytes <= PLAN_LIMIT else "  (over it)"
+        say(f"   {ranks} rank{'s' * (ranks > 1)}  {str(p.layout):<36} {p.memory_bytes:>11,} bytes{verdict}")
+chosen = plan(SPEC, n, memory_limit=PLAN_LIMIT, long_sequences=True)
+say(textwrap.fill(explain(chosen, PLAN_LIMIT), 100, initial_indent="   ", subsequent_indent="   "))
+if PLAN_LIMIT is not None:
+    assert chosen[0].layout == Layout(1, 1, 1, 1, cp=n, recompute=True), chosen[0].layout
+say("   the layout trained below: ring attention over every rank, each block recomputed")
+say()
+
+
+# %%
+# 3. The ring's steps
+# -------------------
+#
+# Which key/value block each rank attends to at each step of the ring, and how much of it the causal mask
+# keeps. The zig-zag layout gives every rank early and late positions, so every rank does the same work.
+
+say("3. The ring's steps: which key/value block each rank attends to, and how much of it the causal mask keeps")
 say(f"   (zig-zag: rank r holds chunks r and {2 * n - 1}-r of {2 * n}, so every rank has early and late positions)")
 visible = np.zeros((n, n))  # (rank, step) -> the share of the visiting block's scores the causal mask keeps
 for r in range(n):
@@ -176,7 +242,17 @@ for r in range(n):
     say(f"   rank {r} sees   {cells}")
 say("   at every step each rank attends to half of the block it holds (of its own, the triangle and diagonal): the")
 say("   same work everywhere, so no rank waits for another; without the zig-zag, rank 0 would skip most blocks")
-out = args.out or tempfile.mkdtemp(prefix="nbcoll_tutorial_24_")
+
+
+# %%
+# Drawing the ring
+# ----------------
+#
+# Rank 0 draws the table above as ``ring_steps.png`` (not on the simulator).
+
+# $NBCOLL_FIGURES_DIR (the docs build sets it) is the default folder; else a temporary one, removed at the end
+kept = args.out or os.environ.get("NBCOLL_FIGURES_DIR")
+out = kept or tempfile.mkdtemp(prefix="nbcoll_tutorial_24_")
 if rank == 0 and not TINY:
     import matplotlib
 
@@ -195,11 +271,19 @@ if rank == 0 and not TINY:
     path = os.path.join(out, "ring_steps.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    say(f"   drawn: {path if args.out else 'ring_steps.png (in a temporary folder; --out DIR keeps it)'}")
+    where = path if args.out else "ring_steps.png" + ("" if kept else " (in a temporary folder; --out DIR keeps it)")
+    say(f"   drawn: {where}")
 say()
 
-# ---------------------------------------------------------------------------------------------------------------
-say(f"3. Training {STEPS} steps with ring attention and recomputation, against one process on the whole sequence")
+
+# %%
+# 4. Training against one process
+# -------------------------------
+#
+# Ring attention with recomputation on 4 ranks, and one process on the whole sequence, from the same
+# weights and on the same batches: the losses and every parameter agree.
+
+say(f"4. Training {STEPS} steps with ring attention and recomputation, against one process on the whole sequence")
 reference, split = build(solo, recompute=False), build(comm, recompute=True)
 optimizers = [nbcoll.optim.SGD(m.parameters(), lr=0.5, momentum=0.9) for m in (reference, split)]
 mine = zigzag_positions(SEQ, n, rank)
@@ -228,9 +312,16 @@ say(f"   every parameter equals one process's after {STEPS} steps (largest diffe
 chunk = SEQ // (2 * n)
 say(f"   (each rank feeds the model its own positions: rank 0 holds 0..{chunk - 1} and {SEQ - chunk}..{SEQ - 1})")
 
+
+# %%
+# Done
+# ----
+#
+# The communicators are destroyed, and the drawing's temporary folder removed.
+
 solo.destroy()
 comm.destroy()
-if not args.out:
+if not kept:
     shutil.rmtree(out, ignore_errors=True)
 say()
 ratio = peaks["one rank, whole sequence"] / peaks[f"{n} ranks, ring attention, recomputation"]

@@ -8,7 +8,7 @@ all-gather and broadcast on plain NumPy buffers, one that reads by address from 
 (``NBCOLL_CMA_BYTES=1``) and one that always stages (``0``), and MPI's own collective runs beside them, each on its
 own buffers, interleaved repeat by repeat (``report.balanced_rounds``). The table gives the median time per call
 of each and the ratios; a 2-rank broadcast stages either way
-(:func:`nbcoll.comm.algorithms.direct._one_shot_broadcast`).
+(:meth:`nbcoll.comm.protocol_direct.DirectProtocol.copy_send`).
 
 Run::
 

@@ -1,7 +1,7 @@
 """Direct windows of one ``NBCOLL_BUFFSIZE`` against ``NBCOLL_BUFFSIZE`` for every two ranks.
 
 An all-to-all's round stages a piece for every reader in one half of the window, so the window's size sets its
-pieces (:func:`nbcoll.comm.algorithms.direct.window_bytes`). Two communicators of the same ranks run the same
+pieces (:func:`nbcoll.comm.protocol_direct.window_bytes`). Two communicators of the same ranks run the same
 direct all-to-all and reduce-scatter, one with windows of 4 MiB (the ``NBCOLL_BUFFSIZE`` that gives that size) and
 one with the default (8 MiB at 3 and 4 ranks), on registered buffers (``comm.alloc``, read in place) and on plain
 ones (staged through the window), each communicator on its own buffers, alternated in ABBA order, repeat by repeat.

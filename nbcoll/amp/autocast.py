@@ -37,7 +37,8 @@ import numpy as np
 
 from nbcoll.amp.bfloat16_matmul import BFloat16MatMul
 from nbcoll.tensors.autocast_state import set_active_autocast
-from nbcoll.tensors.ops.elementwise import Exp, Log, Pow
+from nbcoll.tensors.ops.arithmetic import Pow
+from nbcoll.tensors.ops.elementwise import Exp, Log
 from nbcoll.tensors.ops.matmul import MatMul
 from nbcoll.tensors.ops.nn import LayerNorm
 from nbcoll.tensors.ops.reduce import Mean, Sum

@@ -22,6 +22,7 @@ from nbcoll.comm.errors import (
     CommTimeoutError,
 )
 from nbcoll.comm.loopback import Loopback, loopback  # the function: nbcoll.comm.loopback(4), .run(4, fn)
+from nbcoll.comm.point_to_point import P2POp
 
 __all__ = [
     "NOCOLOR",
@@ -34,6 +35,7 @@ __all__ = [
     "Communicator",
     "Counters",
     "Loopback",
+    "P2POp",
     "PeerCounters",
     "SingleRankWarning",
     "init",

@@ -27,12 +27,12 @@ class CollectiveLaunch(CollectiveChecks):
     def _on_device(self, name: str, proto: str | None, sendbuf: Any, recvbuf: Any, op: Any, root: int,
                    algo: str | None, async_op: bool) -> tuple[bool, Any]:  # fmt: skip
         """``(True, result)`` where ``proto="device"`` (or ``NBCOLL_PROTO=device``) ran call ``name`` as one ring
-        kernel per rank (:mod:`nbcoll.comm.device_collective`); ``(False, None)``: the host path runs it."""
+        kernel per rank (:mod:`nbcoll.comm.device_ring_calls`); ``(False, None)``: the host path runs it."""
         if proto is None and self.config.proto is None:  # the common case: nothing to import or decide
             return False, None
-        from nbcoll.comm import device_collective
+        from nbcoll.comm import device_ring_calls
 
-        return device_collective.run(self, name, sendbuf, recvbuf, op, root, algo, async_op, proto)
+        return device_ring_calls.run(self, name, sendbuf, recvbuf, op, root, algo, async_op, proto)
 
     def estimate(self, collective: str, nbytes: int, algo: str | None = None) -> float:
         """Predicted seconds for ``collective`` of ``nbytes`` (per rank's block) on this communicator.

@@ -16,7 +16,7 @@ Connections are built at creation for peers on the same node (ipc) and at first 
 :class:`Communicator` is built here and answers who is who; each group of its methods lives in a module of its own,
 a mixin class the communicator inherits::
 
-    nbcoll/comm/point_to_point.py     send, recv, group, drive
+    nbcoll/comm/point_to_point.py     send, recv, isend, irecv, batch_isend_irecv, group, drive
     nbcoll/comm/collectives.py        all_reduce, broadcast, reduce, all_gather, ... barrier
     nbcoll/comm/gather_scatter.py     gather, scatter
     nbcoll/comm/peers.py              send_connection, recv_connection, peer_counters, counters, reset_counters

@@ -53,7 +53,7 @@ of ``NBCOLL_BUFFSIZE`` bytes and its own step counters, so ``NBCOLL_BUFFSIZE`` i
 is: the FIFO memory of a rank is ``NBCOLL_NCHANNELS x NBCOLL_BUFFSIZE`` per peer and direction, and a chunk stays
 ``NBCOLL_BUFFSIZE / NBCOLL_STEPS`` whatever the number of channels (see :mod:`nbcoll.comm.algorithms`). On one
 machine, each rank's direct window holds ``NBCOLL_BUFFSIZE`` for every two ranks
-(:func:`nbcoll.comm.algorithms.direct.window_bytes`).
+(:func:`nbcoll.comm.protocol_direct.window_bytes`).
 
 A communicator reads them once, when it is created; to change one, create a new communicator (or pass a
 ``CommConfig``). ``split``, ``dup`` and ``shrink`` keep their parent's settings.

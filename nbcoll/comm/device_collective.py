@@ -136,38 +136,6 @@ def world_problem(comm: Any) -> str:
     return ""
 
 
-def run(comm: Any, collective: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, algo: str | None,
-        async_op: bool, proto: str | None) -> tuple[bool, Any]:  # fmt: skip
-    """``(True, result)`` once the device path ran the call of ``collective`` (``all_reduce``, ``all_gather``,
-    ``reduce_scatter``, ``broadcast``, ``reduce``; ``op=None`` for those that do not reduce, ``root`` for those with
-    one); ``(False, None)``: the host path runs it.
-
-    >>> import numpy as np, nbcoll
-    >>> comm = nbcoll.init()
-    >>> ran, x = run(comm, "all_reduce", np.arange(3.0), None, "sum", -1, "ring", False, "device")
-    >>> ran, x
-    (True, array([0., 1., 2.]))
-    >>> comm.destroy()
-    """
-    explicit = proto is not None
-    if (check_proto(proto) if explicit else comm.config.proto) != "device":
-        return False, None
-    problem = unsupported(op, algo, getattr(sendbuf, "dtype", None), async_op or comm._group.depth > 0, collective)
-    if problem:
-        if explicit:
-            raise ValueError(problem)
-        return False, None
-    from nbcoll.comm.device_ring_calls import DeviceCollectives  # it builds on this module's helpers
-
-    engine = comm.engine
-    if engine.device is None:
-        engine.device = DeviceCollectives(comm)
-    if engine.device.fallback:
-        return False, None
-    args = {"all_reduce": (op,), "reduce_scatter": (op,), "all_gather": (), "broadcast": (root,), "reduce": (op, root)}
-    return True, getattr(engine.device, collective)(sendbuf, recvbuf, *args[collective])
-
-
 IDLE_CHECK_INTERVAL = 1.0
 """Seconds between two looks of an idle :class:`KernelWatch` at whether its communicator has ended."""
 

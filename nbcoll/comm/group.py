@@ -12,7 +12,9 @@ Example::
         comm.recv(y, (comm.rank - 1) % comm.size)
     # both are complete here
 
-Outside a group, each operation is a group of one.
+Outside a group, each operation is a group of one. ``comm.isend``, ``comm.irecv`` and ``comm.batch_isend_irecv``
+inside a group queue their operations with their :class:`~nbcoll.comm.work.Work` handles, which finish when the
+group's batch does (or fail, when the ``with`` body raises and nothing runs).
 """
 
 from __future__ import annotations

@@ -40,12 +40,15 @@ back within its receive: a step fewer to run for every reader of every round.
 Half of every line is flag, so LL moves twice the bytes: the engine uses it for one-shot collectives of at most
 ``NBCOLL_LL_BYTES`` per rank (default 64 KiB, 0 turns it off), when every peer is on this machine.
 
+The buffers, their slots and the rounds' numbers are this module's; the steps that write and poll them are
+:mod:`nbcoll.comm.ll_step`'s, and the one-shot algorithms reach them through the LL protocol's primitives, which
+have the names of every other protocol's (:mod:`nbcoll.comm.protocol_ll`).
+
 Example::
 
     ll = LLBuffers(windows, slots=8)              # windows: DirectWindows of 2 x 8 x NBCOLL_LL_BYTES per rank
-    prims = ctx.prims(x, y, op="sum")
-    round_ = ll.reserve(1)                        # numbered when the collective is planned
-    steps = [ll.send_recv_reduce_copy(prims, 0, 64, round_)]    # an all-reduce's round: one step
+    prims = LLProtocol(ctx, x, y, x.size, op="sum")        # ctx.ll is ll: its rounds are numbered now (reserve)
+    steps = [*prims.send(0, 64), *prims.recv_reduce_copy(0, 64)]   # an all-reduce's round: one step
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ import numpy as np
 
 from nbcoll import memory
 from nbcoll.comm.ll_step import LLStep
-from nbcoll.comm.primitives import COPY, DIRECT, POST, RECV, REDUCE, SEND, Flag, Prims
 from nbcoll.kernels.ll import LINE_BYTES, WORD_BYTES
 
 
@@ -118,45 +120,6 @@ class LLBuffers:
         first = self.rounds + 1
         self.rounds += count
         return first
-
-    def send(self, prims: Prims, lo: int, hi: int, round_: int, block: int = 0, segments: int = 1) -> LLStep:
-        """``lines(me) = round_ | local[lo:hi]``: one store, no wait.
-
-        With ``segments`` > 1, segment ``s`` holds ``local[s*block + lo : s*block + hi]``, each padded to whole
-        words: an all-to-all writes one segment per destination, and each peer reads its own.
-        """
-        return self.step_class(self, prims, DIRECT | SEND, lo, hi, round_, block, segments)
-
-    def send_recv_reduce_copy(self, prims: Prims, lo: int, hi: int, round_: int, block: int = 0, segments: int = 1,
-                              segment: int = 0) -> LLStep:  # fmt: skip
-        """:meth:`send`, then ``out[lo:hi] = op(words of rank 0, ..., of rank n-1)`` once every peer's lines carry
-        this round, in one step: this rank's lines are written as soon as the slot is free, first thing in the
-        step's poll. A round of an all-reduce (``segments`` 1) or of a reduce-scatter (``segments`` n, and
-        ``segment`` this rank, whose input part is ``local[segment*block + lo : segment*block + hi]``) is then one
-        step, as an NCCL LL primitive writes and reads in one pass."""
-        flags = DIRECT | SEND | RECV | REDUCE | COPY | (POST if prims.post is not None else Flag(0))
-        return self.step_class(self, prims, flags, lo, hi, round_, block, segments, segment)
-
-    def send_recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segments: int = 1,
-                  segment: int = 0) -> LLStep:  # fmt: skip
-        """:meth:`send`, then :meth:`recv`, in one step: write this rank's lines, copy its own block
-        (``out[me*block + lo : me*block + hi] = local[segment*block + lo : segment*block + hi]``) while its peers
-        may still be writing, poll, copy every peer's block. An all-gather's round (``segments`` 1) or an
-        all-to-all's (``segments`` n, ``segment`` this rank)."""
-        flags = DIRECT | SEND | RECV | COPY
-        return self.step_class(self, prims, flags, lo, hi, round_, block, segments, segment, own=True)
-
-    def recv(self, prims: Prims, lo: int, hi: int, round_: int, block: int, segment: int = 0,
-             sources: list[int] | None = None, announce: bool = False) -> LLStep:  # fmt: skip
-        """``out[p*block + lo : p*block + hi] = segment of p's words`` for every peer ``p`` (of ``sources``): an
-        all-gather's chunk (segment 0), an all-to-all's (the segment of this rank), a broadcast's (the root only).
-
-        With ``announce`` (a broadcast's reader), the step first writes this rank's *presence* line of the round
-        (``line 0 of lines(me) = round_``, no data): it has begun the round, which is what the writers of the
-        next round wait for (see the module's docstring).
-        """
-        return self.step_class(self, prims, DIRECT | RECV | COPY, lo, hi, round_, block, segment=segment,
-                               sources=sources, announce=announce)  # fmt: skip
 
     def close(self) -> None:
         self.windows.close()

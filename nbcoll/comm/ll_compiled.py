@@ -11,7 +11,8 @@ rounds and the results are the base step's: only where the loops run differs.
 Example::
 
     ll = LLBuffers(windows, slots=8, compiled=True)    # its steps are CompiledLLSteps
-    step = ll.send_recv_reduce_copy(prims, 0, 64, round_)
+    prims = LLProtocol(ctx, x, y, x.size, op="sum")    # ctx.ll is ll (nbcoll.comm.protocol_ll)
+    step, = [*prims.send(0, 64), *prims.recv_reduce_copy(0, 64)]
 """
 
 from __future__ import annotations

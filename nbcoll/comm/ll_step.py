@@ -1,8 +1,9 @@
 """One step of an LL round (:mod:`nbcoll.comm.ll`): it writes this rank's lines, or polls its peers' lines and
 folds or copies their words, or both in that order, and it is rearmed for every round of a replay.
 
-The protocol, the buffers and the order of the rounds are :mod:`nbcoll.comm.ll`'s; a step is what an algorithm
-yields (:func:`nbcoll.comm.algorithms.direct.all_reduce` and the others), with the interface of a
+The protocol, the buffers and the order of the rounds are :mod:`nbcoll.comm.ll`'s; a step is what the LL
+protocol's primitives return (:mod:`nbcoll.comm.protocol_ll`) and a one-shot algorithm yields
+(:func:`nbcoll.comm.algorithms.direct.all_reduce` and the others), with the interface of a
 :class:`~nbcoll.comm.primitives.Step`, so the progress queue, the watchdog and replays run it like any other.
 
 The write and the poll are launches of :mod:`nbcoll.kernels.ll`'s kernels (their references on the ``numpy``
@@ -11,7 +12,8 @@ runs them as compiled loops instead: :mod:`nbcoll.comm.ll_compiled`'s step, a su
 
 Example::
 
-    step = ll.send_recv_reduce_copy(prims, 0, 64, round_)   # an all-reduce's round, from LLBuffers ll
+    prims = LLProtocol(ctx, x, y, x.size, op="sum")          # nbcoll.comm.protocol_ll, over LLBuffers ctx.ll
+    step, = [*prims.send(0, 64), *prims.recv_reduce_copy(0, 64)]   # an all-reduce's round: one step
     while not step.ready():                                  # its store goes first, then the poll
         pass
     step.run()                                               # the fold, in rank order

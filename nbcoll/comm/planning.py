@@ -6,7 +6,9 @@
 cuts the call into channels (:func:`~nbcoll.comm.algorithms.channels_for`), makes one run of the algorithm per
 channel, and numbers the rounds of a one-shot call now, in issue order. It reads nothing but its arguments: the
 communicator's engine decides which path a call takes (:func:`fits_ll`) and hands it the LL buffers or the direct
-windows that path uses, already set up.
+windows that path uses, already set up, and the plan turns that into the *protocol* of the call's one-shot
+primitives (:func:`protocol_for`), the one place where it is chosen: the algorithms speak the same primitive
+names whatever it is (:mod:`nbcoll.comm.protocol_simple`).
 
 Example::
 
@@ -28,6 +30,9 @@ import numpy as np
 from nbcoll.comm import algorithms, tuner
 from nbcoll.comm.algorithms.common import Context, single_rank
 from nbcoll.comm.collective_op import CollectiveOp
+from nbcoll.comm.protocol_direct import DirectProtocol
+from nbcoll.comm.protocol_ll import LLProtocol
+from nbcoll.comm.protocol_simple import OneShot, SimpleProtocol
 from nbcoll.kernels import combine as combine_kernels
 
 
@@ -76,6 +81,18 @@ def fits_ll(name: str, nbytes: int, nranks: int, ll_bytes: int) -> bool:
     return 0 < segments * -(-nbytes // 4) * 4 <= ll_bytes
 
 
+def protocol_for(links: Links) -> type[OneShot]:
+    """The protocol that carries a one-shot call's primitives, chosen once, here: LL lines when the engine handed
+    the LL buffers (a small message), else the windows, else FIFOs (:mod:`nbcoll.comm.protocol_simple`).
+
+    >>> protocol_for(Links(0, 2, None, None, None)).__name__
+    'SimpleProtocol'
+    """
+    if links.ll is not None:
+        return LLProtocol
+    return DirectProtocol if links.windows is not None else SimpleProtocol
+
+
 def plan_call(call: Call, config: Any, links: Links, record: Any, tracer: Any) -> CollectiveOp:
     """The operation of ``call`` on this rank: its contexts, one run of the algorithm per channel, its steps."""
     post = None
@@ -96,11 +113,14 @@ def plan_call(call: Call, config: Any, links: Links, record: Any, tracer: Any) -
         ll=links.ll,
         call=f"{call.name} ({call.algo})",
         copies=links.copies,
+        protocol=protocol_for(links),
     )
     if links.nranks == 1:
         channels = [single_rank(ctx, call.single)]
     else:  # one run of the algorithm per channel, each on its part of the buffer (NCCL's channels)
         run = algorithms.ALGORITHMS[call.name][call.algo]
+        if call.algo == "direct" and not ctx.protocol.per_peer_blocks:  # no one-shot form of it through FIFOs
+            run = algorithms.direct.THROUGH_FIFOS.get(call.name, run)
         count = call.nbytes // call.dtype.itemsize
         nch = algorithms.channels_for(call.name, call.algo, count, ctx.chunk_elems, config.nchannels, links.nranks)
         contexts = [ctx] if nch == 1 else [dataclasses.replace(ctx, channel=c, nchannels=nch) for c in range(nch)]

@@ -19,16 +19,10 @@ input into a small output). "prev" and "next" may be several peers: a tree node 
 direct algorithm sends to every peer.
 
 Every name is one generic step with explicit :class:`Flag` bits, as every NCCL primitive is one ``genericOp``:
-``recv_reduce_copy_send`` is ``RECV | REDUCE | COPY | SEND``. The ``direct_*`` names build the same steps with
-``DIRECT``: they read the peers' buffers in place (:mod:`nbcoll.comm.window`) instead of through FIFO slots::
-
-    direct_send(lo, hi, k)                     post local[lo:hi] for round k: lend it, or copy it into the window
-    direct_copy_send(lo, hi, k, out_block)     post as direct_send does, then copy this rank's own block into out
-    direct_recv(lo, hi, k, sources)            out[lo:hi] = local of p [lo:hi], read in place, for p in sources
-    direct_recv_reduce_copy(lo, hi, k)         out[lo:hi] = op(local of 0 [lo:hi], ..., local of n-1 [lo:hi])
-    direct_open(lo, hi, k, root, target)       let the root write out[lo:hi] in round k, if out is registered
-    direct_write(lo, hi, k)                    out of p [lo:hi] = local[lo:hi], for every peer p that opened it
-    direct_release()                           wait until no peer reads what this rank lent (or writes its out)
+``recv_reduce_copy_send`` is ``RECV | REDUCE | COPY | SEND``. The one-shot algorithms speak the same names through
+a *protocol* (:mod:`nbcoll.comm.protocol_simple`), which the plan chooses: these FIFO steps, the direct windows'
+steps (``DIRECT``: the peers' buffers read in place, :mod:`nbcoll.comm.protocol_direct`) or LL's
+(:mod:`nbcoll.comm.protocol_ll`), as NCCL's ``prims_simple.h`` and ``prims_ll.h`` share their method names.
 
 The buffers, the op and the peers are checked once, when the collective is called; a step only checks what the
 peers sent (a chunk of the wrong size means the ranks disagree about the call). A step never blocks:
@@ -53,7 +47,6 @@ import numpy as np
 from nbcoll import memory
 from nbcoll.comm.connection import RecvConnection, SendConnection, apart_from
 from nbcoll.comm.counters import PeerCounters
-from nbcoll.comm.direct_prims import DirectPrims
 from nbcoll.comm.errors import CommMismatchError
 from nbcoll.comm.step_flags import (  # noqa: F401  (every flag and name_of: importable from here, as before)
     COPY,
@@ -78,7 +71,7 @@ PostOp = Callable[[Any], Any]
 """What the rank holding a final value does to it before it leaves (avg's division), or ``None``."""
 
 
-class Prims(DirectPrims):
+class Prims:
     """NCCL's ``Primitives`` object: one algorithm part's buffers, peers and op, bound once; calls take ranges.
 
     Example::
@@ -90,7 +83,7 @@ class Prims(DirectPrims):
     (direct algorithms fold in rank order, so that every rank computes the same floating-point sum); by default
     it comes first. ``post`` is applied to the values a reduction finishes here. ``counters(peer)`` returns the
     per-peer counters to charge (``rank``'s own entry counts the copies within this rank). ``windows`` are the
-    peers' windows and registered buffers, for the ``direct_*`` steps; ``by_address``: an unregistered input may
+    peers' windows and registered buffers, for the direct protocol's steps; ``by_address``: an unregistered input may
     be lent by its address, which only collectives that copy it do (a fold's input never is). ``copies``: a
     :class:`~nbcoll.comm.copy_policy.CopyPolicy` that may choose streaming stores (a CPU fast path), or ``None``.
     """

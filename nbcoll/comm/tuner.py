@@ -23,7 +23,7 @@ copies or folds (buffer of ``S`` bytes, ``n`` ranks, chunks of ``c`` bytes, wind
 
 A direct algorithm over IPC cuts a message (per block) into pieces of ``p`` = 1 MiB (a reduce-scatter's at most
 2 MiB over its n blocks), or half the window per block if less
-(:func:`nbcoll.comm.algorithms.direct.piece_elems`): its rounds take the window's two halves in turn, so a rank
+(:func:`nbcoll.comm.protocol_direct.piece_elems`): its rounds take the window's two halves in turn, so a rank
 stages one piece while its peers read the last. So the first round waits
 twice (for the peers to be done reading, then for their posts), and each later round once: its post waits only
 for the round before last, long done. Only a broadcast's root has nothing else to do meanwhile; elsewhere every

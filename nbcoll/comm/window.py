@@ -6,7 +6,7 @@ hop. NCCL's P2P direct mode with user-buffer registration skips the first: a GPU
 over NVLink. Here every rank of the machine maps two kinds of its peers' memory:
 
 * its *window*, an IPC-exportable buffer of ``NBCOLL_BUFFSIZE`` bytes for every two ranks
-  (:func:`~nbcoll.comm.algorithms.direct.window_bytes`), where an input that is not registered is
+  (:func:`~nbcoll.comm.protocol_direct.window_bytes`), where an input that is not registered is
   staged (copied in by its owner, read by the peers: still two copies, but one write serves every reader);
 * its *registered buffers*, from :meth:`DirectWindows.alloc` (``comm.alloc``): an input that lies in one is
   *lent*, read by the peers where it is, so each byte is copied once per hop, straight into the reader's output.
@@ -74,9 +74,8 @@ Example::
 
     windows = DirectWindows(mpi_comm, nbytes=1 << 20, drive=watchdog.drive, recorder=recorder)
     x = windows.alloc(64, np.float32)                      # registered: peers read it in place
-    prims = Prims(x, out, op="sum", windows=windows)
-    k = windows.reserve(1)
-    steps = [prims.direct_send(0, 64, k), prims.direct_recv_reduce_copy(0, 64, k), prims.direct_release()]
+    prims = DirectProtocol(ctx, x, out, 64, op="sum")      # ctx.windows is windows; its round is numbered now
+    steps = [*prims.send(0, 64), *prims.recv_reduce_copy(0, 64), *prims.release()]   # nbcoll.comm.protocol_direct
 """
 
 from __future__ import annotations

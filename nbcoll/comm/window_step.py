@@ -1,8 +1,9 @@
 """The steps of a one-shot round over the direct windows: post, read in place, write in place, and release.
 
-:mod:`nbcoll.comm.window` holds the memory and the flags; the steps here are what a direct algorithm yields
-(through :class:`~nbcoll.comm.primitives.Prims`'s ``direct_*`` calls), and they have the interface of a FIFO
-:class:`~nbcoll.comm.primitives.Step`, so the same operation runs them, traces them and times them out.
+:mod:`nbcoll.comm.window` holds the memory and the flags; the steps here are what the direct protocol's
+primitives return (:mod:`nbcoll.comm.protocol_direct`) and a one-shot algorithm yields, and they have the
+interface of a FIFO :class:`~nbcoll.comm.primitives.Step`, so the same operation runs them, traces them and times
+them out.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Asynchronous collectives: the :class:`Work` handle of an operation that runs in the background.
+"""Asynchronous operations: the :class:`Work` handle of an operation that runs in the background.
 
-``comm.all_reduce(x, async_op=True)`` returns at once with a :class:`Work`; the communicator's progress queue
-(:mod:`nbcoll.comm.progress`) drives the collective's steps on a background thread while the caller computes, and
-``work.wait()`` returns its result.
+``comm.all_reduce(x, async_op=True)`` (and ``comm.isend``, ``comm.irecv``, ``comm.batch_isend_irecv``) returns at
+once with a :class:`Work`; the communicator's progress queue (:mod:`nbcoll.comm.progress`) drives the operation's
+steps on a background thread while the caller computes, and ``work.wait()`` returns its result.
 
 Example::
 
@@ -25,7 +25,7 @@ def records_of(op: Any) -> list[Any]:
 
 
 class Work:
-    """The handle of one asynchronous collective.
+    """The handle of one asynchronous collective, send or receive.
 
     Example::
 
@@ -42,13 +42,13 @@ class Work:
         self._error: BaseException | None = None
 
     def is_completed(self) -> bool:
-        """True once the collective has finished, successfully or not."""
+        """True once the operation has finished, successfully or not."""
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> Any:
-        """Block until the collective is done and return its result buffer; re-raise its error if it failed.
+        """Block until the operation is done and return its result buffer; re-raise its error if it failed.
 
-        A ``timeout`` in seconds bounds the wait (the collective itself is bounded by ``NBCOLL_TIMEOUT``).
+        A ``timeout`` in seconds bounds the wait (the operation itself is bounded by ``NBCOLL_TIMEOUT``).
         """
         if not self._done.wait(timeout):
             raise CommTimeoutError(f"Work.wait: {self.description} did not finish within {timeout:g} s")

@@ -58,11 +58,12 @@ def run_ranks(
 
     A file stops at the first rank count it fails on. ``begin(case)`` hears each learner's case start on rank 0.
     """
-    from nbcoll import exercises, use_backend
+    from nbcoll import use_backend
+    from nbcoll.exercises import catalog
 
-    entry = exercises.get(exercise).entry
-    reference = getattr(exercises.load_learner(exercises.get(exercise).solution), entry)
-    learners = [getattr(exercises.load_learner(path), entry) for path in paths]
+    entry = catalog.get(exercise).entry
+    reference = getattr(catalog.load_learner(catalog.get(exercise).solution), entry)
+    learners = [getattr(catalog.load_learner(path), entry) for path in paths]
     results = [[{"cases": [], "wrong": None, "error": None} for _ in paths] for _ in range(max(RANK_COUNTS))]
     active = [True] * len(paths)
     with use_backend("numpy"):

@@ -54,11 +54,11 @@ def explain(message: str) -> str:
 def _compile_one(name: str, path: str) -> dict:
     from numba import cuda
 
-    from nbcoll import exercises
+    from nbcoll.exercises import catalog
 
-    exercise = exercises.get(name)
+    exercise = catalog.get(name)
     try:
-        module = exercises.load_learner(path)
+        module = catalog.load_learner(path)
         kernel = getattr(module, exercise.entry)
         ptx, _ = cuda.compile_ptx(kernel.py_func, exercise.ptx_signature, cc=(9, 0))
         ok, message = ".entry" in ptx, "" if ".entry" in ptx else "no .entry in the PTX"

@@ -30,8 +30,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from nbcoll import exercises
+from nbcoll.exercises import catalog
 from nbcoll.exercises.report import Case, Report
+from nbcoll.exercises.running import run_checks
 
 CASE_SECONDS = 60.0
 """What a case gets by default: every case of a right solution takes a few seconds at most, even on the
@@ -50,10 +51,10 @@ def run(
 ) -> Report:
     """The report of ``exercises.check(name, path, ptx, trace_dir)``, computed in a child process in which every
     case of the learner's code (and the import of the file) has ``timeout`` seconds."""
-    exercise = exercises.get(name)
+    exercise = catalog.get(name)
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"check(timeout): expected seconds > 0, got {timeout!r}")
-    exercises.learner_file(path)
+    catalog.learner_file(path)
     env = dict(os.environ)
     if exercise.kind == "kernel":
         env.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -72,7 +73,7 @@ def run(
 
 
 def _watch(
-    child: subprocess.Popen, report: Report, exercise: exercises.Exercise, path: str | Path, timeout: float
+    child: subprocess.Popen, report: Report, exercise: catalog.Exercise, path: str | Path, timeout: float
 ) -> Report:
     """Read the child's lines until its report, giving each case ``timeout`` seconds; ``report`` collects the cases
     it finished, for a child stopped or ended before its report."""
@@ -133,7 +134,7 @@ def _kill(child: subprocess.Popen) -> None:
 
 
 def _stopped(
-    report: Report, exercise: exercises.Exercise, path: str | Path, running: str | None, timeout: float
+    report: Report, exercise: catalog.Exercise, path: str | Path, running: str | None, timeout: float
 ) -> Report:
     """The report of a check stopped at its time limit, failing the case that was running."""
     if running == "import":
@@ -143,7 +144,7 @@ def _stopped(
             "did not finish (a loop that never ends?); code that runs at import belongs in a function, or under "
             'if __name__ == "__main__":',
         )
-    elif running == exercises.PTX_CASE:
+    elif running == catalog.PTX_CASE:
         report.fail(running, f"the PTX compile did not finish within {timeout:g} s (--timeout)")
     elif running is not None:
         report.fail(
@@ -158,7 +159,7 @@ def _stopped(
 
 
 def _ended(
-    report: Report, exercise: exercises.Exercise, path: str | Path, running: str | None, status: int, errors: str
+    report: Report, exercise: catalog.Exercise, path: str | Path, running: str | None, status: int, errors: str
 ) -> Report:
     """The report of a child that ended before its report: the case it was in fails."""
     how = f"exit status {status}" if status >= 0 else f"killed by signal {-status}"
@@ -209,7 +210,7 @@ def main(argv: list[str]) -> None:
         send({"begin": what} if event == "begin" else {"plan": what} if event == "plan" else {"case": asdict(what)})
 
     report = Report(name, listener=listen)
-    exercises.run_checks(report, exercises.get(name), path, ptx=bool(int(ptx)), trace_dir=trace_dir or None)
+    run_checks(report, catalog.get(name), path, ptx=bool(int(ptx)), trace_dir=trace_dir or None)
     send({"report": report.to_json()})
     os._exit(0)  # threads a learner's algorithm left running must not keep the process alive
 

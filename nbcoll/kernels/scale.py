@@ -8,6 +8,10 @@
 
 The scalar is converted to ``dst``'s dtype first; an integer dtype accepts only a whole number it can hold.
 float16 is widened to float32 for the arithmetic and rounded back, as :mod:`nbcoll.kernels.combine` does.
+bfloat16, float8_e4m3fn and float8_e5m2 are stored, not computed on: their arithmetic is float32 too, with the
+scalar kept in float32 (as the collectives' premul_sum and avg do), and the result is rounded once::
+
+    bfloat16:              for i: dst[i] = bfloat16(float32(dst[i]) / float32(n))
 
 Example::
 
@@ -18,6 +22,9 @@ Example::
     array([ 1, -2,  4], dtype=int32)
     >>> nbcoll.to_host(scale.scale(x, 3))
     array([ 3, -6, 12], dtype=int32)
+    >>> b = nbcoll.to_device(np.array([3.0, -1.0], nbcoll.bfloat16))
+    >>> nbcoll.to_host(scale.divide(b, 2)).astype(np.float32)   # a true division, not the words' floor division
+    array([ 1.5, -0.5], dtype=float32)
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from numba import cuda
 from numba.types import float16, float32
 
 from nbcoll import memory
+from nbcoll.kernels import low_precision as lp
 from nbcoll.kernels.dispatch import dispatch
 from nbcoll.kernels.indexing import flat_view, launch_1d
 from nbcoll.kernels.registry import register
@@ -39,23 +47,26 @@ from nbcoll.kernels.registry import register
 
 
 def accumulation_dtype(dtype: Any) -> np.dtype:
-    """The dtype the arithmetic runs in: float32 for float16, the dtype itself otherwise."""
+    """The dtype the arithmetic runs in: float32 for float16, bfloat16 and fp8, the dtype itself otherwise."""
     dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
+    return np.dtype(np.float32) if dtype == np.float16 or lp.is_low_precision(dtype) else dtype
 
 
 def scale_reference(x: np.ndarray, factor: Any) -> np.ndarray:
-    """``for i: out[i] = x[i] * factor``, with ``factor`` first converted to ``x.dtype``."""
+    """``for i: out[i] = x[i] * factor``, with ``factor`` first converted to ``x.dtype`` (to float32 for bfloat16
+    and fp8, whose arithmetic is float32's)."""
     acc = accumulation_dtype(x.dtype)
+    factor = acc.type(factor) if lp.is_low_precision(x.dtype) else acc.type(x.dtype.type(factor))
     with np.errstate(all="ignore"):
-        return (x.astype(acc) * acc.type(x.dtype.type(factor))).astype(x.dtype)
+        return (x.astype(acc) * factor).astype(x.dtype)
 
 
 def divide_reference(x: np.ndarray, n: int) -> np.ndarray:
     """``for i: out[i] = x[i] // n`` for integers (NumPy's floor division), ``x[i] / n`` for floats."""
-    if x.dtype.kind == "f":
+    if x.dtype.kind == "f" or lp.is_low_precision(x.dtype):
         acc = accumulation_dtype(x.dtype)
-        return (x.astype(acc) / acc.type(n)).astype(x.dtype)
+        with np.errstate(all="ignore"):
+            return (x.astype(acc) / acc.type(n)).astype(x.dtype)
     wide = np.dtype(np.uint64) if x.dtype == np.uint64 else np.dtype(np.int64)
     return np.floor_divide(x.astype(wide), wide.type(n)).astype(x.dtype)
 
@@ -122,6 +133,8 @@ def _scalar_in_dtype(value: Any, dtype: np.dtype, arg: str) -> Any:
     """``value`` converted to ``dtype``; an integer dtype accepts only a whole number it can hold."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{arg}: expected a real number, got {type(value).__name__}")
+    if lp.is_low_precision(dtype):
+        return np.float32(value)  # their arithmetic is float32's
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         if float(value) != math.floor(float(value)) or not info.min <= int(value) <= info.max:
@@ -134,13 +147,16 @@ def scale(dst: Any, factor: float) -> Any:
     """``for i: dst[i] = dst[i] * factor``, in place, with ``factor`` converted to ``dst.dtype`` first.
 
     For an integer dtype ``factor`` must be a whole number the dtype can hold (a ``ValueError`` otherwise);
-    products wrap around like NumPy's.
+    products wrap around like NumPy's. For bfloat16 and fp8, ``factor`` stays float32 and each product is
+    float32's, rounded once.
     """
     return _scale(dst, factor, "factor")
 
 
 def premul(dst: Any, scalar: float) -> Any:
-    """``for i: dst[i] = dst[i] * scalar`` in ``dst.dtype``: the first step of ``premul_sum(scalar)``."""
+    """``for i: dst[i] = dst[i] * scalar`` in ``dst.dtype``: the first step of ``premul_sum(scalar)``.
+
+    For bfloat16 and fp8, ``scalar`` stays float32 and each product is rounded once, as the collectives do."""
     return _scale(dst, scalar, "scalar")
 
 
@@ -156,7 +172,9 @@ def _scale_in_place_reference(dst: Any, factor: Any) -> Any:
 
 @dispatch(reference=_scale_in_place_reference)
 def _scale_in_place(dst: Any, factor: Any) -> Any:
-    if dst.dtype == np.float16:
+    if lp.is_low_precision(dst.dtype):
+        lp.scale_in_float32(dst, factor, False)  # the kernels see the 16- or 8-bit words, never the dtype
+    elif dst.dtype == np.float16:
         launch_1d(scale_float16_kernel, dst.size, flat_view(dst), np.float32(factor))
     else:
         launch_1d(scale_kernel, dst.size, flat_view(dst), factor)
@@ -167,7 +185,8 @@ def divide(dst: Any, n: int) -> Any:
     """``for i: dst[i] = dst[i] // n`` for integers, ``dst[i] / n`` for floats, in place: avg's last step.
 
     Integer division rounds toward minus infinity, as NumPy's ``//`` does; with the non-negative sums of
-    counts that avg usually sees, that is the plain quotient.
+    counts that avg usually sees, that is the plain quotient. bfloat16 and fp8, stored as integer words, are
+    still floats: their quotient is float32's, rounded once.
     """
     dst = memory.contiguous_input(dst, "dst")
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
@@ -184,7 +203,9 @@ def _divide_in_place_reference(dst: Any, n: int) -> Any:
 
 @dispatch(reference=_divide_in_place_reference)
 def _divide_in_place(dst: Any, n: int) -> Any:
-    if dst.dtype == np.float16:
+    if lp.is_low_precision(dst.dtype):
+        lp.scale_in_float32(dst, np.float32(n), True)
+    elif dst.dtype == np.float16:
         launch_1d(true_divide_float16_kernel, dst.size, flat_view(dst), np.float32(n))
     elif dst.dtype.kind == "f":
         launch_1d(true_divide_kernel, dst.size, flat_view(dst), dst.dtype.type(n))

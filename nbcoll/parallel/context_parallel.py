@@ -7,16 +7,26 @@ Each rank holds its block of the sequence for q, k and v, shaped (batch, heads, 
 each rank merges the partial results with the online softmax (what flash attention does over tiles)::
 
     for step in range(n):                        # the block of rank (rank - step) % n is here
+        post the hop: this k, v block to rank + 1, the next from rank - 1 (into the other of two buffers)
         out_b, lse_b = attention of my q on this k, v block      lse = log of the row's sum of exp(scores)
         lse' = logaddexp(lse, lse_b)
         out  = out * exp(lse - lse') + out_b * exp(lse_b - lse')
-        send the k, v block to rank + 1, receive the next from rank - 1
+        wait for the hop: the next block is here
 
-Backward recomputes each block's scores from the saved ``lse`` (no softmax is kept), and the k, v blocks go round
-the other way carrying their dK, dV accumulators, which are home again after the last hop. No rank ever holds
-more than its own block and one visiting block. nbcoll's send and receive complete inside ``comm.group()``, so
-each hop runs after its block's compute rather than under it: the loop is the one an overlapped version runs,
-with the transfer and the compute in series.
+So each hop is in flight while the block before it is computed on (:mod:`nbcoll.parallel.ring_attention_hops`
+posts each hop as one ``comm.batch_isend_irecv``)::
+
+    rank r, n = 3   step 0              step 1              step 2
+    compute         q . kv[r]           q . kv[r-1]         q . kv[r-2]
+    hop             kv[r]   -> r+1      kv[r-1] -> r+1
+                    kv[r-1] <- r-1      kv[r-2] <- r-1
+                    post ......... wait post ......... wait
+
+Backward recomputes each block's scores from the saved ``lse`` (no softmax is kept) and sends the k, v blocks
+round the other way, the next in flight under each compute as in forward. Their dK, dV accumulators follow a
+step behind: the accumulator of the block being computed on arrives during that compute, is summed into after
+it (in one rank's order, so the ring changes no bit of the result) and leaves under the next compute; after the
+last step it reaches home. A rank holds its own block, the one it computes on and the one arriving.
 
 Causal masking is load balanced by the zig-zag layout: the sequence is cut into ``2n`` chunks and rank ``r``
 holds chunks ``r`` and ``2n-1-r`` (:func:`zigzag_split`, :func:`zigzag_merge`). A visiting block from a rank
@@ -47,9 +57,9 @@ import numpy as np
 
 import nbcoll.functional as F
 from nbcoll import memory
-from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn.attention import causal_mask, scaled_dot_product_attention
 from nbcoll.parallel.functional import all_to_all
+from nbcoll.parallel.ring_attention_hops import RingHops
 from nbcoll.tensors import Tensor, no_grad
 from nbcoll.tensors.function import Context, Function
 
@@ -214,18 +224,6 @@ def _block_backward(
     return dscores @ k, dscores.transpose(0, 1, 3, 2) @ q, dv
 
 
-def _hop(comm: Communicator, arrays: list[Any], to: int, source: int, shapes: list[tuple[int, ...]]) -> list[Any]:
-    """Send ``arrays`` to rank ``to`` and receive arrays of ``shapes`` from ``source``, as one group (a ring of
-    exchanges cannot deadlock in a group)."""
-    incoming = [memory.empty(shape, a.dtype) for a, shape in zip(arrays, shapes, strict=True)]
-    with comm.group():
-        for a in arrays:
-            comm.send(copy_kernels.contiguous(a), to)
-        for b in incoming:
-            comm.recv(b, source)
-    return incoming
-
-
 def _block_shape(x: Any, chunks: Chunks) -> tuple[int, ...]:
     return (x.shape[0], x.shape[1], sum(length for _, length in chunks), x.shape[3])
 
@@ -236,23 +234,26 @@ class RingAttention(Function):
     @staticmethod
     def forward(ctx: Context, q: Any, k: Any, v: Any, comm: Communicator, causal: bool, layout: list) -> Any:
         n, rank = comm.size, comm.rank
-        right, left = (rank + 1) % n, (rank - 1) % n
         ctx.comm, ctx.causal, ctx.layout = comm, causal, layout
-        with no_grad():
+        with no_grad(), RingHops(comm, "forward", to=(rank + 1) % n, source=(rank - 1) % n) as hops:
             queries = list(zip([c for c, _ in layout[rank]], _pieces(q, layout[rank]), strict=True))
             states: list[Any] = [None] * len(queries)
             block = [k, v]
             for step in range(n):
                 chunks = layout[(rank - step) % n]  # those of the rank whose k, v block is here
+                if step < n - 1:  # the next block is on its way while this one is computed on
+                    following = layout[(rank - step - 1) % n]
+                    hop = hops.post("kv", step + 1, block, [_block_shape(k, following), _block_shape(v, following)])
+                hops.note("compute", "block", step, block)
                 k_pieces, v_pieces = _pieces(block[0], chunks), _pieces(block[1], chunks)
                 for (k_chunk, _), k_piece, v_piece in zip(chunks, k_pieces, v_pieces, strict=True):
                     for i, (q_chunk, q_piece) in enumerate(queries):
                         seen = _visible(q_chunk, k_chunk, causal)
                         if seen:
                             states[i] = _merge(states[i], *_block_forward(q_piece, k_piece, v_piece, seen))
+                hops.note("computed", "block", step, block)
                 if step < n - 1:
-                    following = layout[(rank - step - 1) % n]
-                    block = _hop(comm, block, right, left, [_block_shape(k, following), _block_shape(v, following)])
+                    block = hops.wait(hop)
             out = F.concat([o for o, _ in states], axis=2).data
             lse = F.concat([s for _, s in states], axis=2).data
         ctx.save_for_backward(q, k, v, out, lse)
@@ -263,29 +264,44 @@ class RingAttention(Function):
         q, k, v, out, lse = ctx.saved_tensors
         comm, layout, causal = ctx.comm, ctx.layout, ctx.causal
         n, rank, mine = comm.size, comm.rank, layout[comm.rank]
-        right, left = (rank + 1) % n, (rank - 1) % n
-        with no_grad():
+        with no_grad(), RingHops(comm, "backward", to=(rank - 1) % n, source=(rank + 1) % n) as hops:
             delta = (Tensor(dout) * Tensor(out)).sum(axis=-1, keepdims=True)  # sum_j P_ij dP_ij, per query row
             queries = list(zip([c for c, _ in mine], _pieces(q, mine), _pieces(dout, mine), strict=True))
             rows = list(zip(_pieces(lse, mine), _pieces(delta.data, mine), strict=True))
             dqs = [Tensor(memory.zeros(tuple(p.shape), q.dtype)) for _, p, _ in queries]
-            block = [k, v, memory.zeros(tuple(k.shape), k.dtype), memory.zeros(tuple(v.shape), v.dtype)]
+            block = [k, v]
+            grads = [memory.zeros(tuple(k.shape), k.dtype), memory.zeros(tuple(v.shape), v.dtype)]  # my block's
+            arriving = None  # the hop bringing the accumulators of the block computed on (mine start at zero)
             for step in range(n):
                 chunks = layout[(rank + step) % n]  # the other way round: the dual of a send is a receive
-                k_pieces, v_pieces, dks, dvs = (_pieces(a, chunks) for a in block)
+                following = layout[(rank + step + 1) % n]  # after the last step: mine, whose gradients come home
+                shapes = [_block_shape(k, following), _block_shape(v, following)]
+                if step < n - 1:
+                    kv_hop = hops.post("kv", step + 1, block, shapes)
+                hops.note("compute", "block", step, block)
+                k_pieces, v_pieces = _pieces(block[0], chunks), _pieces(block[1], chunks)
+                parts: list[list[tuple[Tensor, Tensor]]] = [[] for _ in chunks]  # each key chunk's dk, dv, in order
                 for j, (k_chunk, _) in enumerate(chunks):
                     for i, (q_chunk, q_piece, dout_piece) in enumerate(queries):
                         seen = _visible(q_chunk, k_chunk, causal)
                         if seen:
                             dq, dk, dv = _block_backward(q_piece, k_pieces[j], v_pieces[j], dout_piece, *rows[i], seen)
-                            dqs[i], dks[j], dvs[j] = dqs[i] + dq, dks[j] + dk, dvs[j] + dv
-                block = block[:2] + [F.concat(dks, axis=2).data, F.concat(dvs, axis=2).data]
+                            dqs[i] = dqs[i] + dq
+                            parts[j].append((dk, dv))
+                hops.note("computed", "block", step, block)
+                # This block's dK, dV so far came from the rank it visited before, under the compute above; they
+                # are summed into in the order one rank would, so the result does not depend on the ring.
+                grads = grads if arriving is None else hops.wait(arriving)
+                dks, dvs = _pieces(grads[0], chunks), _pieces(grads[1], chunks)
+                for j, contributions in enumerate(parts):
+                    for dk, dv in contributions:
+                        dks[j], dvs[j] = dks[j] + dk, dvs[j] + dv
+                grads = [F.concat(dks, axis=2).data, F.concat(dvs, axis=2).data]
+                if n > 1:  # on to the rank this block visits next; after the last step, home
+                    arriving = hops.post("grads", step + 1, grads, shapes, fresh=step == n - 1)
                 if step < n - 1:
-                    following = layout[(rank + step + 1) % n]
-                    shapes = [_block_shape(k, following), _block_shape(v, following)] * 2
-                    block = _hop(comm, block, left, right, shapes)
-            # The accumulators here are those of rank - 1's block: one last hop takes them home.
-            dk, dv = block[2:] if n == 1 else _hop(comm, block[2:], left, right, [k.shape, v.shape])
+                    block = hops.wait(kv_hop)
+            dk, dv = grads if arriving is None else hops.wait(arriving)
             dq = F.concat(dqs, axis=2).data
         return dq, dk, dv, None, None, None
 

@@ -26,9 +26,16 @@ optimizer's per block. Each collective costs the communicator's calibrated alpha
 the fixed cost of one call measured where the ranks run, and, for an all-reduce, ``partner_wait``: on shared cores
 a call that follows a layer's work also waits for its partner to get a core back, time that costs the step
 nothing in a pipeline, whose other stages use the core meanwhile. :func:`~nbcoll.parallel.plan_costs.measure_costs`
-(offered here too) times all of them on the ranks at once. Memory per rank counts the parameters, gradients and
-optimizer state of the rank's shard, and the activations of the micro-batches in flight (``min(m, pp)`` under
-1F1B).
+(offered here too) times all of them on the ranks at once.
+
+With ``long_sequences=True`` the layouts also split the sequence (:class:`Layout`'s ``cp``, ``sp``,
+``recompute``): under cp a rank computes ``1 / cp`` of the tokens, attending over the whole sequence, and each
+block passes k and v round the ring, ``cp - 1`` alpha-beta hops forward and ``cp`` backward
+(:func:`ring_seconds`, the "cp comm" part), the gradients being averaged over ``dp x cp``; under sp each
+all-reduce becomes an all-gather and a reduce-scatter of the same bytes; recomputation runs every block's forward
+once more. Memory per rank (:mod:`nbcoll.parallel.plan_memory`) counts the parameters, gradients, optimizer state
+and data-parallel buckets of the rank's shard, the activations the blocks keep for the micro-batches in flight
+(``min(m, pp)`` under 1F1B), shrunk by tp, sp, cp and recomputation, and the head and loss's.
 
 Example::
 
@@ -36,6 +43,8 @@ Example::
     for p in plan(spec, ranks=4)[:3]:
         print(p.layout, f"{p.step_seconds * 1e3:.1f} ms", p.memory_bytes)
     print(explain(plan(spec, ranks=4)))
+    fits = plan(spec, ranks=4, memory_limit=2_000_000, long_sequences=True)   # cp, sp and recomputation too
+    print(explain(fits, memory_limit=2_000_000))
     rates = measure_costs(spec, comm, cores=2)   # collective, on the ranks of the run: every cost above, timed
 """
 
@@ -51,6 +60,7 @@ from nbcoll.parallel.plan_costs import measure_call_latency as measure_call_late
 from nbcoll.parallel.plan_costs import measure_costs as measure_costs
 from nbcoll.parallel.plan_costs import measure_rates as measure_rates
 from nbcoll.parallel.plan_costs import token_range as token_range
+from nbcoll.parallel.plan_memory import memory_bytes, stage_params
 from nbcoll.parallel.plan_model import Layout as Layout
 from nbcoll.parallel.plan_model import ModelSpec as ModelSpec
 from nbcoll.parallel.plan_model import Rates as Rates
@@ -79,12 +89,17 @@ def stage_seconds(spec: ModelSpec, layout: Layout, stage: int, rates: Rates) -> 
 
     Every block costs its FLOPs over tp at the measured rate plus the fixed ``block_overhead`` and four
     all-reduces over tp (f and g, forward and backward); the first stage adds the embedding (one all-reduce), the
-    last the norm, head and loss (three all-reduces in the loss, one in the head's backward).
+    last the norm, head and loss (three all-reduces in the loss, one in the head's backward). Under cp a rank
+    computes its ``1 / cp`` of the tokens, attending over the whole sequence (each block's ring hops are
+    :func:`ring_seconds`); under sp each all-reduce is an all-gather and a
+    reduce-scatter, which move the same bytes; recomputation runs every block's forward once more.
     """
     dp, tp, pp, m = layout.dp, layout.tp, layout.pp, layout.chunks
-    tokens = spec.batch // (dp * m) * spec.seq_len
+    tokens = spec.batch // (dp * m) * spec.seq_len // layout.cp
     per_stage = spec.layers // pp
-    compute = per_stage * (3 * spec.layer_flops(tokens) / tp / rates.flops_per_second + rates.block_overhead)
+    forwards = 4 if layout.recompute else 3  # forward + backward = 3 forwards; recomputation one more
+    block = forwards * spec.layer_flops(tokens) / tp / rates.flops_per_second + rates.block_overhead
+    compute = per_stage * (block + (rates.block_overhead / 3 if layout.recompute else 0.0))
     calls = 4 * per_stage
     if stage == 0:
         compute, calls = compute + rates.embed_overhead, calls + 1
@@ -95,6 +110,26 @@ def stage_seconds(spec: ModelSpec, layout: Layout, stage: int, rates: Rates) -> 
     transfer = rates.link.alpha + rates.call_latency + tokens * spec.hidden * spec.bytes_per_value / rates.link.beta
     pp_comm = 2 * transfer if pp > 1 else 0.0  # the activation to the next stage, its gradient from it
     return compute, tp_comm, pp_comm
+
+
+def ring_seconds(spec: ModelSpec, layout: Layout, rates: Rates) -> float:
+    """One block's ring under cp, forward and backward: ``cp - 1`` hops of this rank's k and v blocks forward,
+    ``cp - 1`` of k, v and their gradients backward and one taking the gradients home, each hop one alpha-beta
+    transfer; and the fixed cost of the chunk pairs attended (``ring_overhead`` each): its own two chunks'
+    three, then two at each of the other ``cp - 1`` steps (recomputation runs the forward's hops and pairs
+    again)."""
+    cp = layout.cp
+    if cp == 1:
+        return 0.0
+    tokens = spec.batch // (layout.dp * layout.chunks) * spec.seq_len // cp
+    block = tokens * spec.hidden // layout.tp * spec.bytes_per_value  # k or v of this rank's heads
+
+    def hop(nbytes: int) -> float:
+        return rates.link.alpha + rates.call_latency + nbytes / rates.link.beta
+
+    forward = (cp - 1) * hop(2 * block)
+    pairs = (3 + 2 * (cp - 1)) * rates.ring_overhead * (4 / 3 if layout.recompute else 1.0)
+    return forward * (2 if layout.recompute else 1) + (cp - 1) * hop(4 * block) + hop(2 * block) + pairs
 
 
 def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
@@ -115,43 +150,47 @@ def predict(spec: ModelSpec, layout: Layout, rates: Rates) -> Prediction:
     # without a pipeline, where every rank runs the same work in lockstep, do they all wait together.
     stage_rates = dataclasses.replace(rates, partner_wait=0.0) if pp > 1 else rates
     stages = [stage_seconds(spec, layout, s, stage_rates) for s in range(pp)]
-    slowest = max(range(pp), key=lambda s: sum(stages[s]))
+    ring = per_stage * ring_seconds(spec, layout, rates)  # every stage's blocks pass k and v round the cp ring
+    totals = [sum(c) + ring for c in stages]
+    slowest = max(range(pp), key=lambda s: totals[s])
     compute, tp_comm, pp_comm = stages[slowest]
-    fill_and_drain = sum(sum(c) for c in stages) - sum(stages[slowest])
+    fill_and_drain = sum(totals) - totals[slowest]
     update = per_stage * rates.update_overhead
-    params = per_stage * spec.layer_params() // tp + 2 * spec.vocab * spec.hidden // tp // pp
-    dp_comm = all_reduce_seconds(params * value, dp, rates)
+    params = stage_params(spec, layout)
+    dp_comm = all_reduce_seconds(params * value, dp * layout.cp, rates)  # the cp ranks are replicas too
     if pp > 1:
         dp_comm += rates.call_latency  # the loss, broadcast from the last stage once per step
     # Ranks that share fewer devices than there are ranks take turns: the step lasts at least every rank's
     # compute divided by the devices. Idle time in the bubble is then filled by other ranks' work.
-    ranks = dp * tp * pp
-    work = dp * tp * sum(m * c[0] + update for c in stages)
+    ranks = layout.ranks
+    work = dp * tp * layout.cp * sum(m * c[0] + update for c in stages)
     shared = work / rates.cores if rates.cores and rates.cores < ranks else 0.0
     parts = {
         "compute": m * compute + update,
         "bubble": fill_and_drain,
         # A rank waiting on a collective or a neighbour leaves its core to another rank's work.
-        "sharing": max(0.0, shared - m * (compute + tp_comm + pp_comm) - update - fill_and_drain),
+        "sharing": max(0.0, shared - m * (compute + tp_comm + pp_comm + ring) - update - fill_and_drain),
         "tp comm": m * tp_comm,
         "pp comm": m * pp_comm,
         "dp comm": dp_comm,
+        "cp comm": m * ring,
     }
-    h, f, heads = spec.hidden, spec.mlp, spec.heads
-    tokens = spec.batch // (dp * m) * spec.seq_len
-    saved_per_token = 4 * h + (4 * h + 2 * f) / tp + 2 * heads * spec.seq_len / tp  # values kept for backward
-    in_flight = min(m, pp)
-    activations = in_flight * per_stage * tokens * saved_per_token * value
-    memory = params * value * (2 + spec.optimizer_states) + activations
-    return Prediction(layout, sum(parts.values()), parts, int(memory))
+    return Prediction(layout, sum(parts.values()), parts, memory_bytes(spec, layout))
 
 
-def plan(spec: ModelSpec, ranks: int, rates: Rates | None = None, memory_limit: int | None = None) -> list[Prediction]:
-    """Every layout's prediction, fastest first (those over ``memory_limit`` bytes per rank left out)."""
+def plan(
+    spec: ModelSpec,
+    ranks: int,
+    rates: Rates | None = None,
+    memory_limit: int | None = None,
+    long_sequences: bool = False,
+) -> list[Prediction]:
+    """Every layout's prediction, fastest first (those over ``memory_limit`` bytes per rank left out);
+    ``long_sequences`` adds the layouts with cp, sp and recomputation (:func:`layouts`)."""
     if ranks < 1:
         raise ValueError(f"ranks: expected at least 1, got {ranks}")
     rates = rates or default_rates()
-    predictions = [predict(spec, layout, rates) for layout in layouts(spec, ranks)]
+    predictions = [predict(spec, layout, rates) for layout in layouts(spec, ranks, long_sequences=long_sequences)]
     if memory_limit is not None:
         predictions = [p for p in predictions if p.memory_bytes <= memory_limit]
     if not predictions:
@@ -159,29 +198,45 @@ def plan(spec: ModelSpec, ranks: int, rates: Rates | None = None, memory_limit: 
     return sorted(predictions, key=lambda p: p.step_seconds)
 
 
-def explain(predictions: list[Prediction]) -> str:
-    """Why the first layout beats the second: the parts of the step where they differ most."""
+def explain(predictions: list[Prediction], memory_limit: int | None = None) -> str:
+    """Why the first layout beats the second: the parts of the step where they differ most; given the
+    ``memory_limit`` the plan kept to, first what every layout that fits it shares (cp > 1, recomputation)."""
+    fits = ""
+    if memory_limit is not None:
+        shared = [
+            name
+            for name, has in (
+                ("cp > 1", lambda lay: lay.cp > 1),
+                ("sp", lambda lay: lay.sp),
+                ("recomputation", lambda lay: lay.recompute),
+            )
+            if all(has(p.layout) for p in predictions)
+        ]
+        only = f"only {' with '.join(shared)} fits" if shared else "these layouts fit"
+        count = f"{len(predictions)} layout{'s' * (len(predictions) > 1)}"
+        fits = f"{only} {memory_limit / 1e6:.1f} MB per rank ({count}); "
     if len(predictions) == 1:
-        return f"{predictions[0].layout} is the only layout"
+        return f"{fits}{predictions[0].layout} is the only layout"
     best, second = predictions[0], predictions[1]
     gaps = sorted(best.parts, key=lambda k: second.parts[k] - best.parts[k], reverse=True)
     gaps = [k for k in gaps[:2] if second.parts[k] > best.parts[k]] or gaps[:1]
     saved = [f"{k} {1e3 * best.parts[k]:.2f} ms vs {1e3 * second.parts[k]:.2f} ms" for k in gaps]
-    return (
+    return fits + (
         f"{best.layout} wins ({1e3 * best.step_seconds:.2f} ms per step) over {second.layout} "
         f"({1e3 * second.step_seconds:.2f} ms): {'; '.join(saved)}"
     )
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
-    """The ranked layouts as a table, then why the best wins."""
-    head = (
-        f"{'layout':<24}{'step ms':>9}{'compute':>9}{'bubble':>9}{'tp comm':>9}{'pp comm':>9}{'dp comm':>9}{'MiB':>8}"
-    )
-    lines = [head]
-    for p in predictions[:top]:
-        parts = "".join(f"{1e3 * p.parts[k]:>9.2f}" for k in ("compute", "bubble", "tp comm", "pp comm", "dp comm"))
-        lines.append(f"{str(p.layout):<24}{1e3 * p.step_seconds:>9.2f}{parts}{p.memory_bytes / 2**20:>8.2f}")
+    """The ranked layouts as a table, then why the best wins (a cp comm column where a layout has cp > 1)."""
+    shown = predictions[:top]
+    keys = ["compute", "bubble", "tp comm", "pp comm", "dp comm"]
+    keys += ["cp comm"] if any(p.layout.cp > 1 for p in shown) else []
+    width = max([24] + [len(str(p.layout)) + 2 for p in shown])
+    lines = [f"{'layout':<{width}}{'step ms':>9}" + "".join(f"{k:>9}" for k in keys) + f"{'MiB':>8}"]
+    for p in shown:
+        parts = "".join(f"{1e3 * p.parts[k]:>9.2f}" for k in keys)
+        lines.append(f"{str(p.layout):<{width}}{1e3 * p.step_seconds:>9.2f}{parts}{p.memory_bytes / 2**20:>8.2f}")
     return "\n".join(lines + ["", explain(predictions)])
 
 
@@ -196,5 +251,6 @@ __all__ = [
     "layouts",
     "plan",
     "predict",
+    "ring_seconds",
     "stage_seconds",
 ]

@@ -65,13 +65,15 @@ def measure_rates(
     and backward, the line through the two giving the FLOP rate (slope) and the per-block overhead (intercept);
     the embedding's, and the norm, head and loss's, forward and backward beyond their FLOPs; and the optimizer
     step over a block's parameters. Given ``comm`` (a one-rank communicator), the pieces are the tensor-parallel
-    layers a run trains, over it; otherwise the plain layers. The pieces run in turn, ``repeats`` rounds or more,
+    layers a run trains, over it, and ring attention over it times ``ring_overhead`` (per chunk pair attended);
+    otherwise the plain layers. The pieces run in turn, ``repeats`` rounds or more,
     until ``busy`` seconds have passed."""
     import nbcoll
     import nbcoll.functional as F
     from nbcoll import nn
     from nbcoll.parallel import tensor_parallel as tp
     from nbcoll.parallel import vocab_parallel as vp
+    from nbcoll.parallel.context_parallel import ring_attention
     from nbcoll.parallel.plan_model import Rates, default_rates
     from nbcoll.parallel.tensor_parallel_transformer import ParallelTransformerBlock
 
@@ -106,7 +108,12 @@ def measure_rates(
     runs = [lambda x=x: block(x).sum().backward() for _, x, _ in inputs]  # leaves gradients for the optimizer
     runs += [lambda x=x, ids=ids: loss_of(head(norm(x)), ids).backward() for _, x, ids in inputs]
     runs += [lambda ids=inputs[0][2]: embed(ids).sum().backward(), optimizer.step]
-    block_low, block_high, head_low, _, embed_overhead, update_overhead = _interleaved_seconds(runs, repeats, busy)
+    if comm is not None:  # ring attention over one rank: 2 zig-zag chunks, 3 chunk pairs seen (causal)
+        shape = (1, spec.heads, spec.seq_len, spec.hidden // spec.heads)
+        q = nbcoll.tensor(rng.standard_normal(shape), requires_grad=True, dtype=dtype)
+        runs.append(lambda: ring_attention(q, q, q, comm, causal=True).sum().backward())
+    timed = _interleaved_seconds(runs, repeats, busy)
+    block_low, block_high, head_low, _, embed_overhead, update_overhead = timed[:6]
     (t1, _, _), (t2, _, _) = inputs
     f1, f2 = 3 * spec.layer_flops(t1), 3 * spec.layer_flops(t2)
     # The line through the two block times; a slope that noise made negative means FLOPs too few to see.
@@ -115,6 +122,8 @@ def measure_rates(
     overhead = max(block_low - f1 * seconds_per_flop, 0.0)
     head_flops = 3 * 2.0 * t1 * spec.hidden * spec.vocab
     head_overhead = max(head_low - head_flops * seconds_per_flop, 0.0)  # the small micro-batch: mostly fixed
+    ring_flops = 3 * 4.0 * spec.seq_len * spec.seq_len * spec.hidden / 2  # causal: half the scores
+    ring_overhead = max(timed[6] - ring_flops * seconds_per_flop, 0.0) / 3 if comm is not None else 0.0
     return Rates(
         1.0 / seconds_per_flop,
         overhead,
@@ -123,6 +132,7 @@ def measure_rates(
         embed_overhead=embed_overhead,
         head_overhead=head_overhead,
         update_overhead=update_overhead,
+        ring_overhead=ring_overhead,
     )
 
 
@@ -206,7 +216,14 @@ def _check_measuring(function: str, repeats: int = 1, cores: int | None = None, 
         raise ValueError(f"{function}(busy): expected seconds >= 0, got {busy!r}")
 
 
-_COMPUTE_COSTS = ("flops_per_second", "block_overhead", "embed_overhead", "head_overhead", "update_overhead")
+_COMPUTE_COSTS = (
+    "flops_per_second",
+    "block_overhead",
+    "embed_overhead",
+    "head_overhead",
+    "update_overhead",
+    "ring_overhead",
+)
 
 
 def _from_rank0(comm: Communicator, values: list[float]) -> list[float]:

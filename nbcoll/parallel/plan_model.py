@@ -7,6 +7,7 @@ Example::
 
     spec = ModelSpec(layers=4, hidden=64, seq_len=32, batch=16, heads=4, vocab=64)
     [str(layout) for layout in layouts(spec, 2)]      # ['dp=2 tp=1 pp=1 m=1', 'dp=1 tp=1 pp=2 m=1', ...]
+    layouts(spec, 2, long_sequences=True)              # ... and with cp=2, sp, recompute
 """
 
 from __future__ import annotations
@@ -63,13 +64,30 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Layout:
+    """How the ranks split the training: ``dp x tp x pp x cp`` ranks, ``chunks`` micro-batches in the pipeline,
+    sequence parallelism over tp (``sp``) and recomputation of every block (``recompute``).
+
+    Example::
+
+        str(Layout(2, 2, 1, 1)), str(Layout(1, 1, 1, 1, cp=4, recompute=True))
+        # ('dp=2 tp=2 pp=1 m=1', 'dp=1 tp=1 pp=1 m=1 cp=4 recompute')
+    """
+
     dp: int
     tp: int
     pp: int
     chunks: int
+    cp: int = 1
+    sp: bool = False
+    recompute: bool = False
+
+    @property
+    def ranks(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
 
     def __str__(self) -> str:
-        return f"dp={self.dp} tp={self.tp} pp={self.pp} m={self.chunks}"
+        extra = (f" cp={self.cp}" if self.cp > 1 else "") + (" sp" if self.sp else "")
+        return f"dp={self.dp} tp={self.tp} pp={self.pp} m={self.chunks}{extra}" + (" recompute" * self.recompute)
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,8 @@ class Rates:
     embed_overhead: float = 0.0  # seconds per micro-batch of the embedding, forward + backward (first stage)
     head_overhead: float = 0.0  # seconds per micro-batch of final norm, head and loss beyond their FLOPs (last stage)
     update_overhead: float = 0.0  # seconds per block of the optimizer step, once per training step
+    # seconds per query/key chunk pair that ring attention attends to, forward + backward, beyond its FLOPs
+    ring_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         rate_ok = _is_number(self.flops_per_second) and self.flops_per_second > 0
@@ -106,7 +126,15 @@ class Rates:
         _require(self, "link", link_ok, "alpha >= 0 seconds and beta > 0 bytes per second")
 
 
-_SECONDS = ("block_overhead", "call_latency", "partner_wait", "embed_overhead", "head_overhead", "update_overhead")
+_SECONDS = (
+    "block_overhead",
+    "call_latency",
+    "partner_wait",
+    "embed_overhead",
+    "head_overhead",
+    "update_overhead",
+    "ring_overhead",
+)
 """The fields of :class:`Rates` that are durations."""
 
 
@@ -124,20 +152,31 @@ def _require(owner: object, name: str, ok: bool, expected: str) -> None:
         raise ValueError(f"{type(owner).__name__}({name}): expected {expected}, got {getattr(owner, name)!r}")
 
 
-def layouts(spec: ModelSpec, ranks: int, max_chunks: int = 8) -> list[Layout]:
+def layouts(spec: ModelSpec, ranks: int, max_chunks: int = 8, long_sequences: bool = False) -> list[Layout]:
     """Every layout of ``ranks`` that divides the model: heads, MLP and vocabulary by tp, layers by pp, and the
-    batch by dp x micro-batches."""
+    batch by dp x micro-batches.
+
+    ``long_sequences`` adds the layouts of context parallelism (cp ranks, the sequence in ``2 cp`` zig-zag chunks
+    as causal ring attention takes it), sequence parallelism (with tp > 1, each cp rank's positions in tp parts)
+    and recomputation, each on and off: without it, only ``cp = 1`` and neither of the others."""
     found = []
-    for tp in range(1, ranks + 1):
-        for pp in range(1, ranks // tp + 1):
-            if ranks % (tp * pp):
-                continue
-            dp = ranks // (tp * pp)
-            if spec.heads % tp or spec.mlp % tp or spec.vocab % tp or spec.layers % pp or spec.batch % dp:
-                continue
-            for m in (1, 2, 4, 8, 16):
-                if m <= max_chunks and (spec.batch // dp) % m == 0 and (pp > 1 or m == 1):
-                    found.append(Layout(dp, tp, pp, m))
+    for cp in range(1, ranks + 1) if long_sequences else (1,):
+        if ranks % cp or spec.seq_len % (2 * cp) and cp > 1:
+            continue
+        for tp in range(1, ranks // cp + 1):
+            for pp in range(1, ranks // (cp * tp) + 1):
+                if ranks % (cp * tp * pp):
+                    continue
+                dp = ranks // (cp * tp * pp)
+                if spec.heads % tp or spec.mlp % tp or spec.vocab % tp or spec.layers % pp or spec.batch % dp:
+                    continue
+                sps = (False, True) if long_sequences and tp > 1 and (spec.seq_len // cp) % tp == 0 else (False,)
+                for m in (1, 2, 4, 8, 16):
+                    if not (m <= max_chunks and (spec.batch // dp) % m == 0 and (pp > 1 or m == 1)):
+                        continue
+                    for sp in sps:
+                        for recompute in (False, True) if long_sequences else (False,):
+                            found.append(Layout(dp, tp, pp, m, cp, sp, recompute))
     return found
 
 

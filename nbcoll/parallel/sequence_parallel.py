@@ -51,7 +51,7 @@ from nbcoll.parallel.tensor_parallel import (
     divide,
     load_full_state,
 )
-from nbcoll.parallel.tensor_parallel_transformer import ParallelAttention
+from nbcoll.parallel.tensor_parallel_attention import ParallelAttention
 from nbcoll.tensors import Tensor
 from nbcoll.tensors.function import Context, Function
 

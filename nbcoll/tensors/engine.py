@@ -8,6 +8,8 @@ Example::
 
     loss = ((w * x).sum() - 1.0) ** 2
     backward([loss])                    # what loss.backward() does; w.grad now holds d loss / d w
+
+This module also gives :class:`~nbcoll.tensors.tensor.Tensor` its ``backward`` method (:func:`tensor_backward`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll.kernels import elementwise
+from nbcoll import memory
+from nbcoll.kernels import combine, elementwise
 from nbcoll.tensors import arrays
 from nbcoll.tensors.function import Context
 from nbcoll.tensors.grad_mode import no_grad
@@ -103,13 +106,20 @@ def run_hooks(hooks: list[Any], grad: Any) -> Any:
     return grad
 
 
+def _add(a: Any, b: Any) -> Any:
+    """``a + b`` for two gradients of one tensor; bfloat16 and fp8 ones are added on their words, in float32."""
+    if a.dtype in memory.WORD_DTYPES:  # the elementwise kernels take NumPy's own dtypes only
+        return combine.combine_into("sum", memory.empty(tuple(a.shape), a.dtype), a, b)
+    return elementwise.binary("add", a, b)
+
+
 def _accumulate(leaf: Tensor, grad: Any) -> None:
     grad = run_hooks(leaf._hooks, grad)
     if leaf.grad is None:
         # A copy, so that two leaves never share one gradient buffer (e.g. both inputs of an add).
         leaf.grad = Tensor._from_array(arrays.copy(grad))
     else:
-        leaf.grad.data = elementwise.binary("add", leaf.grad.data, grad)
+        leaf.grad.data = _add(leaf.grad.data, grad)
     for hook in list(leaf._post_accumulate_grad_hooks):
         hook(leaf)
 
@@ -158,7 +168,7 @@ def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Any] | None = Non
 
     def send(node: Node, grad: Any) -> None:
         key = id(node)
-        pending[key] = grad if key not in pending else elementwise.binary("add", pending[key], grad)
+        pending[key] = grad if key not in pending else _add(pending[key], grad)
 
     with no_grad():
         for t, grad in zip(tensors, grad_tensors, strict=True):
@@ -177,3 +187,20 @@ def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Any] | None = Non
             for t, input_grad in zip(node.inputs, input_grads, strict=True):
                 if t is not None and t.requires_grad and input_grad is not None:
                     send(_node_of(t), input_grad)
+
+
+def tensor_backward(self: Tensor, grad: Any = None, retain_graph: bool = False) -> None:
+    """``t.backward()``: add d(t)/d(leaf) into ``.grad`` of every leaf ``t`` depends on.
+
+    ``grad`` is the gradient flowing into ``t``; it may be left out only when ``t`` has one element.
+
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([3.0], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad.numpy()                        # d(x^2)/dx = 2x
+    array([6.], dtype=float32)
+    """
+    backward([self], [grad], retain_graph=retain_graph)
+
+
+Tensor.backward = tensor_backward

@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -32,9 +32,7 @@ from nbcoll.kernels.low_precision import is_low_precision
 from nbcoll.tensors.autocast_state import active_autocast
 from nbcoll.tensors.dtypes import refuse_low_precision
 from nbcoll.tensors.grad_mode import is_grad_enabled
-
-if TYPE_CHECKING:
-    from nbcoll.tensors.tensor import Tensor
+from nbcoll.tensors.tensor import Tensor  # the core, which imports no operation: apply builds Tensors
 
 _sequence = itertools.count()  # numbers the nodes in the order forward records them
 
@@ -232,9 +230,6 @@ class Function:
         >>> y.numpy(), y.grad_fn
         (array([-1.], dtype=float32), <Negate node>)
         """
-        # Imported here because the Tensor module imports every op, and every op imports this module.
-        from nbcoll.tensors.tensor import Tensor
-
         policy = active_autocast()
         if policy is not None:  # the one autocast hook: the ops it lists get their arguments recast
             cls, args = policy.route(cls, args)

@@ -1,4 +1,4 @@
-"""The Tensor: a device array of the current backend, plus what autograd needs (grad, grad_fn, hooks).
+"""The Tensor's core: a device array of the current backend, plus what autograd needs (grad, grad_fn, hooks).
 
 Example::
 
@@ -10,16 +10,18 @@ Example::
     array([[2., 4.],
            [6., 8.]], dtype=float32)
 
-Every numeric operation runs a kernel launch function of ``nbcoll.kernels``; a Tensor method only checks its
-arguments, keeps the shape bookkeeping, and applies the matching ``Function`` of ``nbcoll.tensors.ops``. Those
-operators and methods are written in :mod:`nbcoll.tensors.methods` (arithmetic) and
-:mod:`nbcoll.tensors.shape_methods` (reshaping and indexing); this file holds the data, the gradient and the hooks.
+This file holds the data, the gradient, the hooks and the conversion of operands to one dtype; it imports no
+operation. Each operation is written in the module of its family in :mod:`nbcoll.tensors.ops` (its ``Function``,
+forward and backward side by side, then the Tensor method and the ``F.*`` form that apply it), and that module
+adds the method to this class (``Tensor.exp = exp``); :mod:`nbcoll.tensors` imports them all, so a Tensor always
+has every method. ``backward`` comes from :mod:`nbcoll.tensors.engine` and ``__dlpack__`` from
+:mod:`nbcoll.interop` in the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,10 +30,10 @@ from nbcoll.kernels.elementwise import binary
 from nbcoll.tensors import dtypes
 from nbcoll.tensors.arrays import from_host
 from nbcoll.tensors.autocast_state import active_autocast
-from nbcoll.tensors.function import Context
 from nbcoll.tensors.hook_handle import RemovableHandle
-from nbcoll.tensors.methods import TensorMethods
-from nbcoll.tensors.shape_methods import ShapeMethods
+
+if TYPE_CHECKING:
+    from nbcoll.tensors.function import Context
 
 
 def _host_data(data: Any, dtype: Any) -> np.ndarray:
@@ -44,7 +46,7 @@ def _host_data(data: Any, dtype: Any) -> np.ndarray:
     return np.asarray(host, dtype=dtype)
 
 
-class Tensor(TensorMethods, ShapeMethods):
+class Tensor:
     """An n-dimensional array on the current backend that can record the operations applied to it.
 
     Example::
@@ -62,6 +64,10 @@ class Tensor(TensorMethods, ShapeMethods):
 
     # NumPy operands (a float64 scalar * Tensor) defer to Tensor's reflected operators.
     __array_priority__ = 1000
+
+    # Tensors compare elementwise (ops/arithmetic.py), yet stay usable as dict keys and set members (optimizer
+    # state), by identity.
+    __hash__ = object.__hash__
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
         if isinstance(data, Tensor):
@@ -158,15 +164,31 @@ class Tensor(TensorMethods, ShapeMethods):
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
     @property
     def requires_grad(self) -> bool:
         """Whether operations on this tensor record a graph so that ``backward`` reaches it; set it on leaves only.
+
+        Floating tensors only: float16/32/64, and bfloat16 and fp8, whose gradient (of their dtype) comes back
+        through ``astype``.
 
         >>> import nbcoll
         >>> w = nbcoll.tensor([1.0])
         >>> w.requires_grad = True
         >>> (w * 2).requires_grad
         True
+        >>> b = nbcoll.tensor([1.0, 2.0]).astype(nbcoll.bfloat16)
+        >>> b.requires_grad = True
+        >>> (b.astype("float32") * 3).sum().backward()
+        >>> b.grad.dtype, b.grad.numpy().tolist()
+        (dtype(bfloat16), [3.0, 3.0])
         """
         return self._requires_grad
 
@@ -174,7 +196,7 @@ class Tensor(TensorMethods, ShapeMethods):
     def requires_grad(self, value: bool) -> None:
         if self.grad_fn is not None and not value:
             raise RuntimeError("requires_grad: only leaf tensors can stop requiring grad; use detach() instead")
-        if value and self.dtype.kind != "f":
+        if value and self.dtype.kind != "f" and self.dtype not in memory.WORD_DTYPES:  # bfloat16 and fp8 are floats
             raise TypeError(f"requires_grad: only floating tensors can require gradients, this one is {self.dtype}")
         self._requires_grad = bool(value)
 
@@ -201,23 +223,6 @@ class Tensor(TensorMethods, ShapeMethods):
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         host = self.numpy()
         return host if dtype is None else host.astype(dtype)
-
-    def __dlpack__(
-        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
-    ) -> Any:
-        """This tensor's memory as a DLPack capsule, not a copy: ``torch.from_dlpack(x)`` shares it (see
-        :mod:`nbcoll.interop`). Only the values go; a tensor that requires grad is refused, as PyTorch does."""
-        from nbcoll import interop  # imported here: interop builds on this module
-
-        if self.requires_grad:
-            raise BufferError("__dlpack__: this tensor requires grad and gradients do not travel; export x.detach()")
-        return interop.to_dlpack(self._data, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """``(device type, device id)`` of the memory: ``(1, 0)`` on the CPU (numpy, sim), ``(2, id)`` on a GPU."""
-        from nbcoll import interop
-
-        return interop.dlpack_device(self._data)
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number.
@@ -251,22 +256,6 @@ class Tensor(TensorMethods, ShapeMethods):
         return f"tensor({body}{extras})"
 
     # -- autograd ----------------------------------------------------------------------------------------------
-
-    def backward(self, grad: Any = None, retain_graph: bool = False) -> None:
-        """Add d(self)/d(leaf) into ``.grad`` of every leaf this tensor depends on.
-
-        ``grad`` is the gradient flowing into ``self``; it may be left out only when ``self`` has one element.
-
-        >>> import nbcoll
-        >>> x = nbcoll.tensor([3.0], requires_grad=True)
-        >>> (x * x).sum().backward()
-        >>> x.grad.numpy()                        # d(x^2)/dx = 2x
-        array([6.], dtype=float32)
-        """
-        # Imported here because the engine module imports this one.
-        from nbcoll.tensors.engine import backward
-
-        backward([self], [grad], retain_graph=retain_graph)
 
     def detach(self) -> Tensor:
         """A tensor with the same data and no graph: nothing flows back through it.

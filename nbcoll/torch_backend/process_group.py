@@ -44,6 +44,7 @@ import torch.distributed as dist
 
 from nbcoll.comm.communicator import Communicator
 from nbcoll.kernels import copy as copy_kernels
+from nbcoll.torch_backend.split_agreement import agree_on_sizes
 from nbcoll.torch_backend.tensors import Staged, as_array, reduce_op
 from nbcoll.torch_backend.work import NbcollWork, done
 
@@ -261,11 +262,18 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
         n = self.size()
         if not output_splits and not input_splits:
             return self._all_to_all_even(output, input)
-        # nbcoll's all_to_all has equal blocks: uneven ones are grouped sends and receives, whose refusal on one
-        # rank its peers meet as their receive's timeout, which names this rank
-        ins = _split_rows(input, input_splits, n, "input_split_sizes")
-        outs = _split_rows(output, output_splits, n, "output_split_sizes")
-        send, recv = as_array(input, "input"), as_array(output, "output")
+        # nbcoll's all_to_all has equal blocks: uneven ones are grouped sends and receives, whose sizes every rank
+        # agrees on first, so that a refusal on one rank is heard by all (split_agreement)
+        ins = outs = send = recv = refusal = None
+        try:
+            ins = _split_rows(input, input_splits, n, "input_split_sizes")
+            outs = _split_rows(output, output_splits, n, "output_split_sizes")
+            send, recv = as_array(input, "input"), as_array(output, "output")
+        except (TypeError, ValueError) as exc:
+            refusal = exc
+        sends = [b - a for a, b in ins] if refusal is None else []
+        recvs = [b - a for a, b in outs] if refusal is None else []
+        agree_on_sizes(self.comm, "all_to_all_single", sends, recvs, refusal)
         self._exchange([send.array[a:b] for a, b in ins], [recv.array[a:b] for a, b in outs])
         recv.write_back()
         return done("all_to_all", [output])
@@ -284,13 +292,19 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> NbcollWork:
         n = self.size()
-        if len(outputs) != n or len(inputs) != n:
-            raise ValueError(
-                f"nbcoll backend: all_to_all needs {n} input and {n} output tensors (one per rank), got "
-                f"{len(inputs)} and {len(outputs)}"
-            )
-        sends = [as_array(t, f"input_tensor_list[{p}]") for p, t in enumerate(inputs)]
-        recvs = [as_array(t, f"output_tensor_list[{p}]") for p, t in enumerate(outputs)]
+        sends = recvs = refusal = None
+        try:  # every rank agrees on the sizes first (split_agreement), so that a refusal here is heard by all
+            if len(outputs) != n or len(inputs) != n:
+                raise ValueError(
+                    f"nbcoll backend: all_to_all needs {n} input and {n} output tensors (one per rank), got "
+                    f"{len(inputs)} and {len(outputs)}"
+                )
+            sends = [as_array(t, f"input_tensor_list[{p}]") for p, t in enumerate(inputs)]
+            recvs = [as_array(t, f"output_tensor_list[{p}]") for p, t in enumerate(outputs)]
+        except (TypeError, ValueError) as exc:
+            refusal = exc
+        sizes = [[s.array.size for s in staged] if refusal is None else [] for staged in (sends, recvs)]
+        agree_on_sizes(self.comm, "all_to_all", *sizes, refusal)
         self._exchange([s.array for s in sends], [r.array for r in recvs])
         for r in recvs:
             r.write_back()
@@ -299,12 +313,7 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
     def _exchange(self, sends: list[Any], recvs: list[Any]) -> None:
         """Block ``p`` of ``sends`` to rank ``p``, block ``p`` of ``recvs`` from it: one group of sends and
         receives (no pair can deadlock), this rank's own block copied."""
-        me = self.rank()
-        if recvs[me].size != sends[me].size:
-            raise ValueError(
-                f"nbcoll backend: all_to_all: this rank sends itself {sends[me].size} elements but expects "
-                f"{recvs[me].size}"
-            )
+        me = self.rank()  # the sizes are agreed (agree_on_sizes): every pair matches, this rank's own block too
         if sends[me].size:
             copy_kernels.copy(recvs[me], sends[me])
         with self.comm.group():
@@ -317,18 +326,15 @@ class ProcessGroupNbcoll(dist.ProcessGroup):
     # -- point to point and barrier -----------------------------------------------------------------------------
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> NbcollWork:
-        _no_tag(tag)
-        for t in tensors:
-            self.comm.send(as_array(t, "tensor").array, dst)
-        return done("send", tensors)
+        _no_tag(tag)  # dist.isend returns this Work at once; dist.send waits on it
+        pending = [self.comm.isend(as_array(t, "tensor").array, dst) for t in tensors]
+        return NbcollWork("send", pending, _nothing, tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> NbcollWork:
         _no_tag(tag)
-        for t in tensors:
-            staged = as_array(t, "tensor")
-            self.comm.recv(staged.array, src)
-            staged.write_back()
-        return done("recv", tensors)
+        staged = [as_array(t, "tensor") for t in tensors]
+        pending = [self.comm.irecv(s.array, src) for s in staged]
+        return NbcollWork("recv", pending, _finish_all(staged), tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> NbcollWork:
         raise ValueError("nbcoll backend: recv without src (any source) is not supported; name the sending rank")

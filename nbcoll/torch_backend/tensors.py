@@ -34,8 +34,14 @@ DTYPES = {
     torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.uint32: np.uint32,
     torch.int64: np.int64, torch.uint64: np.uint64, torch.float16: np.float16, torch.float32: np.float32,
     torch.float64: np.float64, torch.bool: np.bool_,
+    torch.bfloat16: memory.bfloat16, torch.float8_e4m3fn: memory.float8_e4m3fn, torch.float8_e5m2: memory.float8_e5m2,
 }  # fmt: skip
-"""The torch dtypes nbcoll moves, and their NumPy dtype (``bool`` is moved, never reduced)."""
+"""The torch dtypes nbcoll moves, and their NumPy dtype (``bool`` is moved, never reduced; the low-precision ones
+are ``ml_dtypes``' types, as nbcoll's own arrays hold them)."""
+
+WORDS = {torch.bfloat16: torch.uint16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+"""torch cannot hand a low-precision tensor to NumPy or ``__cuda_array_interface__``: its memory is handed over as
+these unsigned words instead, and viewed back as the ``ml_dtypes`` type, still without a copy."""
 
 
 def reduce_op(op: Any) -> str:
@@ -76,10 +82,12 @@ def numpy_dtype(tensor: torch.Tensor, arg: str, reduced: bool = False) -> np.dty
 
     >>> numpy_dtype(torch.zeros(2, dtype=torch.float16), "tensor")
     dtype('float16')
-    >>> numpy_dtype(torch.zeros(2, dtype=torch.bfloat16), "tensor")  # doctest: +ELLIPSIS
+    >>> numpy_dtype(torch.zeros(2, dtype=torch.bfloat16), "tensor")
+    dtype(bfloat16)
+    >>> numpy_dtype(torch.zeros(2, dtype=torch.cfloat), "tensor")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    TypeError: nbcoll backend: tensor has dtype torch.bfloat16, which nbcoll does not support; expected one of int8, ...
+    TypeError: nbcoll backend: tensor has dtype torch.complex64, which nbcoll does not support; expected one of ...
     """
     found = DTYPES.get(tensor.dtype)
     if found is None or (reduced and found is np.bool_):
@@ -104,10 +112,11 @@ def as_array(tensor: torch.Tensor, arg: str, reduced: bool = False) -> Staged:
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"nbcoll backend: {arg}: expected a torch.Tensor, got {type(tensor).__name__}")
-    numpy_dtype(tensor, arg, reduced)
+    dtype = numpy_dtype(tensor, arg, reduced)
     current = backend.get_backend()
     source = tensor.detach()
     contiguous = source if source.is_contiguous() else source.contiguous()
+    words = contiguous.view(WORDS[tensor.dtype]) if tensor.dtype in WORDS else contiguous
     if tensor.device.type == "cuda":
         if current != "cuda":
             raise RuntimeError(
@@ -115,11 +124,11 @@ def as_array(tensor: torch.Tensor, arg: str, reduced: bool = False) -> Staged:
                 "NBCOLL_BACKEND=cuda (or pass CPU tensors)"
             )
         torch.cuda.current_stream(tensor.device).synchronize()  # torch's pending kernels have written it
-        array = memory.as_device_array(contiguous, arg).reshape(contiguous.numel())
+        array = memory.as_device_array(words, arg).reshape(contiguous.numel()).view(dtype)
         # nbcoll's kernels run on nbcoll's stream: done before torch reads the tensor on its own
         return Staged(tensor, array, lambda: (memory.synchronize(), _copy_into(tensor, contiguous)))
     elif tensor.device.type == "cpu":
-        array = contiguous.numpy().reshape(-1)
+        array = words.numpy().reshape(-1).view(dtype)
         if current != "numpy":
             host, array = array, memory.to_device(array)
             return Staged(tensor, array, lambda: (_copy_host(host, array), _copy_into(tensor, contiguous)))

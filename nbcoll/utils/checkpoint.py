@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from nbcoll import memory, seed
-from nbcoll.functional_shape import concat
+from nbcoll.functional import concat
 from nbcoll.nn.module import Module
 from nbcoll.tensors import Tensor, enable_grad, is_grad_enabled, no_grad
 from nbcoll.tensors.engine import backward

@@ -54,7 +54,7 @@ WINDOW_BYTES = 256
 
 def buffsize_for_windows(nranks: int) -> int:
     """The ``NBCOLL_BUFFSIZE`` that gives ``nranks`` ranks windows of :data:`WINDOW_BYTES` (a window holds it for
-    every two ranks: :func:`~nbcoll.comm.algorithms.direct.window_bytes`)."""
+    every two ranks: :func:`~nbcoll.comm.protocol_direct.window_bytes`)."""
     buffsize = WINDOW_BYTES // ((nranks + 1) // 2)
     assert direct.window_bytes(buffsize, nranks) == WINDOW_BYTES, nranks
     return buffsize

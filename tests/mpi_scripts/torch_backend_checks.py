@@ -183,11 +183,14 @@ def check_refusals_and_groups(n: int, rank: int) -> int:
     else:
         raise AssertionError("ReduceOp.BAND was not refused")
     try:
-        dist.all_reduce(torch.ones(3, dtype=torch.bfloat16))
+        dist.all_reduce(torch.ones(3, dtype=torch.int16))
     except TypeError as exc:
-        assert "torch.bfloat16" in str(exc), exc
+        assert "torch.int16" in str(exc), exc
     else:
-        raise AssertionError("bfloat16 was not refused")
+        raise AssertionError("int16 was not refused")
+    low = torch.full((5,), 1.5, dtype=torch.bfloat16)  # reduced in float32, rounded once a step
+    dist.all_reduce(low)
+    assert low.float().tolist() == [1.5 * n] * 5, low
     # new_group: every rank calls it for both groups; only members build (and use) a communicator.
     evens, odds = list(range(0, n, 2)), list(range(1, n, 2))
     groups = {tuple(ranks): dist.new_group(ranks) for ranks in (evens, odds)}

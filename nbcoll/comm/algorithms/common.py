@@ -13,6 +13,10 @@ Every step moves at most one chunk of ``ctx.chunk_elems`` elements (one FIFO slo
 FIFO and wait for a neighbour that is itself waiting: the deadlock-freedom argument is per step, as in NCCL,
 where each loop iteration moves at most a slice of the buffer.
 
+A one-shot algorithm binds its primitives with ``ctx.one_shot`` instead, to every peer at once, in the protocol
+the plan chose (FIFOs, the direct windows or LL lines: :mod:`nbcoll.comm.protocol_simple`); each of its calls
+returns the steps it takes in that protocol, which the algorithm yields with ``yield from``.
+
 Channels, as NCCL's: a communicator joins every pair of ranks by ``NBCOLL_NCHANNELS`` connections. An algorithm
 that can be split runs once per channel, each run on its own connections and its own part of the buffer,
 ``ctx.part(lo, hi)``; the progress loop interleaves the steps of all the runs, so that one channel moves while
@@ -28,6 +32,7 @@ from typing import Any
 
 from nbcoll import memory
 from nbcoll.comm.primitives import PostOp, Prims, Step
+from nbcoll.comm.protocol_simple import OneShot, SimpleProtocol
 
 Span = tuple[int, int]
 
@@ -85,6 +90,9 @@ class Context:
     nchannels: int = 1  # how many channels the collective is split across
     call: str = ""  # the collective and its algorithm, "all_gather (direct)": what a step's own errors name
     copies: Any = None  # a CopyPolicy (nbcoll.comm.copy_policy), where a CPU fast path streams some copies
+    # what carries a one-shot call's primitives, chosen once by the plan: FIFOs, the windows (DirectProtocol) or
+    # the LL lines (LLProtocol); see nbcoll.comm.protocol_simple
+    protocol: type[OneShot] = SimpleProtocol
 
     def part(self, lo: int, hi: int) -> Span:
         """This channel's part of ``[lo, hi)``: the channels cut it into near-equal consecutive blocks.
@@ -124,6 +132,12 @@ class Context:
             call=self.call,
             copies=self.copies,
         )
+
+    def one_shot(self, local: Any, out: Any, count: int, **shape: Any) -> OneShot:
+        """The primitives of a one-shot collective of ``count`` elements per block, in the protocol the plan chose
+        (:mod:`nbcoll.comm.protocol_simple`): bound to ``local``, ``out`` and every peer, its rounds numbered now.
+        ``shape``: ``in_block``, ``out_block``, ``op``, ``post``, ``root``, ``piece_bytes``."""
+        return self.protocol(self, local, out, count, **shape)
 
 
 def single_rank(ctx: Context, pairs: list[tuple[Any, Any]]) -> Iterator[Step]:

@@ -5,8 +5,9 @@
     cols = im2col(x)          dx = col2im(dcols)                  (every window tap sends its gradient home)
     y, argmax = maxpool(x)    dx = zeros;  dx.flat[argmax] += dy  (only each window's maximum gets gradient)
 
-A convolution is then ``weight.reshape(O, -1) @ im2col(x)``: the product's own backward gives the weight's
-gradient, and Im2Col's backward the input's.
+The kernels are :mod:`nbcoll.kernels.im2col`'s and :mod:`nbcoll.kernels.pool`'s. A convolution is then
+``weight.reshape(O, -1) @ im2col(x)``: the product's own backward gives the weight's gradient, and Im2Col's
+backward the input's. These Functions have no Tensor method: ``nbcoll.nn.Conv2d`` and ``MaxPool2d`` apply them.
 
 Example::
 

@@ -1,13 +1,22 @@
-"""Elementwise operations and their derivatives, with NumPy broadcasting.
+"""Elementwise math of one tensor: exp, log, sqrt, tanh, sigmoid, relu, abs and gelu, with their derivatives.
 
-Each backward multiplies the incoming gradient by the local derivative, then sums it back to the input's shape
-where broadcasting stretched the input (``unbroadcast``)::
+Each Function's backward multiplies the incoming gradient by the local derivative, often from the saved output::
 
-    y = a * b        da = unbroadcast(dy * b, a.shape)     db = unbroadcast(dy * a, b.shape)
+    y = exp(x)       dx = dy * y
+    y = tanh(x)      dx = dy * (1 - y**2)
+
+The kernels are :mod:`nbcoll.kernels.elementwise`'s ``unary``, ``binary`` and ``where``. After each Function
+comes the function that applies it, which is both the Tensor method and the ``F.*`` form (``x.exp()`` and
+``F.exp(x)`` are one function, :func:`exp`). ``erf`` is in :mod:`nbcoll.tensors.ops.special`.
 
 Example::
 
-    y = Mul.apply(a, b)          # what a * b does for two Tensors
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([0.0, 1.0], requires_grad=True)
+    >>> y = Exp.apply(x)                          # what x.exp() does
+    >>> y.sum().backward()
+    >>> x.grad.numpy()
+    array([1.      , 2.718282], dtype=float32)
 """
 
 from __future__ import annotations
@@ -15,122 +24,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nbcoll.kernels.copy import cast
 from nbcoll.kernels.elementwise import binary, unary, where
-from nbcoll.tensors.arrays import scalar, unbroadcast
+from nbcoll.tensors.arrays import scalar
 from nbcoll.tensors.function import Context, Function
-
-
-def _shapes(ctx: Context, a: Any, b: Any) -> None:
-    ctx.a_shape, ctx.b_shape = tuple(a.shape), tuple(b.shape)
-
-
-class Add(Function):
-    """``for i: y[i] = a[i] + b[i]``"""
-
-    @staticmethod
-    def forward(ctx: Context, a: Any, b: Any) -> Any:
-        _shapes(ctx, a, b)
-        return binary("add", a, b)
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
-        return unbroadcast(dy, ctx.a_shape), unbroadcast(dy, ctx.b_shape)
-
-
-class Sub(Function):
-    """``for i: y[i] = a[i] - b[i]``"""
-
-    @staticmethod
-    def forward(ctx: Context, a: Any, b: Any) -> Any:
-        _shapes(ctx, a, b)
-        return binary("sub", a, b)
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
-        db = unbroadcast(unary("neg", dy), ctx.b_shape) if ctx.needs_input_grad[1] else None
-        return unbroadcast(dy, ctx.a_shape), db
-
-
-class Mul(Function):
-    """``for i: y[i] = a[i] * b[i]``"""
-
-    @staticmethod
-    def forward(ctx: Context, a: Any, b: Any) -> Any:
-        _shapes(ctx, a, b)
-        ctx.save_for_backward(a, b)
-        return binary("mul", a, b)
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
-        a, b = ctx.saved_tensors
-        da = unbroadcast(binary("mul", dy, b), ctx.a_shape) if ctx.needs_input_grad[0] else None
-        db = unbroadcast(binary("mul", dy, a), ctx.b_shape) if ctx.needs_input_grad[1] else None
-        return da, db
-
-
-class Div(Function):
-    """``for i: y[i] = a[i] / b[i]``; da = dy / b, db = -dy * a / b**2 = -dy * y / b"""
-
-    @staticmethod
-    def forward(ctx: Context, a: Any, b: Any) -> Any:
-        _shapes(ctx, a, b)
-        y = binary("div", a, b)
-        ctx.save_for_backward(b, y)
-        return y
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
-        b, y = ctx.saved_tensors
-        da = db = None
-        if ctx.needs_input_grad[0]:
-            da = unbroadcast(binary("div", dy, b), ctx.a_shape)
-        if ctx.needs_input_grad[1]:
-            db = unbroadcast(unary("neg", binary("div", binary("mul", dy, y), b)), ctx.b_shape)
-        return da, db
-
-
-class Pow(Function):
-    """``for i: y[i] = a[i] ** b[i]``; da = dy * b * a**(b-1), db = dy * y * log(a)
-
-    As PyTorch: da is 0 wherever b == 0 (the derivative of the constant a**0, though 0 * 0**-1 is NaN), and db is
-    0 wherever a == 0 and b >= 0 (y is 0 or 1 there and does not move with b, though log(0) is -inf).
-    """
-
-    @staticmethod
-    def forward(ctx: Context, a: Any, b: Any) -> Any:
-        _shapes(ctx, a, b)
-        y = binary("pow", a, b)
-        ctx.save_for_backward(a, b, y)
-        return y
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, Any]:
-        a, b, y = ctx.saved_tensors
-        da = db = None
-        zero = scalar(0, dy.dtype)
-        if ctx.needs_input_grad[0]:
-            b_minus_one = binary("sub", b, scalar(1, b.dtype))
-            local = where(binary("eq", b, zero), zero, binary("mul", b, binary("pow", a, b_minus_one)))
-            da = unbroadcast(binary("mul", dy, local), ctx.a_shape)
-        if ctx.needs_input_grad[1]:
-            # Only the exponent's gradient needs log(a), so a constant exponent works for negative bases too.
-            local = binary("mul", y, unary("log", a))
-            constant = where(binary("eq", a, zero), binary("ge", b, zero), scalar(False, "bool"))
-            db = unbroadcast(binary("mul", dy, where(constant, zero, local)), ctx.b_shape)
-        return da, db
-
-
-class Neg(Function):
-    """``for i: y[i] = -x[i]``"""
-
-    @staticmethod
-    def forward(ctx: Context, x: Any) -> Any:
-        return unary("neg", x)
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> Any:
-        return unary("neg", dy)
+from nbcoll.tensors.tensor import Tensor
 
 
 class Exp(Function):
@@ -148,6 +45,18 @@ class Exp(Function):
         return binary("mul", dy, y)
 
 
+def exp(x: Tensor) -> Tensor:
+    """``for i: y[i] = exp(x[i])``: ``x.exp()`` or ``F.exp(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.exp(nbcoll.tensor([0.0, 1.0])).numpy()
+    array([1.      , 2.718282], dtype=float32)
+    >>> nbcoll.tensor([0.0]).exp().numpy()
+    array([1.], dtype=float32)
+    """
+    return Exp.apply(x)
+
+
 class Log(Function):
     """``for i: y[i] = log(x[i])``; dx = dy / x"""
 
@@ -160,6 +69,18 @@ class Log(Function):
     def backward(ctx: Context, dy: Any) -> Any:
         (x,) = ctx.saved_tensors
         return binary("div", dy, x)
+
+
+def log(x: Tensor) -> Tensor:
+    """``for i: y[i] = log(x[i])``, the natural logarithm: ``x.log()`` or ``F.log(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.log(nbcoll.tensor([1.0, 100.0])).numpy()
+    array([0.       , 4.6051702], dtype=float32)
+    >>> nbcoll.tensor([1.0]).log().numpy()
+    array([0.], dtype=float32)
+    """
+    return Log.apply(x)
 
 
 class Sqrt(Function):
@@ -177,6 +98,18 @@ class Sqrt(Function):
         return binary("div", dy, binary("add", y, y))
 
 
+def sqrt(x: Tensor) -> Tensor:
+    """``for i: y[i] = sqrt(x[i])``: ``x.sqrt()`` or ``F.sqrt(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.sqrt(nbcoll.tensor([4.0, 9.0])).numpy()
+    array([2., 3.], dtype=float32)
+    >>> nbcoll.tensor([4.0, 16.0]).sqrt().numpy()
+    array([2., 4.], dtype=float32)
+    """
+    return Sqrt.apply(x)
+
+
 class Tanh(Function):
     """``for i: y[i] = tanh(x[i])``; dx = dy * (1 - y**2)"""
 
@@ -190,6 +123,18 @@ class Tanh(Function):
     def backward(ctx: Context, dy: Any) -> Any:
         (y,) = ctx.saved_tensors
         return binary("mul", dy, binary("sub", scalar(1, y.dtype), binary("mul", y, y)))
+
+
+def tanh(x: Tensor) -> Tensor:
+    """``for i: y[i] = tanh(x[i])``: ``x.tanh()`` or ``F.tanh(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.tanh(nbcoll.tensor([0.0, 1.0])).numpy()
+    array([0.       , 0.7615942], dtype=float32)
+    >>> nbcoll.tensor([0.0]).tanh().numpy()
+    array([0.], dtype=float32)
+    """
+    return Tanh.apply(x)
 
 
 class Sigmoid(Function):
@@ -207,6 +152,18 @@ class Sigmoid(Function):
         return binary("mul", dy, binary("mul", y, binary("sub", scalar(1, y.dtype), y)))
 
 
+def sigmoid(x: Tensor) -> Tensor:
+    """``for i: y[i] = 1 / (1 + exp(-x[i]))``: ``x.sigmoid()`` or ``F.sigmoid(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.sigmoid(nbcoll.tensor([0.0, 2.0])).numpy()
+    array([0.5       , 0.88079715], dtype=float32)
+    >>> nbcoll.tensor([0.0]).sigmoid().numpy()
+    array([0.5], dtype=float32)
+    """
+    return Sigmoid.apply(x)
+
+
 class Relu(Function):
     """``for i: y[i] = max(x[i], 0)``; dx = dy where x > 0, else 0"""
 
@@ -220,6 +177,18 @@ class Relu(Function):
         (x,) = ctx.saved_tensors
         zero = scalar(0, dy.dtype)
         return where(binary("gt", x, scalar(0, x.dtype)), dy, zero)
+
+
+def relu(x: Tensor) -> Tensor:
+    """``for i: y[i] = max(x[i], 0)``: ``x.relu()`` or ``F.relu(x)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.relu(nbcoll.tensor([-1.0, 2.0])).numpy()
+    array([0., 2.], dtype=float32)
+    >>> nbcoll.tensor([-1.0, 3.0]).relu().numpy()
+    array([0., 3.], dtype=float32)
+    """
+    return Relu.apply(x)
 
 
 class Abs(Function):
@@ -238,26 +207,37 @@ class Abs(Function):
         return where(binary("gt", x, zero), dy, negative_side)
 
 
-class Cast(Function):
-    """``for i: y[i] = dtype(x[i])``; the gradient is cast back to x's dtype."""
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - NumPy's name
+    """``for i: y[i] = |x[i]|``; the gradient at 0 is 0: ``x.abs()`` or ``F.abs(x)``.
 
-    @staticmethod
-    def forward(ctx: Context, x: Any, dtype: Any) -> Any:
-        ctx.x_dtype = x.dtype
-        return cast(x, dtype)
-
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, None]:
-        return cast(dy, ctx.x_dtype), None
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.abs(nbcoll.tensor([-1.5, 2.0])).numpy()
+    array([1.5, 2. ], dtype=float32)
+    >>> nbcoll.tensor([-2.0, 1.0]).abs().numpy()
+    array([2., 1.], dtype=float32)
+    """
+    return Abs.apply(x)
 
 
 GELU_SCALE = math.sqrt(2.0 / math.pi)
 
 
-def gelu(x: Any) -> Any:
-    """``gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`` (the tanh form of GELU).
+def gelu(x: Tensor) -> Tensor:
+    """GELU in its tanh form (PyTorch's ``approximate="tanh"``): ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715
+    * x**3)))``, within about 1e-3 of the erf form: ``x.gelu()`` or ``F.gelu(x)``.
 
     Written with Tensor operations, so its backward is the chain of theirs: no derivative to write by hand.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.gelu(nbcoll.tensor([-1.0, 0.0, 1.0])).numpy()
+    array([-0.158808,  0.      ,  0.841192], dtype=float32)
+    >>> nbcoll.tensor([0.0, 1.0]).gelu().numpy()
+    array([0.      , 0.841192], dtype=float32)
     """
     inner = (x + 0.044715 * x * x * x) * GELU_SCALE
     return 0.5 * x * (inner.tanh() + 1.0)
+
+
+# The Tensor methods of this module (x.exp() is exp(x)).
+Tensor.exp, Tensor.log, Tensor.sqrt, Tensor.tanh = exp, log, sqrt, tanh
+Tensor.sigmoid, Tensor.relu, Tensor.abs, Tensor.gelu = sigmoid, relu, abs, gelu

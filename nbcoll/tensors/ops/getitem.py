@@ -13,7 +13,8 @@ beside them) broadcast together to one shape ``B``. The axes they index are made
 if they are not, then reshaped), and one ``index_select`` of the flat positions reads ``B`` of them, so the
 backward is index_select's scatter-add: ``dx = zeros; dx[positions[j]] += dy[j]``, where a position picked twice
 receives both gradients. As in NumPy, ``B``'s axes stand where the advanced entries stood when those are next to
-each other, and in front when they are not.
+each other, and in front when they are not. The Functions are those of :mod:`nbcoll.tensors.ops.shape` and
+:mod:`nbcoll.tensors.ops.indexing`; this module gives Tensor its ``__getitem__``.
 
 Example::
 
@@ -35,15 +36,15 @@ import numpy as np
 
 from nbcoll import memory
 from nbcoll.tensors.arrays import from_host
-from nbcoll.tensors.ops.shape import IndexSelect, Permute, Reshape
+from nbcoll.tensors.ops.indexing import IndexSelect
+from nbcoll.tensors.ops.shape import Permute, Reshape
+from nbcoll.tensors.tensor import Tensor
 
 KEY_ENTRIES = "integers, slices, '...', None, integer arrays and boolean masks"
 
 
 def _entry(k: Any) -> Any:
     """One entry of a key as ``None``, ``...``, a slice, an int, or a NumPy array of int64 or bool (advanced)."""
-    from nbcoll.tensors.tensor import Tensor
-
     if k is None or k is Ellipsis or isinstance(k, slice):
         return k
     if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
@@ -87,8 +88,9 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
     return entries[:at] + fill + entries[at + 1 :]
 
 
-def getitem(x: Any, key: Any) -> Any:
-    """``x[key]`` as a new Tensor, for every key of :data:`KEY_ENTRIES`; see the module's description."""
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """``x[key]`` (``Tensor.__getitem__``) as a new Tensor, for every key of :data:`KEY_ENTRIES`; see the module's
+    description."""
     entries = _expand_key(key, x.ndim)
     if not any(isinstance(k, np.ndarray) for k in entries):
         return _basic(x, entries)
@@ -169,3 +171,6 @@ def _pick(y: Any, picks: list[tuple[int, np.ndarray]]) -> Any:
     merged = Reshape.apply(y, (*before, int(np.prod(sizes)), *after))
     picked = IndexSelect.apply(merged, first, from_host(flat.reshape(-1).astype(np.int64)))
     return Reshape.apply(picked, (*before, *positions[0].shape, *after))
+
+
+Tensor.__getitem__ = getitem

@@ -10,10 +10,16 @@
 Each piece's backward pads its gradient to x's whole shape, so splitting into n pieces costs n copies of x's
 size in backward: cheap for the few pieces of q, k, v or of an LSTM's gates.
 
+The kernels are :mod:`nbcoll.kernels.concat`'s. After the Functions come :func:`concat` and :func:`stack`
+(``F.concat``, ``F.stack``) and :func:`split`, both ``x.split`` and ``F.split``.
+
 Example::
 
-    q, k, v = split(qkv, 3, axis=-1)              # three equal pieces
-    h = concat([forward_h, backward_h], axis=-1)
+    >>> import nbcoll, nbcoll.functional as F
+    >>> qkv = nbcoll.tensor([[1.0, 2.0, 3.0]])
+    >>> q, k, v = F.split(qkv, 3, axis=-1)              # three equal pieces
+    >>> F.concat([q, v], axis=-1).numpy()
+    array([[1., 3.]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 
 from nbcoll.kernels import concat as concat_kernels
 from nbcoll.tensors.function import Context, Function
+from nbcoll.tensors.tensor import Tensor
 
 
 class Concat(Function):
@@ -60,9 +67,7 @@ def _axis(axis: Any, ndim: int, arg: str = "axis") -> int:
     return int(axis) % ndim
 
 
-def _check_tensors(tensors: Any, name: str) -> list[Any]:
-    from nbcoll.tensors.tensor import Tensor
-
+def _check_tensors(tensors: Any, name: str) -> list[Tensor]:
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError(f"{name}: expected a non-empty list or tuple of Tensors, got {tensors!r}")
     for k, t in enumerate(tensors):
@@ -73,8 +78,14 @@ def _check_tensors(tensors: Any, name: str) -> list[Any]:
     return list(tensors)
 
 
-def concat(tensors: Sequence[Any], axis: int = 0) -> Any:
-    """Join tensors of one dtype and ndim (>= 1) along ``axis``; their other dimensions must be equal."""
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """``np.concatenate`` (``F.concat``): join tensors of one dtype and ndim (>= 1) along ``axis``; their other
+    dimensions must be equal. The backward splits the gradient back.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.concat([nbcoll.tensor([1.0]), nbcoll.tensor([2.0, 3.0])]).numpy()
+    array([1., 2., 3.], dtype=float32)
+    """
     tensors = _check_tensors(tensors, "concat")
     if tensors[0].ndim == 0:
         raise ValueError("concat: 0-d tensors cannot be concatenated; use stack")
@@ -89,8 +100,14 @@ def concat(tensors: Sequence[Any], axis: int = 0) -> Any:
     return Concat.apply(axis, *tensors)
 
 
-def stack(tensors: Sequence[Any], axis: int = 0) -> Any:
-    """Join tensors of one shape along a new axis ``axis`` (``-1`` is a new last axis)."""
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """``np.stack`` (``F.stack``): join tensors of one shape along a new axis ``axis`` (``-1`` is a new last axis).
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.stack([nbcoll.tensor([1.0, 2.0]), nbcoll.tensor([3.0, 4.0])], axis=1).numpy()
+    array([[1., 3.],
+           [2., 4.]], dtype=float32)
+    """
     tensors = _check_tensors(tensors, "stack")
     shape = tensors[0].shape
     for k, t in enumerate(tensors):
@@ -101,9 +118,18 @@ def stack(tensors: Sequence[Any], axis: int = 0) -> Any:
     return concat([t.reshape(with_axis) for t in tensors], axis)
 
 
-def split(x: Any, sizes_or_sections: int | Sequence[int], axis: int = 0) -> tuple[Any, ...]:
-    """Cut ``x`` along ``axis``: a list gives the pieces' lengths (adding up to ``x.shape[axis]``), an int ``n``
-    cuts it into ``n`` pieces of equal length (which must divide it, as ``np.split`` requires)."""
+def split(x: Tensor, sizes_or_sections: int | Sequence[int], axis: int = 0) -> tuple[Tensor, ...]:
+    """Cut ``x`` along ``axis`` into a tuple of Tensors: a list gives the pieces' lengths (adding up to
+    ``x.shape[axis]``), an int ``n`` cuts it into ``n`` pieces of equal length (which must divide it, as
+    ``np.split`` requires). Each piece has its own gradient, which lands in its slice of ``x.grad``.
+    ``x.split(...)`` or ``F.split(x, ...)``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> [piece.numpy() for piece in F.split(nbcoll.tensor([1.0, 2.0, 3.0]), [1, 2])]
+    [array([1.], dtype=float32), array([2., 3.], dtype=float32)]
+    >>> [piece.tolist() for piece in nbcoll.tensor([1.0, 2.0, 3.0, 4.0]).split(2)]
+    [[1.0, 2.0], [3.0, 4.0]]
+    """
     if x.ndim == 0:
         raise ValueError("split: a 0-d tensor cannot be split")
     axis = _axis(axis, x.ndim)
@@ -127,3 +153,6 @@ def split(x: Any, sizes_or_sections: int | Sequence[int], axis: int = 0) -> tupl
         pieces.append(Narrow.apply(x, axis, start, size))
         start += size
     return tuple(pieces)
+
+
+Tensor.split = split

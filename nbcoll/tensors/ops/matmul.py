@@ -8,9 +8,17 @@ For ``y = a @ b`` with ``a`` (..., M, K) and ``b`` (..., K, N)::
 One-dimensional operands are promoted as NumPy does (a vector on the left is a row, on the right a column) by
 reshapes around the product, so their gradients come out as vectors again.
 
+The kernels are :mod:`nbcoll.kernels.matmul`'s ``matmul`` and :mod:`nbcoll.kernels.transpose`'s ``transpose``.
+This module gives Tensor its ``@`` (``__matmul__`` and ``__rmatmul__``) and holds ``F.matmul``.
+
 Example::
 
-    y = matmul(a, b)                 # a, b Tensors; the same as a @ b
+    >>> import nbcoll, nbcoll.functional as F
+    >>> a = nbcoll.tensor([[1.0, 2.0]], requires_grad=True)
+    >>> y = MatMul.apply(a, nbcoll.tensor([[3.0], [4.0]]))      # what a @ b does for 2-D operands
+    >>> y.backward(nbcoll.tensor([[1.0]]))
+    >>> y.numpy(), a.grad.numpy()
+    (array([[11.]], dtype=float32), array([[3., 4.]], dtype=float32))
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from nbcoll.kernels import matmul as matmul_kernels
 from nbcoll.kernels.transpose import transpose
 from nbcoll.tensors.arrays import unbroadcast
 from nbcoll.tensors.function import Context, Function
+from nbcoll.tensors.tensor import Tensor, tensor
 
 
 class MatMul(Function):
@@ -40,8 +49,8 @@ class MatMul(Function):
         return da, db
 
 
-def matmul(a: Any, b: Any) -> Any:
-    """NumPy's ``a @ b`` on Tensors, 1-D operands included."""
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    """NumPy's ``a @ b`` on Tensors of one dtype, 1-D operands included: they become matrices around MatMul."""
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
             f"matmul: operands must have at least one dimension, got a.shape={a.shape} and b.shape={b.shape}"
@@ -56,3 +65,26 @@ def matmul(a: Any, b: Any) -> Any:
     if b.ndim == 1:
         return y.reshape(y.shape[:-1])
     return y
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """NumPy's ``a @ b``: batch dimensions broadcast, 1-D operands are promoted then squeezed (``F.matmul``).
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.matmul(nbcoll.tensor([[1.0, 2.0]]), nbcoll.tensor([[3.0], [4.0]])).numpy()
+    array([[11.]], dtype=float32)
+    """
+    a = a if isinstance(a, Tensor) else tensor(a)
+    return _matmul(*a._operands(b))
+
+
+def _operator(self: Tensor, other: Any) -> Tensor:
+    return _matmul(*self._operands(other))
+
+
+def _reflected(self: Tensor, other: Any) -> Tensor:
+    a, b = self._operands(other)
+    return _matmul(b, a)
+
+
+Tensor.__matmul__, Tensor.__rmatmul__ = _operator, _reflected

@@ -1,16 +1,21 @@
-"""Operations that move elements without changing them: reshape, permute and index_select.
+"""Views of the same elements in another shape or axis order: reshape, flatten, transpose, permute and ``.T``.
 
 Their backward moves the gradient back the same way::
 
     y = x.reshape(s)            dx = dy.reshape(x.shape)
     y = x.transpose(axes)       dx = dy.transpose(inverse of axes)
-    y = index_select(x, d, i)   dx = zeros(x.shape), then dx[.., i[j], ..] += dy[.., j, ..]   (along axis d)
 
-Indexing, ``x[key]``, is made of them (:mod:`nbcoll.tensors.ops.getitem`).
+A reshape only relabels the array (no kernel); a permutation is a copy by :mod:`nbcoll.kernels.transpose`'s
+``permute``. The Tensor methods come after the Functions, then the ``F.reshape``, ``F.transpose`` and
+``F.permute`` forms. Indexing, ``x[key]``, is made of these and of index_select
+(:mod:`nbcoll.tensors.ops.getitem`).
 
 Example::
 
-    y = IndexSelect.apply(x, 1, index)      # what x.index_select(1, index) does
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    >>> Permute.apply(x, (1, 0)).shape, x.T.reshape(-1).numpy()      # Permute.apply is what x.T does
+    ((3, 2), array([1., 4., 2., 5., 3., 6.], dtype=float32))
 """
 
 from __future__ import annotations
@@ -19,12 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from nbcoll import memory
-from nbcoll.kernels import index as index_kernels
-from nbcoll.kernels.elementwise import binary, where
-from nbcoll.kernels.transpose import permute
-from nbcoll.tensors.arrays import broadcast_to, scalar
+from nbcoll.kernels import transpose as transpose_kernels
 from nbcoll.tensors.function import Context, Function
+from nbcoll.tensors.tensor import Tensor
 
 
 def resolve_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
@@ -76,38 +78,109 @@ class Permute(Function):
     @staticmethod
     def forward(ctx: Context, x: Any, axes: tuple[int, ...]) -> Any:
         ctx.axes = check_permutation(axes, x.ndim)
-        return permute(x, ctx.axes)
+        return transpose_kernels.permute(x, ctx.axes)
 
     @staticmethod
     def backward(ctx: Context, dy: Any) -> tuple[Any, None]:
         inverse = tuple(int(a) for a in np.argsort(ctx.axes))
-        return permute(dy, inverse), None
+        return transpose_kernels.permute(dy, inverse), None
 
 
-class IndexSelect(Function):
-    """``y = np.take(x, index, axis)`` for a 1-D integer ``index``.
+# -- Tensor methods ------------------------------------------------------------------------------------------------
 
-    ``unique=True`` promises that no index repeats and none is negative (true of slices), so backward can
-    scatter without atomics.
+
+def _axes_arg(axes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``f(1, 0, 2)`` or ``f((1, 0, 2))``: the axes as one tuple, as NumPy takes them."""
+    return tuple(axes[0]) if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)) else axes
+
+
+def _reshape(self: Tensor, *shape: Any) -> Tensor:
+    """``reshape(2, -1)`` or ``reshape((2, -1))``, as NumPy.
+
+    >>> import nbcoll
+    >>> nbcoll.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, -1).shape
+    (2, 3)
     """
+    return Reshape.apply(self, tuple(int(n) for n in _axes_arg(shape)))
 
-    @staticmethod
-    def forward(ctx: Context, x: Any, axis: int, index: Any, unique: bool = False) -> Any:
-        ctx.x_shape, ctx.axis, ctx.unique = tuple(x.shape), int(axis) % x.ndim, unique
-        ctx.save_for_backward(index)
-        return index_kernels.index_select(x, ctx.axis, index)
 
-    @staticmethod
-    def backward(ctx: Context, dy: Any) -> tuple[Any, None, None]:
-        (index,) = ctx.saved_tensors
-        if not ctx.unique:
-            # NumPy's take counts negative indices from the end; scatter_add wants them in [0, size).
-            size = ctx.x_shape[ctx.axis]
-            negative = binary("lt", index, scalar(0, index.dtype))
-            index = where(negative, binary("add", index, scalar(size, index.dtype)), index)
-        # gather/scatter want an index of dy's shape: repeat the 1-D index along every other axis.
-        along_axis = tuple(index.size if d == ctx.axis else 1 for d in range(len(ctx.x_shape)))
-        full_index = broadcast_to(index.reshape(along_axis), tuple(dy.shape))
-        zeros = memory.zeros(ctx.x_shape, dy.dtype)
-        scatter = index_kernels.scatter if ctx.unique else index_kernels.scatter_add
-        return scatter(zeros, full_index, dy, ctx.axis), None, None
+def _flatten(self: Tensor) -> Tensor:
+    """The elements as one axis, in row-major order.
+
+    >>> import nbcoll
+    >>> nbcoll.tensor([[1.0, 2.0], [3.0, 4.0]]).flatten().numpy()
+    array([1., 2., 3., 4.], dtype=float32)
+    """
+    return self.reshape(-1)
+
+
+def _transpose(self: Tensor, *axes: Any) -> Tensor:
+    """``transpose()`` reverses the axes; ``transpose(1, 0, 2)`` or ``transpose((1, 0, 2))`` permutes them.
+
+    >>> import nbcoll
+    >>> x = nbcoll.tensor([[[1.0, 2.0, 3.0]]])
+    >>> x.transpose().shape, x.transpose(1, 0, 2).shape
+    ((3, 1, 1), (1, 1, 3))
+    """
+    axes = _axes_arg(axes) or tuple(range(self.ndim - 1, -1, -1))
+    return Permute.apply(self, check_permutation(axes, self.ndim))
+
+
+def _permute(self: Tensor, *axes: Any) -> Tensor:
+    """``permute(1, 0, 2)`` or ``permute((1, 0, 2))``: the same as ``transpose`` with axes (PyTorch's name).
+
+    >>> import nbcoll
+    >>> nbcoll.tensor([[[1.0, 2.0, 3.0]]]).permute(2, 0, 1).shape
+    (3, 1, 1)
+    """
+    return Permute.apply(self, check_permutation(_axes_arg(axes), self.ndim))
+
+
+def _T(self: Tensor) -> Tensor:  # noqa: N802 - NumPy's name
+    """The tensor with its axes reversed, as NumPy's ``.T``.
+
+    >>> import nbcoll
+    >>> nbcoll.tensor([[1.0, 2.0]]).T.numpy()
+    array([[1.],
+           [2.]], dtype=float32)
+    """
+    return self.transpose()
+
+
+Tensor.reshape, Tensor.flatten, Tensor.transpose, Tensor.permute = _reshape, _flatten, _transpose, _permute
+Tensor.T = property(_T)
+
+
+# -- F.* forms -----------------------------------------------------------------------------------------------------
+
+
+def reshape(x: Tensor, shape: Any) -> Tensor:
+    """The same elements in a new shape; one dimension may be -1 (inferred).
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.reshape(nbcoll.tensor([1.0, 2.0, 3.0, 4.0]), (2, -1)).shape
+    (2, 2)
+    """
+    return x.reshape(shape)
+
+
+def transpose(x: Tensor, axes: Any = None) -> Tensor:
+    """Reverse the axes (a matrix's transpose), or order them as ``axes`` says.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.transpose(nbcoll.tensor([[1.0, 2.0, 3.0]])).numpy()
+    array([[1.],
+           [2.],
+           [3.]], dtype=float32)
+    """
+    return x.transpose() if axes is None else x.transpose(axes)
+
+
+def permute(x: Tensor, axes: Any) -> Tensor:
+    """NumPy's ``transpose(x, axes)`` under PyTorch's name: ``y.shape[k] == x.shape[axes[k]]``.
+
+    >>> import nbcoll, nbcoll.functional as F
+    >>> F.permute(nbcoll.tensor([[[1.0, 2.0, 3.0]]]), (2, 0, 1)).shape
+    (3, 1, 1)
+    """
+    return x.permute(axes)

@@ -4,6 +4,8 @@
 
     y = erf(x) = 2 / sqrt(pi) * integral_0^x exp(-t**2) dt        dx = dy * 2 / sqrt(pi) * exp(-x**2)
 
+The kernels are :mod:`nbcoll.kernels.elementwise`'s.
+
 Example::
 
     y = Erf.apply(x)             # a Tensor of erf(x[i])
