@@ -241,6 +241,13 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--measure", action="store_true", help="time the compute costs here (block, embedding, head and loss, update)"
     )
     parser.add_argument("--cores", type=_COUNT, default=None, help="devices the ranks share (default: one per rank)")
+    parser.add_argument(
+        "--long", action="store_true", help="also lay out context parallelism, sequence parallelism and recomputation"
+    )
+    parser.add_argument(
+        "--memory-limit", type=_at_least(float, 0, "megabytes", strictly=True), default=None,
+        help="leave out the layouts whose predicted memory per rank is over this many MB (default: no limit)",
+    )  # fmt: skip
     milliseconds = _at_least(float, 0, "milliseconds")
     parser.add_argument(
         "--call-latency", type=milliseconds, default=0.0, help="ms each collective call costs (default 0)"
@@ -250,7 +257,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@subcommand("plan", "predict step time and memory of every dp x tp x pp layout and rank them", _plan_arguments)
+@subcommand("plan", "predict step time and memory of every dp x tp x pp (x cp) layout and rank them", _plan_arguments)
 def plan(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -264,7 +271,8 @@ def plan(args: argparse.Namespace) -> int:
     rates = planner.measure_rates(spec, cores=args.cores) if args.measure else planner.default_rates(args.cores)
     rates = dataclasses.replace(rates, call_latency=args.call_latency / 1e3, partner_wait=args.partner_wait / 1e3)
     try:
-        predictions = planner.plan(spec, args.ranks, rates)
+        limit = None if args.memory_limit is None else int(args.memory_limit * 1e6)
+        predictions = planner.plan(spec, args.ranks, rates, memory_limit=limit, long_sequences=args.long)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ms = 1e3
@@ -276,6 +284,8 @@ def plan(args: argparse.Namespace) -> int:
         f"call {rates.call_latency * ms:.2f} ms, partner wait {rates.partner_wait * ms:.2f} ms\n"
     )
     print(planner.format_plan(predictions, args.top))
+    if limit is not None:
+        print(f"{len(predictions)} layouts fit the memory limit of {args.memory_limit:g} MB per rank")
     return 0
 
 

@@ -240,3 +240,19 @@ def test_measuring_refuses_bad_arguments_before_timing(numpy_backend):
         measure_rates(SPEC, tokens=(0, 32))
     with pytest.raises(ValueError, match="busy"):
         measure_rates(SPEC, busy=-1.0)
+
+
+def test_plan_command_lays_out_long_sequences_under_a_memory_limit(capsys):
+    from nbcoll.__main__ import main
+
+    args = ["plan", "--ranks", "4", "--seq", "256", "--batch", "4", "--top", "40", "--long"]
+    assert main(args) == 0
+    everything = capsys.readouterr().out
+    assert " cp=2" in everything and " recompute" in everything and " sp" in everything
+    assert main([*args, "--memory-limit", "20"]) == 0
+    limited = capsys.readouterr().out
+    rows = [line for line in limited.splitlines() if line.startswith("dp=") and " wins " not in line]
+    assert rows and all(float(row.split()[-1]) * 2**20 <= 20e6 for row in rows), limited
+    assert f"{len(rows)} layouts fit the memory limit of 20 MB per rank" in limited
+    assert main([*args, "--memory-limit", "0.001"]) == 2
+    assert "fits the memory limit" in capsys.readouterr().err
