@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,24 @@ def test_logger_prefixes_the_rank_and_filters_level_and_subsystem():
     assert out.getvalue() == "[nbcoll rank 3] INFO P2P   hello\n"
     silent = Logger(rank=0, level=None, subsystems={"ALL"}, stream=out)
     assert not silent.enabled("WARN", "INIT")
+
+
+def test_a_finished_record_keeps_its_progress_text_not_the_operation():
+    # a record's progress may be a callable of the running operation; once finished it is its last text, so the
+    # recorder's last 32 operations (and the buffers they held) are not kept alive by it
+    class Operation:
+        def describe(self) -> str:
+            return "7 steps done"
+
+    operation = Operation()
+    recorder = FlightRecorder(capacity=2)
+    entry = recorder.record("all_reduce", -1, 64, "float32[16]")
+    entry.progress = operation.describe
+    entry.finish()
+    alive = weakref.ref(operation)
+    del operation
+    assert alive() is None and entry.progress == "7 steps done"
+    assert "7 steps done" in recorder.format()
 
 
 def test_flight_recorder_keeps_the_last_operations():

@@ -124,6 +124,6 @@ def test_memory_stats_count_each_loopback_rank_on_its_own():
         return now.allocated_bytes - before.allocated_bytes, now.peak_bytes - before.allocated_bytes
 
     counted = loopback.run(3, own, config=CONFIG)
-    # Each rank's own buffer, and the same few bytes of its barrier; none of the other ranks' buffers.
+    # Each rank's own buffer, none of the other ranks' buffers; at the peak, the same few bytes of its barrier too.
     extra = {allocated - 1000 * (rank + 1) for rank, (allocated, _) in enumerate(counted)}
-    assert len(extra) == 1 and 0 <= extra.pop() < 64 and all(a == p for a, p in counted)
+    assert len(extra) == 1 and 0 <= extra.pop() < 64 and all(0 <= p - a < 64 for a, p in counted)

@@ -73,6 +73,8 @@ class OperationRecord:
     ended: float | None = None
 
     def finish(self, state: str = "done") -> None:
+        if callable(self.progress):  # its last text: a finished record keeps no operation (nor its buffers) alive
+            self.progress = self.progress()
         self.state, self.ended = state, time.monotonic()
 
     def format(self, now: float) -> str:

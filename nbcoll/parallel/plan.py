@@ -33,9 +33,12 @@ With ``long_sequences=True`` the layouts also split the sequence (:class:`Layout
 block passes k and v round the ring, ``cp - 1`` alpha-beta hops forward and ``cp`` backward
 (:func:`ring_seconds`, the "cp comm" part), the gradients being averaged over ``dp x cp``; under sp each
 all-reduce becomes an all-gather and a reduce-scatter of the same bytes; recomputation runs every block's forward
-once more. Memory per rank (:mod:`nbcoll.parallel.plan_memory`) counts the parameters, gradients, optimizer state
-and data-parallel buckets of the rank's shard, the activations the blocks keep for the micro-batches in flight
-(``min(m, pp)`` under 1F1B), shrunk by tp, sp, cp and recomputation, and the head and loss's.
+once more. Memory per rank (:mod:`nbcoll.parallel.plan_memory`) is the peak bytes of a step as
+``nbcoll.memory.stats()`` counts them, exactly for cp = 1: the parameters, optimizer state and data-parallel
+buckets of the rank's shard, and the largest of three moments of 1F1B (the first backward, a later forward, a
+later backward), each the forwards of the micro-batches alive then (every array the engine keeps, by tp, sp and
+recomputation), the pipeline's buffers, the gradients made so far and backward's temporaries; under cp, a
+calibrated estimate.
 
 Example::
 
