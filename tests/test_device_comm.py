@@ -51,7 +51,10 @@ def test_device_all_reduce_across_processes_equals_the_host_ring_and_survives_fa
         out = result.outputs[rank]
         assert "device cases ok" in out and "stalled and exited peers ok" in out, result.report()
         assert "the other collectives ok" in out and "stalled broadcast root ok" in out, result.report()
-        assert "CommTimeoutError" in out and f"peer rank {nprocs - 1}" in out, result.report()
+        # the lost peer is named: the stalled rank, or a survivor that finished and exited before this rank's
+        # watchdog looked (both are gone by then; the watchdog names the first it finds)
+        lost = [int(peer) for peer in re.findall(r"peer rank (\d+)", out)]
+        assert "CommTimeoutError" in out and lost and rank not in lost, result.report()
     assert_no_shared_memory_left(result.outputs)
 
 
