@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import nbcoll.functional as F
 from nbcoll.kernels import copy as copy_kernels
 from nbcoll.nn import LayerNorm, Module, TransformerBlock
-from nbcoll.nn.attention import causal_mask, scaled_dot_product_attention
 from nbcoll.nn.shapes import check_input
 from nbcoll.parallel import functional as PF
 from nbcoll.parallel.functional import _all_gather
@@ -221,13 +220,10 @@ class SequenceParallelAttention(ParallelAttention):
         self.out_proj = SequenceRowParallelLinear(embed_dim, embed_dim, comm, bias, dtype=dtype)
         self.attn_dropout = SplitDropout(dropout, axis=1, part=comm.rank, parts=comm.size)  # this rank's heads
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = all_gather_sequence(x, self.comm)
-        q, k, v = (self._heads(proj.local_forward(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
-        out, _ = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
-        n, heads, length, _ = out.shape
-        return self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, heads * self.head_dim))
+    def _enter(self, x: Tensor) -> Tensor:
+        """This rank's positions, all-gathered into the whole sequence; the rest is ParallelAttention's forward,
+        whose ``out_proj`` here reduce-scatters back to this rank's positions."""
+        return all_gather_sequence(x, self.comm)
 
 
 class SequenceParallelMLP(Module):

@@ -54,8 +54,12 @@ class ParallelAttention(Module):
         n, length, _ = x.shape  # (N, L, local_heads * head_dim) -> (N, local_heads, L, head_dim)
         return x.reshape(n, length, self.local_heads, self.head_dim).transpose(0, 2, 1, 3)
 
+    def _enter(self, x: Tensor) -> Tensor:
+        """The input every rank's heads read: here the whole sequence, copied into the region (f)."""
+        return copy_to_region(x, self.comm)
+
     def forward(self, x: Tensor) -> Tensor:
-        x = copy_to_region(x, self.comm)
+        x = self._enter(x)
         q, k, v = (self._heads(proj.local_forward(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
         out, _ = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
